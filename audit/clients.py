@@ -1,0 +1,64 @@
+"""Client configuration for a configured cluster, and the admin calls every part shares."""
+from __future__ import annotations
+
+import logging
+from typing import Mapping
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from audit.errors import KafkaClientError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ADMIN_TIMEOUT_S = 30.0
+
+
+def bootstrap_servers(settings, cluster_name: str) -> str:
+    """The configured address, or for an embedded cluster the one its launcher recorded."""
+    cluster = settings.cluster(cluster_name)
+    if cluster.bootstrap_servers:
+        return cluster.bootstrap_servers
+    from audit.local_cluster import LocalCluster
+
+    return LocalCluster(cluster_name, state_dir=settings.state_dir, cache_dir=settings.cache_dir).bootstrap_servers
+
+
+def client_config(settings, cluster_name: str, overrides: Mapping[str, object] | None = None) -> dict:
+    """librdkafka settings for one cluster: address, security settings, then `overrides` (which win)."""
+    config = {"bootstrap.servers": bootstrap_servers(settings, cluster_name)}
+    config.update(settings.cluster(cluster_name).client_config())
+    config.update(overrides or {})
+    return config
+
+
+def ensure_topics(
+    config: Mapping[str, object],
+    partitions: Mapping[str, int],
+    *,
+    topic_configs: Mapping[str, Mapping[str, str]] | None = None,
+    timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S,
+) -> list[str]:
+    """Create the topics that do not exist yet; returns the names created. Existing ones are left alone."""
+    admin = AdminClient(dict(config))
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    wanted = [
+        NewTopic(name, num_partitions=count, replication_factor=-1, config=dict((topic_configs or {}).get(name, {})))
+        for name, count in partitions.items()
+        if name not in existing
+    ]
+    if not wanted:
+        return []
+    created = []
+    for name, future in admin.create_topics(wanted, operation_timeout=timeout_s, request_timeout=timeout_s).items():
+        try:
+            future.result()
+            created.append(name)
+        except KafkaException as exc:
+            error = exc.args[0]
+            # Another process created it between our listing and our request: that is what we wanted.
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            raise KafkaClientError(f"creating topic {name!r} failed: {error.str()}", code=error.code()) from exc
+    log.info("topics created", extra={"topics": ",".join(created)})
+    return created
