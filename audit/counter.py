@@ -1,0 +1,411 @@
+"""The audit counter of one cluster: reads every message of the selected topics, counts it once.
+
+Exactly once, across crashes: every flush writes the count deltas, a status record per topic and
+the consumer offsets in ONE Kafka transaction. A crash before the commit loses the uncommitted
+deltas and offsets together, so the restarted counter recounts exactly what was not yet counted.
+The transactional id is stable per instance slot (`--instance`), so a restarted slot fences its
+predecessor's open transaction at once instead of waiting for it to time out.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from prometheus_client import Counter, Gauge
+
+from audit.audit_time import audit_time
+from audit.errors import KafkaClientError
+from audit.record import PartitionStatus, count_record, encode, new_instance_id, record_id, status_record
+from audit.tally import Tally
+from audit.windows import window_start
+
+log = logging.getLogger(__name__)
+
+SERVICE = "kaudit-counter"
+DEFAULT_BATCH = 5000
+DEFAULT_TOPIC_REFRESH_S = 30.0
+TRANSACTION_TIMEOUT_MS = 60_000
+SESSION_TIMEOUT_MS = 10_000
+CLIENT_TIMEOUT_S = 30.0
+
+MESSAGES = Counter("kaudit_counter_messages_total", "Messages counted", ["cluster", "topic"])
+LAG = Gauge("kaudit_counter_lag_messages", "End offset minus position", ["cluster", "topic", "partition"])
+LAST_FLUSH = Gauge("kaudit_counter_last_flush_timestamp_seconds", "When the last transaction committed", ["cluster"])
+ABORTS = Counter("kaudit_counter_transaction_aborts_total", "Transactions aborted (their deltas are recounted)", ["cluster"])
+FLUSHES = Counter("kaudit_counter_flushes_total", "Transactions committed", ["cluster"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class CounterOptions:
+    """How one counter instance runs; defaults suit the embedded local clusters."""
+
+    cluster: str
+    audit_topic: str = "_audit"
+    window_minutes: int = 10
+    flush_interval_s: float = 10.0
+    instance: str = "0"  # slot name: stable across restarts of the same slot
+    group_id: str | None = None  # default kaudit-counter-<cluster>
+    by_partition: bool = False
+    batch_size: int = DEFAULT_BATCH
+    topic_refresh_s: float = DEFAULT_TOPIC_REFRESH_S
+
+    @property
+    def group(self) -> str:
+        return self.group_id or f"kaudit-counter-{self.cluster}"
+
+    @property
+    def transactional_id(self) -> str:
+        return f"{self.group}-{self.instance}"
+
+
+@dataclass
+class PartitionProgress:
+    """Where one assigned partition stands: next offset to count, last committed, last audit time."""
+
+    position: int
+    committed: int
+    last_audit_time_ms: int | None = None
+
+
+@dataclass
+class CounterStats:
+    counted: int = 0
+    flushes: int = 0
+    aborts: int = 0
+    records_emitted: int = 0
+    lag: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    @property
+    def total_lag(self) -> int:
+        return sum(self.lag.values())
+
+
+class ClusterCounter:
+    """One counter instance; several with the same group id share a cluster's partitions."""
+
+    def __init__(
+        self,
+        config: Mapping[str, object],
+        options: CounterOptions,
+        select_topic: Callable[[str], bool],
+        *,
+        host: str | None = None,
+    ) -> None:
+        self.config = dict(config)
+        self.options = options
+        self.select_topic = select_topic
+        self.host = host or socket.gethostname()
+        self.instance_id = new_instance_id(f"{SERVICE}-{options.cluster}")
+        self.tally = Tally(options.window_minutes)
+        self.progress: dict[tuple[str, int], PartitionProgress] = {}
+        self.stats = CounterStats()
+        self._sequence = 0
+        self._subscribed: list[str] = []
+        self._stop = threading.Event()
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._admin: AdminClient | None = None
+
+    # -- clients -------------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        self._consumer = Consumer({
+            **self.config,
+            "group.id": self.options.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "client.id": f"{SERVICE}-{self.options.cluster}-{self.options.instance}",
+            # Static membership: a restarted slot takes its partitions back at once, no rebalance;
+            # a slot that is gone for good releases them after the session timeout.
+            "group.instance.id": self.options.transactional_id,
+            "session.timeout.ms": SESSION_TIMEOUT_MS,
+        })
+        self._admin = AdminClient(self.config)
+        self._producer = Producer({
+            **self.config,
+            "transactional.id": self.options.transactional_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            "linger.ms": 5,
+        })
+        try:
+            # Fences an earlier incarnation of this slot and aborts its open transaction.
+            self._producer.init_transactions(CLIENT_TIMEOUT_S)
+        except KafkaException as exc:
+            error = exc.args[0]
+            raise KafkaClientError(
+                f"counter {self.options.cluster}: cannot start transactions on {self.config.get('bootstrap.servers')}: {error.str()}",
+                code=error.code(),
+            ) from exc
+
+    def stop(self) -> None:
+        """Ask the run loop to flush and return (safe from a signal handler or another thread)."""
+        self._stop.set()
+
+    # -- subscription --------------------------------------------------------------------------
+
+    def _refresh_subscription(self) -> None:
+        topics = self._consumer.list_topics(timeout=CLIENT_TIMEOUT_S).topics
+        wanted = sorted(
+            name for name in topics
+            if name != self.options.audit_topic and not name.startswith("__") and self.select_topic(name)
+        )
+        if wanted != self._subscribed:
+            log.info("subscribing", extra={"cluster": self.options.cluster, "topics": len(wanted)})
+            if wanted:
+                self._consumer.subscribe(wanted, on_assign=self._on_assign, on_revoke=self._on_revoke)
+            else:
+                self._consumer.unsubscribe()
+            self._subscribed = wanted
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        committed = consumer.committed(partitions, timeout=CLIENT_TIMEOUT_S)
+        never_committed = [(tp.topic, tp.partition) for tp in committed if tp.offset < 0]
+        earliest = self._list_offsets(never_committed, OffsetSpec.earliest())
+        for tp in committed:
+            offset = tp.offset if tp.offset >= 0 else earliest.get((tp.topic, tp.partition), 0)
+            self.progress[(tp.topic, tp.partition)] = PartitionProgress(position=offset, committed=offset)
+        log.info("partitions assigned", extra={"cluster": self.options.cluster, "partitions": len(partitions)})
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Counts and offsets of what we are losing must land before the next owner starts from them.
+        self.flush(heartbeat=False)
+        for tp in partitions:
+            self.progress.pop((tp.topic, tp.partition), None)
+            if self.stats.lag.pop((tp.topic, tp.partition), None) is not None:
+                LAG.remove(self.options.cluster, tp.topic, str(tp.partition))
+        log.info("partitions revoked", extra={"cluster": self.options.cluster, "partitions": len(partitions)})
+
+    # -- counting ------------------------------------------------------------------------------
+
+    def count_batch(self, messages: list) -> int:
+        """Bucket a consumed batch by (topic, partition, window) and add it to the tally."""
+        now_ms = int(time.time() * 1000)
+        window_minutes = self.options.window_minutes
+        groups: dict[tuple[str, int, int], list] = {}
+        counted = 0
+        for message in messages:
+            if message.error():
+                self._on_message_error(message)
+                continue
+            topic, partition = message.topic(), message.partition()
+            when, usable = audit_time(message.timestamp(), message.headers(), now_ms)
+            key = (topic, partition, window_start(when, window_minutes))
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = [0, 0, 0, {}]
+            value, msg_key = message.value(), message.key()
+            group[0] += 1
+            group[1] += (len(value) if value else 0) + (len(msg_key) if msg_key else 0)
+            if not usable:
+                group[2] += 1
+            latency = now_ms - when if now_ms > when else 0
+            group[3][latency] = group[3].get(latency, 0) + 1
+            progress = self.progress.get((topic, partition))
+            if progress is not None:
+                progress.position = message.offset() + 1
+                progress.last_audit_time_ms = when
+            counted += 1
+        for (topic, partition, start), (count, size, no_ts, latencies) in groups.items():
+            self.tally.add_many(
+                topic, start, count, size,
+                partition=partition if self.options.by_partition else None,
+                no_timestamp=no_ts, latencies_ms=latencies,
+            )
+            MESSAGES.labels(self.options.cluster, topic).inc(count)
+        self.stats.counted += counted
+        return counted
+
+    def _on_message_error(self, message) -> None:
+        error = message.error()
+        if error.code() == KafkaError._PARTITION_EOF:
+            return
+        # Topic deleted or not yet known to this broker: the next refresh settles the subscription.
+        log.warning("consume error", extra={"cluster": self.options.cluster, "topic": message.topic(), "error": error.str()})
+        if error.fatal():
+            raise KafkaClientError(f"counter {self.options.cluster}: fatal consumer error: {error.str()}", code=error.code())
+
+    # -- flushing ------------------------------------------------------------------------------
+
+    def _next_record_id(self) -> str:
+        self._sequence += 1
+        return record_id(self.instance_id, self._sequence)
+
+    def _count_records(self, deltas) -> list:
+        return [
+            count_record(
+                record_id=self._next_record_id(),
+                tier=self.options.cluster,
+                cluster=self.options.cluster,
+                service=SERVICE,
+                host=self.host,
+                instance_id=self.instance_id,
+                topic=topic,
+                window_start_ms=start,
+                window_minutes=self.options.window_minutes,
+                count=tally.count,
+                bytes=tally.bytes,
+                no_timestamp=tally.no_timestamp,
+                by_partition=dict(tally.by_partition) or None,
+                latency_ms=tally.latency_ms(),
+            )
+            for (topic, start), tally in sorted(deltas.items())
+        ]
+
+    def _status_records(self) -> list:
+        now_ms = int(time.time() * 1000)
+        by_topic: dict[str, list[PartitionStatus]] = {}
+        watermark: dict[str, int | None] = {}
+        ends = self._list_offsets(list(self.progress), OffsetSpec.latest())
+        for (topic, partition), progress in sorted(self.progress.items()):
+            end = max(ends.get((topic, partition), progress.position), progress.position)
+            lag = end - progress.position
+            self.stats.lag[(topic, partition)] = lag
+            LAG.labels(self.options.cluster, topic, str(partition)).set(lag)
+            by_topic.setdefault(topic, []).append(
+                PartitionStatus(partition=partition, position=progress.position, end_offset=end, lag=lag,
+                                last_audit_time_ms=progress.last_audit_time_ms)
+            )
+            # Caught up: everything produced so far has been seen. Behind: seen up to the last message counted.
+            seen_up_to = now_ms if lag == 0 else progress.last_audit_time_ms
+            current = watermark.get(topic, now_ms)
+            watermark[topic] = None if seen_up_to is None or current is None else min(current, seen_up_to)
+        return [
+            status_record(
+                record_id=self._next_record_id(),
+                tier=self.options.cluster,
+                cluster=self.options.cluster,
+                service=SERVICE,
+                host=self.host,
+                instance_id=self.instance_id,
+                topic=topic,
+                window_minutes=self.options.window_minutes,
+                partitions=tuple(partitions),
+                watermark_ms=watermark[topic],
+            )
+            for topic, partitions in by_topic.items()
+        ]
+
+    def _list_offsets(self, partitions: list[tuple[str, int]], spec: OffsetSpec) -> dict[tuple[str, int], int]:
+        """Offsets of many partitions in one ListOffsets round trip (the consumer's watermark query
+        costs a round trip per partition). Read-committed: the end is the last stable offset."""
+        if not partitions:
+            return {}
+        futures = self._admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions},
+                                           isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=CLIENT_TIMEOUT_S)
+        offsets = {}
+        for tp, future in futures.items():
+            try:
+                offsets[(tp.topic, tp.partition)] = future.result().offset
+            except KafkaException as exc:  # a partition that just moved: left out this time
+                log.warning("offset unknown", extra={"cluster": self.options.cluster, "topic": tp.topic,
+                                                     "partition": tp.partition, "error": exc.args[0].str()})
+        return offsets
+
+    def flush(self, *, heartbeat: bool = True) -> bool:
+        """Commit deltas, status and offsets in one transaction; False when it had to abort.
+
+        Without `heartbeat`, a flush with nothing new to commit is skipped.
+        """
+        deltas = self.tally.drain()
+        moved = any(p.position != p.committed for p in self.progress.values())
+        if not deltas and not moved and not heartbeat:
+            return True
+        records = self._count_records(deltas) + self._status_records()
+        offsets = [TopicPartition(topic, partition, p.position) for (topic, partition), p in self.progress.items()]
+        if not records and not offsets:
+            return True
+        producer = self._producer
+        try:
+            producer.begin_transaction()
+            for record in records:
+                producer.produce(self.options.audit_topic, key=record.topic.encode(), value=encode(record))
+            if offsets:
+                producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), CLIENT_TIMEOUT_S)
+            self._commit_transaction()
+        except KafkaException as exc:
+            self._abort(exc.args[0])
+            return False
+        for progress in self.progress.values():
+            progress.committed = progress.position
+        self.stats.flushes += 1
+        self.stats.records_emitted += len(records)
+        FLUSHES.labels(self.options.cluster).inc()
+        LAST_FLUSH.labels(self.options.cluster).set_to_current_time()
+        return True
+
+    def _commit_transaction(self) -> None:
+        for attempt in range(3):
+            try:
+                self._producer.commit_transaction(CLIENT_TIMEOUT_S)
+                return
+            except KafkaException as exc:
+                # Retriable (e.g. a timed-out request): the same commit may simply be repeated.
+                if not exc.args[0].retriable() or attempt == 2:
+                    raise
+
+    def _abort(self, error: KafkaError) -> None:
+        """Throw away this flush and rewind to the last commit, so its messages are counted again."""
+        self.stats.aborts += 1
+        ABORTS.labels(self.options.cluster).inc()
+        log.warning("transaction aborted; recounting from the last commit",
+                    extra={"cluster": self.options.cluster, "error": error.str(), "code": error.code()})
+        if error.fatal():
+            raise KafkaClientError(f"counter {self.options.cluster}: fenced or fatal: {error.str()}", code=error.code())
+        if error.txn_requires_abort():
+            self._producer.abort_transaction(CLIENT_TIMEOUT_S)
+        self.tally.drain()
+        for (topic, partition), progress in self.progress.items():
+            progress.position = progress.committed
+            self._consumer.seek(TopicPartition(topic, partition, progress.committed if progress.committed >= 0 else OFFSET_BEGINNING))
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self, *, max_seconds: float | None = None, until_caught_up: bool = False) -> CounterStats:
+        """Count until stopped (SIGTERM, `stop()`), `max_seconds`, or, with `until_caught_up`, no lag left."""
+        self._open()
+        started = time.monotonic()
+        next_flush = started + self.options.flush_interval_s
+        next_refresh = started
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if now >= next_refresh:
+                    self._refresh_subscription()
+                    next_refresh = now + self.options.topic_refresh_s
+                messages = self._consumer.consume(self.options.batch_size, timeout=0.5) if self._subscribed else []
+                if not self._subscribed:
+                    self._stop.wait(0.5)
+                self.count_batch(messages)
+                if time.monotonic() >= next_flush:
+                    self.flush()
+                    next_flush = time.monotonic() + self.options.flush_interval_s
+                    if until_caught_up and self.progress and not messages and self.stats.total_lag == 0:
+                        break
+                if max_seconds is not None and time.monotonic() - started >= max_seconds:
+                    break
+            self.flush()
+        finally:
+            self._close()
+        return self.stats
+
+    def _close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+        if self._producer is not None:
+            self._producer.flush(CLIENT_TIMEOUT_S)
+
+
+def stop_on_signals(counter: ClusterCounter) -> None:
+    """SIGTERM and SIGINT end the loop after a last flush."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: counter.stop())

@@ -1,0 +1,60 @@
+"""Window assignment: UTC, aligned, in epoch milliseconds.
+
+Window sizes divide a day, so aligning to multiples of the size since the epoch also aligns every
+window to UTC midnight.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Iterator
+
+DEFAULT_WINDOW_MINUTES = 10
+MINUTES_PER_DAY = 1440
+MS_PER_MINUTE = 60_000
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def validate_window_minutes(minutes: object) -> str | None:
+    """The reason `minutes` is not a usable window size, or None."""
+    if isinstance(minutes, bool) or not isinstance(minutes, int):
+        return f"{minutes!r} is not a whole number of minutes"
+    if minutes <= 0 or minutes > MINUTES_PER_DAY:
+        return f"{minutes} is not between 1 and {MINUTES_PER_DAY}"
+    if MINUTES_PER_DAY % minutes:
+        return f"{minutes} does not divide a day ({MINUTES_PER_DAY} minutes) evenly"
+    return None
+
+
+def window_start(ts_ms: int, window_minutes: int = DEFAULT_WINDOW_MINUTES) -> int:
+    """Start (epoch ms, UTC) of the window holding `ts_ms`."""
+    if ts_ms < 0:
+        raise ValueError(f"timestamp {ts_ms} ms is before the epoch")
+    size = window_minutes * MS_PER_MINUTE
+    return ts_ms - ts_ms % size
+
+
+def window_end(start_ms: int, window_minutes: int = DEFAULT_WINDOW_MINUTES) -> int:
+    """First millisecond after the window that starts at `start_ms`."""
+    return start_ms + window_minutes * MS_PER_MINUTE
+
+
+def is_aligned(start_ms: int, window_minutes: int = DEFAULT_WINDOW_MINUTES) -> bool:
+    return start_ms >= 0 and start_ms % (window_minutes * MS_PER_MINUTE) == 0
+
+
+def windows_between(start_ms: int, end_ms: int, window_minutes: int = DEFAULT_WINDOW_MINUTES) -> Iterator[int]:
+    """Starts of every window that overlaps [start_ms, end_ms)."""
+    current = window_start(start_ms, window_minutes)
+    while current < end_ms:
+        yield current
+        current = window_end(current, window_minutes)
+
+
+def to_datetime(ms: int) -> datetime:
+    return EPOCH + timedelta(milliseconds=ms)
+
+
+def to_ms(moment: datetime) -> int:
+    if moment.tzinfo is None:
+        raise ValueError(f"{moment!r} has no time zone; audit times are UTC")
+    return (moment - EPOCH) // timedelta(milliseconds=1)

@@ -1,0 +1,117 @@
+"""Counter throughput against a bare confluent-kafka consume loop, on the same topic, in one run.
+
+    .venv/bin/python bench/bench_counter.py [--messages 500000] [--size 100] [--rounds 3]
+
+Starts its own local cluster in a temporary folder, fills one topic once, then alternates a bare
+consume loop (fresh group, reads every message, touches nothing) with the audit counter (fresh
+group, counts into a throw-away audit topic, one flush at the end) and prints messages per second
+of each and the ratio counter / bare. Goal: at least 0.9.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer
+
+from audit.clients import ensure_topics
+from audit.counter import ClusterCounter, CounterOptions
+from audit.local_cluster import LocalCluster
+
+PARTITIONS = 6
+WINDOW_MS = 600_000
+
+
+def fill(bootstrap: str, topic: str, messages: int, size: int) -> None:
+    rng = random.Random(1)
+    base = int(time.time() * 1000) - 6 * WINDOW_MS
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4"})
+    value = b"v" * size
+    began = time.monotonic()
+    for i in range(messages):
+        while True:
+            try:
+                producer.produce(topic, value=value, key=b"%d" % (i % 1000), timestamp=base + rng.randrange(6 * WINDOW_MS))
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 0:
+            producer.poll(0)
+            print(f"\rfilling {topic}: {i:,}/{messages:,}", end="", flush=True)
+    producer.flush(120)
+    print(f"\rfilled {messages:,} messages of {size} B in {time.monotonic() - began:.1f} s")
+
+
+def bare_loop(bootstrap: str, topic: str, messages: int) -> float:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bare-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    seen = 0
+    began = None
+    while seen < messages:
+        batch = consumer.consume(5000, timeout=1)
+        if began is None and batch:
+            began = time.monotonic()
+        for message in batch:
+            if message.error() is None:
+                seen += 1
+    elapsed = time.monotonic() - began
+    consumer.close()
+    return messages / elapsed
+
+
+def counter_loop(bootstrap: str, topic: str, messages: int) -> float:
+    audit_topic = f"_bench_audit_{uuid.uuid4().hex[:8]}"
+    ensure_topics({"bootstrap.servers": bootstrap}, {audit_topic: 1})
+    options = CounterOptions(cluster="bench", audit_topic=audit_topic, flush_interval_s=3600,
+                             group_id=f"counter-{uuid.uuid4().hex}", topic_refresh_s=3600)
+    counter = ClusterCounter({"bootstrap.servers": bootstrap}, options, lambda name: name == topic)
+    counter._open()
+    counter._refresh_subscription()
+    began = None
+    while counter.stats.counted < messages:
+        batch = counter._consumer.consume(options.batch_size, timeout=1)
+        if began is None and batch:
+            began = time.monotonic()
+        counter.count_batch(batch)
+    counter.flush()
+    elapsed = time.monotonic() - began
+    counter._close()
+    return messages / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=500_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    cache_dir = Path(os.environ.get("KAUDIT_CACHE_DIR", "~/.cache/kafka-audit")).expanduser()
+    with tempfile.TemporaryDirectory() as state_dir:
+        cluster = LocalCluster("bench", state_dir=Path(state_dir), cache_dir=cache_dir, heap_mb=1024)
+        print(f"cluster ready in {cluster.start():.1f} s")
+        try:
+            bootstrap = cluster.bootstrap_servers
+            topic = "bench"
+            ensure_topics({"bootstrap.servers": bootstrap}, {topic: PARTITIONS})
+            fill(bootstrap, topic, args.messages, args.size)
+            bare, counted = [], []
+            for round_ in range(1, args.rounds + 1):
+                bare.append(bare_loop(bootstrap, topic, args.messages))
+                counted.append(counter_loop(bootstrap, topic, args.messages))
+                print(f"round {round_}: bare {bare[-1]:,.0f} msg/s, counter {counted[-1]:,.0f} msg/s")
+            bare_rate, counter_rate = statistics.median(bare), statistics.median(counted)
+            print(f"median: bare {bare_rate:,.0f} msg/s, counter {counter_rate:,.0f} msg/s, "
+                  f"ratio counter/bare {counter_rate / bare_rate:.2f} (goal >= 0.90)")
+        finally:
+            cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

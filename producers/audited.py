@@ -1,0 +1,213 @@
+"""The audited producer: confluent-kafka's Producer, plus the producer tier's counts.
+
+It keeps the wrapped producer's interface and behaviour and adds three things only:
+- the audit time: the message timestamp (now, unless given) and the same value in the
+  `kaudit-time` header, so topics that use LogAppendTime still carry it;
+- counting in the delivery callback: only what the broker acknowledged counts, failures count as
+  `send_failed`;
+- emission: every `flush_interval_s` (checked inside produce/poll, no extra thread) and on
+  flush/close, one count record per (topic, window) into the audit topic of the same cluster.
+
+The wrapped producer always runs with acks=all and idempotence, so a count never claims a message
+the cluster could still lose. An audit record whose delivery fails is sent again with the same
+record id, which the reconciliation deduplicates.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+import threading
+import time
+from typing import Any, Callable, Mapping
+
+from confluent_kafka import KafkaError, Producer
+from prometheus_client import Counter
+
+from audit.errors import KafkaClientError
+from audit.record import AUDIT_TIME_HEADER, count_record, encode, new_instance_id, record_id
+from audit.tally import Tally
+from audit.windows import DEFAULT_WINDOW_MINUTES
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FLUSH_INTERVAL_S = 10.0
+BUFFER_FULL_RETRIES = 50
+BUFFER_FULL_WAIT_S = 0.1
+FORCED_CONFIG = {"acks": "all", "enable.idempotence": True}
+
+ACKED = Counter("kaudit_producer_messages_acked_total", "Messages the broker acknowledged", ["cluster", "topic"])
+FAILED = Counter("kaudit_producer_send_failed_total", "Messages whose delivery failed", ["cluster", "topic"])
+EMITTED = Counter("kaudit_producer_audit_records_total", "Audit records delivered", ["cluster"])
+
+DeliveryCallback = Callable[[KafkaError | None, Any], None]
+
+
+def _size(data: bytes | str | None) -> int:
+    if data is None:
+        return 0
+    return len(data.encode()) if isinstance(data, str) else len(data)
+
+
+class AuditedProducer:
+    """A confluent-kafka Producer that also counts what it delivered, per topic and window."""
+
+    def __init__(
+        self,
+        *,
+        config: Mapping[str, Any],
+        cluster: str,
+        audit_topic: str = "_audit",
+        window_minutes: int = DEFAULT_WINDOW_MINUTES,
+        flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
+        service: str = "app",
+        host: str | None = None,
+        extra_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.audit_topic = audit_topic
+        self.flush_interval_s = flush_interval_s
+        self.service = service
+        self.host = host or socket.gethostname()
+        self.instance_id = new_instance_id(service)
+        self._config = {**(extra_config or {}), **config, **FORCED_CONFIG}
+        self._producer: Producer | None = None
+        self._create_lock = threading.Lock()
+        self._emit_lock = threading.Lock()
+        self._tally = Tally(window_minutes)
+        self._sequence = itertools.count(1)
+        self._unacked: dict[str, bytes] = {}  # record id -> encoded audit record awaiting its ack
+        self._in_flight: set[str] = set()
+        self._next_emit = time.monotonic() + flush_interval_s
+        self._closed = False
+
+    # -- the wrapped producer ------------------------------------------------------------------
+
+    @property
+    def producer(self) -> Producer:
+        """The confluent-kafka Producer, created on first use."""
+        if self._producer is None:
+            with self._create_lock:
+                if self._producer is None:
+                    self._producer = Producer(self._config)
+        return self._producer
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | str | None = None,
+        key: bytes | str | None = None,
+        partition: int = -1,
+        on_delivery: DeliveryCallback | None = None,
+        timestamp: int = 0,
+        headers: list[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+        callback: DeliveryCallback | None = None,
+    ) -> None:
+        """Produce like confluent-kafka, stamping the audit time and counting the delivery."""
+        audit_time_ms = timestamp or time.time_ns() // 1_000_000
+        stamped = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
+        stamped.append((AUDIT_TIME_HEADER, b"%d" % audit_time_ms))
+        size = _size(value) + _size(key)
+        user_callback = on_delivery or callback
+        tally, cluster = self._tally, self.cluster
+
+        def delivered(err: KafkaError | None, msg) -> None:
+            if err is None:
+                tally.add(topic, audit_time_ms, size, latency_ms=time.time_ns() // 1_000_000 - audit_time_ms)
+                ACKED.labels(cluster, topic).inc()
+            else:
+                tally.fail(topic, audit_time_ms)
+                FAILED.labels(cluster, topic).inc()
+            if user_callback is not None:
+                user_callback(err, msg)
+
+        self._produce_with_retry(topic, value, key, partition, delivered, audit_time_ms, stamped)
+        if time.monotonic() >= self._next_emit:
+            self.emit()
+
+    def _produce_with_retry(self, topic, value, key, partition, delivered, timestamp, headers) -> None:
+        producer = self.producer
+        for attempt in range(BUFFER_FULL_RETRIES + 1):
+            try:
+                producer.produce(topic, value=value, key=key, partition=partition, on_delivery=delivered,
+                                 timestamp=timestamp, headers=headers)
+                return
+            except BufferError:
+                # The local queue is full: serve delivery reports to make room, then try again.
+                if attempt == BUFFER_FULL_RETRIES:
+                    raise
+                producer.poll(BUFFER_FULL_WAIT_S)
+
+    def poll(self, timeout: float = 0) -> int:
+        served = self.producer.poll(timeout)
+        if time.monotonic() >= self._next_emit:
+            self.emit()
+        return served
+
+    def flush(self, timeout: float = -1) -> int:
+        """Deliver everything queued, emit the counts, deliver those; returns messages still queued."""
+        producer = self.producer
+        producer.flush(timeout) if timeout >= 0 else producer.flush()
+        self.emit()
+        return producer.flush(timeout) if timeout >= 0 else producer.flush()
+
+    def close(self, timeout: float = 30.0) -> int:
+        """Flush and emit for the last time; calling it again is harmless."""
+        if self._closed or self._producer is None:
+            self._closed = True
+            return 0
+        remaining = self.flush(timeout)
+        self._closed = True
+        if self._unacked:
+            log.error("audit records not delivered at close", extra={"cluster": self.cluster, "records": len(self._unacked)})
+        return remaining
+
+    def __len__(self) -> int:
+        return len(self.producer)
+
+    def __enter__(self) -> "AuditedProducer":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything else (list_topics, transactions, ...) goes to the wrapped producer unchanged.
+        return getattr(self.producer, name)
+
+    # -- emission ------------------------------------------------------------------------------
+
+    def emit(self) -> int:
+        """Turn the counts since the last emission into audit records and send them (plus retries)."""
+        with self._emit_lock:
+            self._next_emit = time.monotonic() + self.flush_interval_s
+            for (topic, window_start_ms), tally in sorted(self._tally.drain().items()):
+                rid = record_id(self.instance_id, next(self._sequence))
+                record = count_record(
+                    record_id=rid, tier="producer", cluster=self.cluster, service=self.service, host=self.host,
+                    instance_id=self.instance_id, topic=topic, window_start_ms=window_start_ms,
+                    window_minutes=self._tally.window_minutes, count=tally.count, bytes=tally.bytes,
+                    send_failed=tally.send_failed, latency_ms=tally.latency_ms(),
+                )
+                self._unacked[rid] = encode(record)
+            pending = [(rid, payload) for rid, payload in self._unacked.items() if rid not in self._in_flight]
+            self._in_flight.update(rid for rid, _payload in pending)
+        for rid, payload in pending:
+            self._send_audit_record(rid, payload)
+        return len(pending)
+
+    def _send_audit_record(self, rid: str, payload: bytes) -> None:
+        def delivered(err: KafkaError | None, _msg) -> None:
+            self._in_flight.discard(rid)
+            if err is None:
+                self._unacked.pop(rid, None)
+                EMITTED.labels(self.cluster).inc()
+            else:
+                # Kept in _unacked: the next emission sends it again under the same id.
+                log.warning("audit record not delivered; will retry",
+                            extra={"cluster": self.cluster, "topic": self.audit_topic, "record_id": rid, "error": err.str()})
+
+        try:
+            self._produce_with_retry(self.audit_topic, payload, None, -1, delivered, 0, None)
+        except BufferError as exc:
+            raise KafkaClientError(f"audit record {rid}: producer queue full") from exc
