@@ -199,3 +199,27 @@ def test_missing_and_garbage_timestamps_are_counted_and_flagged(local_clusters, 
     assert counts[(create_time, BASE_MS)] == 1  # CreateTime wins over a garbage header
     assert sum(counts.values()) == 4
     assert sum(no_timestamp.values()) == 2  # the two log-append messages without a usable header
+
+
+def test_producer_and_counter_tiers_agree_on_100k_messages(local_clusters, topic_factory, unique_name):
+    """Invariant 1 for the first two tiers: with no fault, the cluster counts what the producer counted."""
+    from producers.audited import AuditedProducer
+    from producers.loadgen import generate
+
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    prefix = unique_name("agree")
+    topics = [topic_factory("dc1", partitions=6, name=f"{prefix}-{i}") for i in range(3)]
+    audit_topic = topic_factory("dc1", name=f"{prefix}-audit")
+    with AuditedProducer(config={"bootstrap.servers": bootstrap, "linger.ms": 20}, cluster="dc1",
+                         audit_topic=audit_topic, flush_interval_s=1.0) as producer:
+        stats = generate(producer, topics, count=100_000, backfill_hours=1, seed=11)
+
+    counter_for(bootstrap, audit_topic, prefix).run(until_caught_up=True, max_seconds=180)
+
+    records, rejects = read_audit_topic({"bootstrap.servers": bootstrap}, audit_topic)
+    assert rejects == [] and stats.acked == 100_000
+    producer_counts = counts_by_window(records, "producer")
+    assert producer_counts == dict(stats.acked_by_window)
+    assert counts_by_window(records, "dc1") == producer_counts
+    assert counts_by_window(records, "dc1", "bytes") == counts_by_window(records, "producer", "bytes")
+    assert len({window for _topic, window in producer_counts}) >= 5
