@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_CREATE_TIME, Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import Counter, Gauge
 
@@ -24,7 +24,6 @@ from audit.audit_time import audit_time
 from audit.errors import KafkaClientError
 from audit.record import PartitionStatus, count_record, encode, new_instance_id, record_id, status_record
 from audit.tally import Tally
-from audit.windows import window_start
 
 log = logging.getLogger(__name__)
 
@@ -188,40 +187,50 @@ class ClusterCounter:
     # -- counting ------------------------------------------------------------------------------
 
     def count_batch(self, messages: list) -> int:
-        """Bucket a consumed batch by (topic, partition, window) and add it to the tally."""
-        now_ms = int(time.time() * 1000)
-        window_minutes = self.options.window_minutes
+        """Bucket a consumed batch by (topic, partition, window) and add it to the tally.
+
+        This loop is the counter's hot path: it makes one dict update a message, reads headers only
+        when the timestamp is not a CreateTime, and moves partition positions once per batch.
+        """
+        now_ms = time.time_ns() // 1_000_000
+        window_ms = self.options.window_minutes * 60_000
         groups: dict[tuple[str, int, int], list] = {}
-        counted = 0
         for message in messages:
             if message.error():
                 self._on_message_error(message)
                 continue
-            topic, partition = message.topic(), message.partition()
-            when, usable = audit_time(message.timestamp(), message.headers(), now_ms)
-            key = (topic, partition, window_start(when, window_minutes))
+            kind, when = message.timestamp()
+            if kind == TIMESTAMP_CREATE_TIME and when > 0:
+                usable = True
+            else:
+                when, usable = audit_time((kind, when), message.headers(), now_ms)
+            key = (message.topic(), message.partition(), when - when % window_ms)
             group = groups.get(key)
             if group is None:
-                group = groups[key] = [0, 0, 0, {}]
-            value, msg_key = message.value(), message.key()
+                group = groups[key] = [0, 0, 0, {}, 0, 0]  # count, bytes, no_timestamp, latencies, offset, time
+            msg_key = message.key()
             group[0] += 1
-            group[1] += (len(value) if value else 0) + (len(msg_key) if msg_key else 0)
+            group[1] += len(message) + (len(msg_key) if msg_key else 0)
             if not usable:
                 group[2] += 1
             latency = now_ms - when if now_ms > when else 0
-            group[3][latency] = group[3].get(latency, 0) + 1
-            progress = self.progress.get((topic, partition))
-            if progress is not None:
-                progress.position = message.offset() + 1
-                progress.last_audit_time_ms = when
-            counted += 1
-        for (topic, partition, start), (count, size, no_ts, latencies) in groups.items():
-            self.tally.add_many(
-                topic, start, count, size,
-                partition=partition if self.options.by_partition else None,
-                no_timestamp=no_ts, latencies_ms=latencies,
-            )
+            latencies = group[3]
+            latencies[latency] = latencies.get(latency, 0) + 1
+            group[4] = message.offset()
+            group[5] = when
+        return self._add_groups(groups)
+
+    def _add_groups(self, groups: dict[tuple[str, int, int], list]) -> int:
+        counted = 0
+        for (topic, partition, start), (count, size, no_ts, latencies, offset, when) in groups.items():
+            self.tally.add_many(topic, start, count, size, partition=partition if self.options.by_partition else None,
+                                no_timestamp=no_ts, latencies_ms=latencies)
             MESSAGES.labels(self.options.cluster, topic).inc(count)
+            progress = self.progress.get((topic, partition))
+            if progress is not None and offset + 1 > progress.position:
+                progress.position = offset + 1
+                progress.last_audit_time_ms = when
+            counted += count
         self.stats.counted += counted
         return counted
 

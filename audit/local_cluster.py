@@ -119,8 +119,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def new_cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes in URL-safe base64 without padding, as Kafka's Uuid."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka cluster id: 16 random bytes in URL-safe base64 without padding, as Kafka's Uuid.
+
+    Like Kafka's own, it never starts with '-', which a command line would read as an option.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -271,7 +277,7 @@ class LocalCluster:
     def _format(self, state: ClusterState, props_file: Path) -> None:
         command = self._java_command(
             "kafka.tools.StorageTool", "format", "--ignore-formatted",
-            "--cluster-id", state.cluster_id, "--config", str(props_file),
+            f"--cluster-id={state.cluster_id}", "--config", str(props_file),
         )
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if result.returncode != 0:

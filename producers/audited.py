@@ -36,17 +36,12 @@ BUFFER_FULL_RETRIES = 50
 BUFFER_FULL_WAIT_S = 0.1
 FORCED_CONFIG = {"acks": "all", "enable.idempotence": True}
 
+# Updated per emission, not per message: the delivery callback stays cheap.
 ACKED = Counter("kaudit_producer_messages_acked_total", "Messages the broker acknowledged", ["cluster", "topic"])
 FAILED = Counter("kaudit_producer_send_failed_total", "Messages whose delivery failed", ["cluster", "topic"])
 EMITTED = Counter("kaudit_producer_audit_records_total", "Audit records delivered", ["cluster"])
 
 DeliveryCallback = Callable[[KafkaError | None, Any], None]
-
-
-def _size(data: bytes | str | None) -> int:
-    if data is None:
-        return 0
-    return len(data.encode()) if isinstance(data, str) else len(data)
 
 
 class AuditedProducer:
@@ -105,23 +100,31 @@ class AuditedProducer:
     ) -> None:
         """Produce like confluent-kafka, stamping the audit time and counting the delivery."""
         audit_time_ms = timestamp or time.time_ns() // 1_000_000
-        stamped = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
-        stamped.append((AUDIT_TIME_HEADER, b"%d" % audit_time_ms))
-        size = _size(value) + _size(key)
+        stamp = (AUDIT_TIME_HEADER, b"%d" % audit_time_ms)
+        if headers:
+            stamped = [*(headers.items() if isinstance(headers, Mapping) else headers), stamp]
+        else:
+            stamped = [stamp]
         user_callback = on_delivery or callback
-        tally, cluster = self._tally, self.cluster
+        tally = self._tally
 
+        # A closure per message, because a failed delivery report carries neither the timestamp
+        # nor the headers, and a failure must still land in its message's window.
         def delivered(err: KafkaError | None, msg) -> None:
             if err is None:
-                tally.add(topic, audit_time_ms, size, latency_ms=time.time_ns() // 1_000_000 - audit_time_ms)
-                ACKED.labels(cluster, topic).inc()
+                msg_key = msg.key()
+                tally.add(topic, audit_time_ms, len(msg) + (len(msg_key) if msg_key else 0),
+                          latency_ms=time.time_ns() // 1_000_000 - audit_time_ms)
             else:
                 tally.fail(topic, audit_time_ms)
-                FAILED.labels(cluster, topic).inc()
             if user_callback is not None:
                 user_callback(err, msg)
 
-        self._produce_with_retry(topic, value, key, partition, delivered, audit_time_ms, stamped)
+        try:
+            self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=delivered,
+                                  timestamp=audit_time_ms, headers=stamped)
+        except BufferError:
+            self._produce_with_retry(topic, value, key, partition, delivered, audit_time_ms, stamped)
         if time.monotonic() >= self._next_emit:
             self.emit()
 
@@ -190,6 +193,8 @@ class AuditedProducer:
                     send_failed=tally.send_failed, latency_ms=tally.latency_ms(),
                 )
                 self._unacked[rid] = encode(record)
+                ACKED.labels(self.cluster, topic).inc(tally.count)
+                FAILED.labels(self.cluster, topic).inc(tally.send_failed)
             pending = [(rid, payload) for rid, payload in self._unacked.items() if rid not in self._in_flight]
             self._in_flight.update(rid for rid, _payload in pending)
         for rid, payload in pending:

@@ -141,3 +141,10 @@ def test_pid_alive_is_false_for_an_exited_process():
     process.wait()
     assert not pid_alive(process.pid)
     assert not pid_alive(None)
+
+
+def test_cluster_ids_never_look_like_an_option():
+    from audit.local_cluster import new_cluster_id
+
+    ids = [new_cluster_id() for _ in range(2000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
