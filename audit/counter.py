@@ -32,7 +32,7 @@ DEFAULT_BATCH = 5000
 DEFAULT_TOPIC_REFRESH_S = 30.0
 TRANSACTION_TIMEOUT_MS = 60_000
 SESSION_TIMEOUT_MS = 10_000
-CLIENT_TIMEOUT_S = 30.0
+DEFAULT_CLIENT_TIMEOUT_S = 30.0
 
 MESSAGES = Counter("kaudit_counter_messages_total", "Messages counted", ["cluster", "topic"])
 LAG = Gauge("kaudit_counter_lag_messages", "End offset minus position", ["cluster", "topic", "partition"])
@@ -54,6 +54,7 @@ class CounterOptions:
     by_partition: bool = False
     batch_size: int = DEFAULT_BATCH
     topic_refresh_s: float = DEFAULT_TOPIC_REFRESH_S
+    client_timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S  # how long a broker call may take before it is an error
 
     @property
     def group(self) -> str:
@@ -138,11 +139,12 @@ class ClusterCounter:
         })
         try:
             # Fences an earlier incarnation of this slot and aborts its open transaction.
-            self._producer.init_transactions(CLIENT_TIMEOUT_S)
+            self._producer.init_transactions(self.options.client_timeout_s)
         except KafkaException as exc:
             error = exc.args[0]
             raise KafkaClientError(
-                f"counter {self.options.cluster}: cannot start transactions on {self.config.get('bootstrap.servers')}: {error.str()}",
+                f"counter {self.options.cluster}: no transaction coordinator at {self.config.get('bootstrap.servers')} "
+                f"after {self.options.client_timeout_s:.0f} s ({error.str()}); is the cluster up and the address right?",
                 code=error.code(),
             ) from exc
 
@@ -153,7 +155,7 @@ class ClusterCounter:
     # -- subscription --------------------------------------------------------------------------
 
     def _refresh_subscription(self) -> None:
-        topics = self._consumer.list_topics(timeout=CLIENT_TIMEOUT_S).topics
+        topics = self._consumer.list_topics(timeout=self.options.client_timeout_s).topics
         wanted = sorted(
             name for name in topics
             if name != self.options.audit_topic and not name.startswith("__") and self.select_topic(name)
@@ -167,7 +169,7 @@ class ClusterCounter:
             self._subscribed = wanted
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        committed = consumer.committed(partitions, timeout=CLIENT_TIMEOUT_S)
+        committed = consumer.committed(partitions, timeout=self.options.client_timeout_s)
         never_committed = [(tp.topic, tp.partition) for tp in committed if tp.offset < 0]
         earliest = self._list_offsets(never_committed, OffsetSpec.earliest())
         for tp in committed:
@@ -249,18 +251,18 @@ class ClusterCounter:
         self._sequence += 1
         return record_id(self.instance_id, self._sequence)
 
+    def _identity(self) -> dict[str, object]:
+        """The fields every record of this instance carries, with a fresh record id."""
+        return {"record_id": self._next_record_id(), "tier": self.options.cluster, "cluster": self.options.cluster,
+                "service": SERVICE, "host": self.host, "instance_id": self.instance_id,
+                "window_minutes": self.options.window_minutes}
+
     def _count_records(self, deltas) -> list:
         return [
             count_record(
-                record_id=self._next_record_id(),
-                tier=self.options.cluster,
-                cluster=self.options.cluster,
-                service=SERVICE,
-                host=self.host,
-                instance_id=self.instance_id,
+                **self._identity(),
                 topic=topic,
                 window_start_ms=start,
-                window_minutes=self.options.window_minutes,
                 count=tally.count,
                 bytes=tally.bytes,
                 no_timestamp=tally.no_timestamp,
@@ -290,14 +292,8 @@ class ClusterCounter:
             watermark[topic] = None if seen_up_to is None or current is None else min(current, seen_up_to)
         return [
             status_record(
-                record_id=self._next_record_id(),
-                tier=self.options.cluster,
-                cluster=self.options.cluster,
-                service=SERVICE,
-                host=self.host,
-                instance_id=self.instance_id,
+                **self._identity(),
                 topic=topic,
-                window_minutes=self.options.window_minutes,
                 partitions=tuple(partitions),
                 watermark_ms=watermark[topic],
             )
@@ -310,7 +306,7 @@ class ClusterCounter:
         if not partitions:
             return {}
         futures = self._admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions},
-                                           isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=CLIENT_TIMEOUT_S)
+                                           isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self.options.client_timeout_s)
         offsets = {}
         for tp, future in futures.items():
             try:
@@ -339,7 +335,7 @@ class ClusterCounter:
             for record in records:
                 producer.produce(self.options.audit_topic, key=record.topic.encode(), value=encode(record))
             if offsets:
-                producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), CLIENT_TIMEOUT_S)
+                producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), self.options.client_timeout_s)
             self._commit_transaction()
         except KafkaException as exc:
             self._abort(exc.args[0])
@@ -355,7 +351,7 @@ class ClusterCounter:
     def _commit_transaction(self) -> None:
         for attempt in range(3):
             try:
-                self._producer.commit_transaction(CLIENT_TIMEOUT_S)
+                self._producer.commit_transaction(self.options.client_timeout_s)
                 return
             except KafkaException as exc:
                 # Retriable (e.g. a timed-out request): the same commit may simply be repeated.
@@ -371,7 +367,7 @@ class ClusterCounter:
         if error.fatal():
             raise KafkaClientError(f"counter {self.options.cluster}: fenced or fatal: {error.str()}", code=error.code())
         if error.txn_requires_abort():
-            self._producer.abort_transaction(CLIENT_TIMEOUT_S)
+            self._producer.abort_transaction(self.options.client_timeout_s)
         self.tally.drain()
         for (topic, partition), progress in self.progress.items():
             progress.position = progress.committed
@@ -381,11 +377,11 @@ class ClusterCounter:
 
     def run(self, *, max_seconds: float | None = None, until_caught_up: bool = False) -> CounterStats:
         """Count until stopped (SIGTERM, `stop()`), `max_seconds`, or, with `until_caught_up`, no lag left."""
-        self._open()
         started = time.monotonic()
         next_flush = started + self.options.flush_interval_s
         next_refresh = started
         try:
+            self._open()
             while not self._stop.is_set():
                 now = time.monotonic()
                 if now >= next_refresh:
@@ -398,7 +394,7 @@ class ClusterCounter:
                 if time.monotonic() >= next_flush:
                     self.flush()
                     next_flush = time.monotonic() + self.options.flush_interval_s
-                    if until_caught_up and self.progress and not messages and self.stats.total_lag == 0:
+                    if until_caught_up and not messages and self.group_caught_up():
                         break
                 if max_seconds is not None and time.monotonic() - started >= max_seconds:
                     break
@@ -407,11 +403,24 @@ class ClusterCounter:
             self._close()
         return self.stats
 
+    def group_caught_up(self) -> bool:
+        """True when the group's committed offset has reached the end of EVERY partition of the
+        subscribed topics: judged from the broker, not from this instance's assignment."""
+        if not self._subscribed:
+            return False
+        metadata = self._consumer.list_topics(timeout=self.options.client_timeout_s).topics
+        partitions = [(topic, p) for topic in self._subscribed if topic in metadata for p in metadata[topic].partitions]
+        ends = self._list_offsets(partitions, OffsetSpec.latest())
+        committed = self._consumer.committed([TopicPartition(t, p) for t, p in partitions],
+                                             timeout=self.options.client_timeout_s)
+        behind = [tp for tp in committed if len(ends) != len(partitions) or max(tp.offset, 0) < ends[(tp.topic, tp.partition)]]
+        return not behind
+
     def _close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
         if self._producer is not None:
-            self._producer.flush(CLIENT_TIMEOUT_S)
+            self._producer.flush(self.options.client_timeout_s)
 
 
 def stop_on_signals(counter: ClusterCounter) -> None:

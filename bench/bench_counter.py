@@ -1,6 +1,6 @@
 """Counter throughput against a bare confluent-kafka consume loop, on the same topic, in one run.
 
-    .venv/bin/python bench/bench_counter.py [--messages 500000] [--size 100] [--rounds 3]
+    .venv/bin/python -m bench.bench_counter [--messages 500000] [--size 100] [--rounds 3]
 
 Starts its own local cluster in a temporary folder, fills one topic once, then alternates a bare
 consume loop (fresh group, reads every message, touches nothing) with the audit counter (fresh
@@ -9,20 +9,15 @@ of each and the ratio counter / bare. Goal: at least 0.9.
 """
 from __future__ import annotations
 
-import argparse
-import os
 import random
-import statistics
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
 from audit.clients import ensure_topics
 from audit.counter import ClusterCounter, CounterOptions
-from audit.local_cluster import LocalCluster
+from bench.harness import bench_cluster, compare, parse_args
 
 PARTITIONS = 6
 WINDOW_MS = 600_000
@@ -43,9 +38,10 @@ def fill(bootstrap: str, topic: str, messages: int, size: int) -> None:
                 producer.poll(0.05)
         if i % 10_000 == 0:
             producer.poll(0)
-            print(f"\rfilling {topic}: {i:,}/{messages:,}", end="", flush=True)
+            if i % 100_000 == 0:
+                print(f"filling {topic}: {i:,}/{messages:,}", flush=True)
     producer.flush(120)
-    print(f"\rfilled {messages:,} messages of {size} B in {time.monotonic() - began:.1f} s")
+    print(f"filled {messages:,} messages of {size} B in {time.monotonic() - began:.1f} s")
 
 
 def bare_loop(bootstrap: str, topic: str, messages: int) -> float:
@@ -87,30 +83,13 @@ def counter_loop(bootstrap: str, topic: str, messages: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=500_000)
-    parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    cache_dir = Path(os.environ.get("KAUDIT_CACHE_DIR", "~/.cache/kafka-audit")).expanduser()
-    with tempfile.TemporaryDirectory() as state_dir:
-        cluster = LocalCluster("bench", state_dir=Path(state_dir), cache_dir=cache_dir, heap_mb=1024)
-        print(f"cluster ready in {cluster.start():.1f} s")
-        try:
-            bootstrap = cluster.bootstrap_servers
-            topic = "bench"
-            ensure_topics({"bootstrap.servers": bootstrap}, {topic: PARTITIONS})
-            fill(bootstrap, topic, args.messages, args.size)
-            bare, counted = [], []
-            for round_ in range(1, args.rounds + 1):
-                bare.append(bare_loop(bootstrap, topic, args.messages))
-                counted.append(counter_loop(bootstrap, topic, args.messages))
-                print(f"round {round_}: bare {bare[-1]:,.0f} msg/s, counter {counted[-1]:,.0f} msg/s")
-            bare_rate, counter_rate = statistics.median(bare), statistics.median(counted)
-            print(f"median: bare {bare_rate:,.0f} msg/s, counter {counter_rate:,.0f} msg/s, "
-                  f"ratio counter/bare {counter_rate / bare_rate:.2f} (goal >= 0.90)")
-        finally:
-            cluster.stop()
+    args = parse_args(__doc__, messages=500_000)
+    with bench_cluster() as bootstrap:
+        topic = "bench"
+        ensure_topics({"bootstrap.servers": bootstrap}, {topic: PARTITIONS})
+        fill(bootstrap, topic, args.messages, args.size)
+        compare(("bare", lambda: bare_loop(bootstrap, topic, args.messages)),
+                ("counter", lambda: counter_loop(bootstrap, topic, args.messages)), rounds=args.rounds, goal=0.9)
 
 
 if __name__ == "__main__":
