@@ -47,7 +47,10 @@ def run(args: argparse.Namespace, settings) -> int:
     )
     if args.metrics_port is not None:
         start_http_server(args.metrics_port, addr=settings.metrics_host)
-    counter = ClusterCounter(client_config(settings, args.cluster), options, settings.topics.matches)
+    def select(topic: str) -> bool:
+        return settings.topics.matches(topic) and not settings.is_audit_topic(args.cluster, topic)
+
+    counter = ClusterCounter(client_config(settings, args.cluster), options, select)
     stop_on_signals(counter)
     log.info("counter starting", extra={"cluster": options.cluster, "instance": options.instance, "group": options.group})
     stats = counter.run(max_seconds=args.max_seconds, until_caught_up=args.until_caught_up)

@@ -53,7 +53,10 @@ BASE_BROKER_PROPERTIES: dict[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
     "num.network.threads": "2",
     "num.io.threads": "4",
-    "log.retention.hours": "168",
+    # Keep by size, not age: tests and demos backfill messages with old timestamps, which an age
+    # limit would delete at the next retention check.
+    "log.retention.ms": "-1",
+    "log.retention.bytes": str(1 << 30),
 }
 
 JVM_OPTIONS = [

@@ -78,6 +78,7 @@ class AuditRecord:
     emitted_at_ms: int
     partitions: tuple[PartitionStatus, ...] = field(default_factory=tuple)
     watermark_ms: int | None = None
+    stalled: bool = False  # status of a replicator: lag with no progress for its stall timeout
 
 
 # -- construction -------------------------------------------------------------------------------
@@ -164,6 +165,7 @@ def to_json(record: AuditRecord) -> dict[str, Any]:
             for p in record.partitions
         ]
         data["watermark"] = iso(record.watermark_ms)
+        data["stalled"] = record.stalled
     return data
 
 
@@ -246,6 +248,7 @@ def _from_json(data: Any) -> AuditRecord:
     else:
         fields["partitions"] = tuple(_partition_status(item, index) for index, item in enumerate(_get(data, "partitions", list)))
         fields["watermark_ms"] = _time(data, "watermark", required=False)
+        fields["stalled"] = _get(data, "stalled", bool, required=False, default=False)
     return AuditRecord(**fields)
 
 

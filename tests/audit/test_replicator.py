@@ -1,0 +1,193 @@
+"""The replicator against real clusters: fidelity, the drop hook, new topics, cycles, outages."""
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from audit.audit_log import read_audit_topic
+from audit.clients import ensure_topics
+from audit.faults import DropFault
+from audit.local_cluster import LocalClusters
+from audit.naming import IdentityNaming, PrefixNaming
+from audit.record import PROVENANCE_HEADER, Kind
+from audit.replicator import MirrorOptions, Replicator
+from tests.conftest import cache_dir
+
+pytestmark = pytest.mark.kafka
+
+PREFIX = PrefixNaming(frozenset({"dc1", "aggregate"}))
+
+
+def produce(bootstrap: str, topic: str, count: int, *, partitions: int, tag: str = "") -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all"})
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, key=b"k%d" % (i % 977), value=b"%s-%d-" % (tag.encode(), i) + bytes([i % 256]) * (i % 40),
+                                 headers=[("seq", b"%d" % i), ("tag", tag.encode())], timestamp=1_700_000_000_000 + i,
+                                 partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
+
+
+def read_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 60) -> list:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    messages = []
+    deadline = time.monotonic() + timeout_s
+    quiet_until = None
+    while time.monotonic() < deadline:
+        batch = [m for m in consumer.consume(5000, timeout=0.5) if m.error() is None]
+        messages.extend(batch)
+        if len(messages) >= expected:
+            quiet_until = quiet_until or time.monotonic() + 1.0  # read a little longer to catch extras
+            if time.monotonic() >= quiet_until:
+                break
+    consumer.close()
+    return messages
+
+
+def replicator(source: str, target: str, options: MirrorOptions, naming, select, fault=None) -> Replicator:
+    return Replicator({"bootstrap.servers": source}, {"bootstrap.servers": target}, options, naming, select, fault=fault)
+
+
+def options_for(unique_name, **overrides) -> MirrorOptions:
+    return MirrorOptions(source="dc1", target="aggregate", audit_topic=unique_name("audit"), group_id=unique_name("mirror"),
+                         commit_interval_s=0.5, status_interval_s=1.0, topic_refresh_s=1.0, **overrides)
+
+
+def test_copies_200k_messages_byte_identical_with_partitions_timestamps_and_headers(local_clusters, topic_factory, unique_name):
+    dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
+    topics = [topic_factory("dc1", partitions=4) for _ in range(3)]
+    for topic in topics:
+        produce(dc1, topic, 66_667, partitions=4, tag=topic)
+    options = options_for(unique_name)
+
+    began = time.monotonic()
+    stats = replicator(dc1, aggregate, options, PREFIX, lambda t: t in topics).run(until_caught_up=True, max_seconds=240)
+    print(f"replicated {stats.copied:,} messages in {time.monotonic() - began:.1f} s")
+
+    assert {topic: stats.copied_by_topic[topic] for topic in topics} == {topic: 66_667 for topic in topics}
+    assert stats.errors == 0
+    for topic in topics:
+        source = read_all(dc1, topic, 66_667)
+        copies = read_all(aggregate, f"dc1.{topic}", 66_667)
+        assert len(copies) == len(source) == 66_667
+        by_position = {(m.partition(), m.offset()): m for m in copies}
+        for original in source:
+            copy = by_position[(original.partition(), original.offset())]
+            assert (copy.key(), copy.value(), copy.timestamp()) == (original.key(), original.value(), original.timestamp())
+            assert copy.headers() == original.headers() + [(PROVENANCE_HEADER, b"dc1")]
+
+
+def test_drop_hook_loses_exactly_n_messages(local_clusters, topic_factory, unique_name):
+    dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
+    lossy, intact = topic_factory("dc1", partitions=2), topic_factory("dc1", partitions=2)
+    produce(dc1, lossy, 1000, partitions=2)
+    produce(dc1, intact, 1000, partitions=2)
+    fault = DropFault(f"^{lossy}$", count=37)
+
+    stats = replicator(dc1, aggregate, options_for(unique_name), PREFIX, lambda t: t in (lossy, intact),
+                       fault=fault).run(until_caught_up=True, max_seconds=120)
+
+    assert stats.dropped == 37
+    assert len(read_all(aggregate, f"dc1.{lossy}", 963)) == 963
+    assert len(read_all(aggregate, f"dc1.{intact}", 1000)) == 1000
+
+
+def test_a_topic_created_while_running_is_replicated_within_the_refresh_interval(local_clusters, topic_factory, unique_name):
+    dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
+    prefix = unique_name("late")
+    mirror = replicator(dc1, aggregate, options_for(unique_name), PREFIX, lambda t: t.startswith(prefix))
+    runner = threading.Thread(target=mirror.run, kwargs={"max_seconds": 60})
+    runner.start()
+    try:
+        time.sleep(2)
+        topic = topic_factory("dc1", partitions=3, name=f"{prefix}-new", config={"retention.ms": "86400000"})
+        produce(dc1, topic, 300, partitions=3)
+        began = time.monotonic()
+        copies = read_all(aggregate, f"dc1.{topic}", 300, timeout_s=30)
+        assert len(copies) == 300
+        assert time.monotonic() - began < 15
+    finally:
+        mirror.stop()
+        runner.join(60)
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": aggregate})
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, f"dc1.{topic}")])
+    configs = next(iter(described.values())).result()
+    assert configs["retention.ms"].value == "86400000", "the source's topic configs are copied"
+
+
+def test_active_active_with_identity_naming_never_loops(local_clusters, topic_factory, unique_name):
+    dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
+    topic = unique_name("both")
+    topic_factory("dc1", partitions=2, name=topic)
+    topic_factory("aggregate", partitions=2, name=topic)
+    produce(dc1, topic, 500, partitions=2, tag="dc1")
+    produce(aggregate, topic, 500, partitions=2, tag="aggregate")
+    audit = unique_name("audit")
+    forward = Replicator({"bootstrap.servers": dc1}, {"bootstrap.servers": aggregate},
+                         MirrorOptions(source="dc1", target="aggregate", audit_topic=audit, group_id=unique_name("fw"),
+                                       commit_interval_s=0.5, topic_refresh_s=1.0), IdentityNaming(), lambda t: t == topic)
+    backward = Replicator({"bootstrap.servers": aggregate}, {"bootstrap.servers": dc1},
+                          MirrorOptions(source="aggregate", target="dc1", audit_topic=audit, group_id=unique_name("bw"),
+                                        commit_interval_s=0.5, topic_refresh_s=1.0), IdentityNaming(), lambda t: t == topic)
+    runners = [threading.Thread(target=r.run, kwargs={"max_seconds": 25}) for r in (forward, backward)]
+    for runner in runners:
+        runner.start()
+    for runner in runners:
+        runner.join(60)
+
+    for bootstrap in (dc1, aggregate):
+        messages = read_all(bootstrap, topic, 1000, timeout_s=30)
+        tags = defaultdict(int)
+        for message in messages:
+            tags[dict(message.headers())["tag"]] += 1
+        assert dict(tags) == {b"dc1": 500, b"aggregate": 500}, "each message once per cluster, no echoes"
+    assert forward.stats.skipped >= 500 and backward.stats.skipped >= 500  # the copies came round and were refused
+
+
+def test_target_down_30_s_loses_nothing_and_is_reported_as_a_stall(tmp_path, unique_name):
+    clusters = LocalClusters(["src", "dst"], state_dir=tmp_path, cache_dir=cache_dir())
+    clusters.up()
+    try:
+        source, target = clusters["src"].bootstrap_servers, clusters["dst"].bootstrap_servers
+        ensure_topics({"bootstrap.servers": source}, {"orders": 3, "_audit": 1})
+        options = MirrorOptions(source="src", target="dst", commit_interval_s=0.5, status_interval_s=1.0,
+                                topic_refresh_s=60.0, stall_after_s=5.0)
+        mirror = Replicator({"bootstrap.servers": source}, {"bootstrap.servers": target}, options,
+                            PrefixNaming(frozenset({"src", "dst"})), lambda t: t == "orders")
+        runner = threading.Thread(target=mirror.run, kwargs={"max_seconds": 150})
+        runner.start()
+        produce(source, "orders", 5000, partitions=3, tag="before")
+        time.sleep(3)
+        clusters["dst"].stop()
+        produce(source, "orders", 5000, partitions=3, tag="during")
+        time.sleep(30)
+        stalled_while_down = mirror.stats.stalled
+        clusters["dst"].start()
+        deadline = time.monotonic() + 90
+        while (mirror.stats.copied < 10_000 or mirror.stats.stalled) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        mirror.stop()
+        runner.join(60)
+
+        assert stalled_while_down and mirror.stats.stall_episodes >= 1
+        assert not mirror.stats.stalled, "recovery is reported"
+        copies = read_all(target, "src.orders", 10_000)
+        seen = {(dict(m.headers())["tag"], dict(m.headers())["seq"]) for m in copies}
+        assert len(seen) == 10_000, "nothing lost"
+        records, _ = read_audit_topic({"bootstrap.servers": source}, "_audit")
+        statuses = [r for r in records if r.kind == Kind.STATUS and r.tier == "dst"]
+        assert any(r.stalled for r in statuses) and not statuses[-1].stalled
+    finally:
+        clusters.down()
