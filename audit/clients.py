@@ -4,8 +4,8 @@ from __future__ import annotations
 import logging
 from typing import Mapping
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from audit.errors import KafkaClientError
 
@@ -62,3 +62,34 @@ def ensure_topics(
             raise KafkaClientError(f"creating topic {name!r} failed: {error.str()}", code=error.code()) from exc
     log.info("topics created", extra={"topics": ",".join(created)})
     return created
+
+
+def list_offsets(admin: AdminClient, partitions: list[tuple[str, int]], spec: OffsetSpec, *,
+                 timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S) -> dict[tuple[str, int], int]:
+    """Offsets of many partitions in one ListOffsets round trip (a consumer's watermark query costs a
+    round trip per partition). Read-committed: `latest` is the last stable offset. A partition whose
+    answer is an error is left out and logged."""
+    if not partitions:
+        return {}
+    futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions},
+                                 isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s)
+    offsets = {}
+    for tp, future in futures.items():
+        try:
+            offsets[(tp.topic, tp.partition)] = future.result().offset
+        except KafkaException as exc:  # a partition that just moved: left out this time
+            log.warning("offset unknown", extra={"topic": tp.topic, "partition": tp.partition, "error": exc.args[0].str()})
+    return offsets
+
+
+def group_caught_up(consumer: Consumer, admin: AdminClient, topics: list[str], *,
+                    timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S) -> bool:
+    """True when the consumer's group has committed up to the end of EVERY partition of `topics`:
+    judged from the broker, whatever this member's own assignment is."""
+    metadata = consumer.list_topics(timeout=timeout_s).topics
+    partitions = [(topic, p) for topic in topics if topic in metadata for p in metadata[topic].partitions]
+    ends = list_offsets(admin, partitions, OffsetSpec.latest(), timeout_s=timeout_s)
+    if len(ends) != len(partitions):
+        return False
+    committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
+    return all(max(tp.offset, 0) >= ends[(tp.topic, tp.partition)] for tp in committed)

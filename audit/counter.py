@@ -16,11 +16,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_CREATE_TIME, Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_CREATE_TIME, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import Counter, Gauge
 
 from audit.audit_time import audit_time
+from audit.clients import group_caught_up, list_offsets
 from audit.errors import KafkaClientError
 from audit.record import PartitionStatus, count_record, encode, new_instance_id, record_id, status_record
 from audit.tally import Tally
@@ -301,20 +302,7 @@ class ClusterCounter:
         ]
 
     def _list_offsets(self, partitions: list[tuple[str, int]], spec: OffsetSpec) -> dict[tuple[str, int], int]:
-        """Offsets of many partitions in one ListOffsets round trip (the consumer's watermark query
-        costs a round trip per partition). Read-committed: the end is the last stable offset."""
-        if not partitions:
-            return {}
-        futures = self._admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions},
-                                           isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self.options.client_timeout_s)
-        offsets = {}
-        for tp, future in futures.items():
-            try:
-                offsets[(tp.topic, tp.partition)] = future.result().offset
-            except KafkaException as exc:  # a partition that just moved: left out this time
-                log.warning("offset unknown", extra={"cluster": self.options.cluster, "topic": tp.topic,
-                                                     "partition": tp.partition, "error": exc.args[0].str()})
-        return offsets
+        return list_offsets(self._admin, partitions, spec, timeout_s=self.options.client_timeout_s)
 
     def flush(self, *, heartbeat: bool = True) -> bool:
         """Commit deltas, status and offsets in one transaction; False when it had to abort.
@@ -404,17 +392,9 @@ class ClusterCounter:
         return self.stats
 
     def group_caught_up(self) -> bool:
-        """True when the group's committed offset has reached the end of EVERY partition of the
-        subscribed topics: judged from the broker, not from this instance's assignment."""
-        if not self._subscribed:
-            return False
-        metadata = self._consumer.list_topics(timeout=self.options.client_timeout_s).topics
-        partitions = [(topic, p) for topic in self._subscribed if topic in metadata for p in metadata[topic].partitions]
-        ends = self._list_offsets(partitions, OffsetSpec.latest())
-        committed = self._consumer.committed([TopicPartition(t, p) for t, p in partitions],
-                                             timeout=self.options.client_timeout_s)
-        behind = [tp for tp in committed if len(ends) != len(partitions) or max(tp.offset, 0) < ends[(tp.topic, tp.partition)]]
-        return not behind
+        """The group has committed up to the end of every partition of the subscribed topics."""
+        return bool(self._subscribed) and group_caught_up(self._consumer, self._admin, self._subscribed,
+                                                          timeout_s=self.options.client_timeout_s)
 
     def _close(self) -> None:
         if self._consumer is not None:

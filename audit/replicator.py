@@ -17,12 +17,12 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 from prometheus_client import Counter, Gauge
 
 from audit.audit_time import header_value
-from audit.clients import ensure_topics
+from audit.clients import ensure_topics, group_caught_up, list_offsets
 from audit.errors import KafkaClientError
 from audit.faults import DropFault
 from audit.naming import NamingPolicy
@@ -237,19 +237,7 @@ class Replicator:
                 self.flows.pop((tp.topic, tp.partition), None)
 
     def _list_offsets(self, partitions: list[tuple[str, int]], spec: OffsetSpec) -> dict[tuple[str, int], int]:
-        if not partitions:
-            return {}
-        futures = self._source_admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions},
-                                                  isolation_level=IsolationLevel.READ_COMMITTED,
-                                                  request_timeout=self.options.client_timeout_s)
-        offsets = {}
-        for tp, future in futures.items():
-            try:
-                offsets[(tp.topic, tp.partition)] = future.result().offset
-            except KafkaException as exc:
-                log.warning("offset unknown", extra={"source": self.options.source, "topic": tp.topic,
-                                                     "partition": tp.partition, "error": exc.args[0].str()})
-        return offsets
+        return list_offsets(self._source_admin, partitions, spec, timeout_s=self.options.client_timeout_s)
 
     # -- copying -------------------------------------------------------------------------------
 
@@ -417,11 +405,7 @@ class Replicator:
 
     def caught_up(self, topics: list[str]) -> bool:
         """Every partition of `topics` acknowledged and committed up to its end, by the group."""
-        metadata = self._consumer.list_topics(timeout=self.options.client_timeout_s).topics
-        partitions = [(t, p) for t in topics if t in metadata for p in metadata[t].partitions]
-        ends = self._list_offsets(partitions, OffsetSpec.latest())
-        committed = self._consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=self.options.client_timeout_s)
-        return len(ends) == len(partitions) and all(max(tp.offset, 0) >= ends[(tp.topic, tp.partition)] for tp in committed)
+        return group_caught_up(self._consumer, self._source_admin, topics, timeout_s=self.options.client_timeout_s)
 
     def _finished(self) -> bool:
         """For run-until-caught-up: data topics first; then, with our own status records paused
