@@ -315,6 +315,8 @@ class Settings:
     state_dir: Path = setting("root of every path the project writes: local clusters, Delta tables, logs; "
                               "relative to the config file's folder", DEFAULT_STATE_DIR)
     cache_dir: Path = setting("downloaded jars (filled by `make setup`), shared by every state_dir", DEFAULT_CACHE_DIR)
+    lake_path: str = setting("root of the Delta tables: a local folder or a URI (s3a://bucket/audit, hdfs://...); "
+                             "empty: <state_dir>/lake", "")
     audit_topic: str = setting("topic the audit records are written to, on every cluster", DEFAULT_AUDIT_TOPIC)
     window_minutes: int = setting(f"window size in minutes; must divide a day ({MINUTES_PER_DAY})", DEFAULT_WINDOW_MINUTES)
     grace_s: float = setting("seconds after a window's end before the window can be final for a tier", DEFAULT_GRACE_S)
@@ -360,6 +362,11 @@ class Settings:
             if cluster.name == name:
                 return cluster
         raise ConfigError(f"cluster {name!r} is not configured (known: {', '.join(self.cluster_names)})")
+
+    @property
+    def lake_root(self) -> str:
+        """Where the Delta tables live: `lake_path`, else `<state_dir>/lake`."""
+        return self.lake_path or str(Path(self.state_dir) / "lake")
 
     def naming_policy(self):
         """The configured topic naming policy (audit.naming)."""
