@@ -34,7 +34,7 @@ $(JARS)/kafka/.done: jvm/kafka/pom.xml
 	cd jvm/kafka && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(JARS)/kafka
 	touch $@
 
-$(JARS)/spark/.done: jvm/spark/pom.xml $(VENV)/.installed
+$(JARS)/spark/.done: jvm/spark/pom.xml | $(VENV)/.installed
 	rm -rf $(JARS)/spark
 	cd jvm/spark && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(JARS)/spark
 	$(PY) -m audit.jvm prune-provided $(JARS)/spark
