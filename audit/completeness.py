@@ -1,0 +1,109 @@
+"""Completeness rules: observed against expected, and the status of a (topic, window, tier).
+
+Pure and vectorized (pandas, no Spark or Kafka inside): the reconciliation applies `classify` to
+its rows through `mapInPandas`, the pandas benchmark baseline and the tests call it directly, so
+there is one implementation of the rules.
+
+The rules, in order (see docs/tables.md):
+- missing / duplicated: per partition when both the reference and the tier report counts per
+  partition (then a duplicate in one partition cannot hide a loss in another), else from totals.
+- pending: the window is still open in wall-clock time (now < window end + grace) and not yet equal.
+- lagging: the tier has not seen everything up to window end + grace (its watermark, which includes
+  every tier upstream of it): not final, so never a loss.
+- incomplete: final, missing > 0 and (expected - missing) / expected below the threshold.
+- over: final and duplicated > 0 (at-least-once hops repeat messages): never shown as complete.
+- complete: otherwise.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+COMPLETE, INCOMPLETE, OVER, LAGGING, PENDING = "complete", "incomplete", "over", "lagging", "pending"
+DEFAULT_THRESHOLD_PCT = 100.0
+
+# Columns `classify` reads; it adds missing, duplicated, completeness_pct, final and status.
+INPUT_COLUMNS = ("expected", "observed", "expected_by_partition", "observed_by_partition", "window_end_ms",
+                 "tier_watermark_ms", "threshold_pct")
+
+
+def partition_gaps(expected: Mapping[int, int] | None, observed: Mapping[int, int] | None) -> tuple[int, int] | None:
+    """(missing, duplicated) summed over partitions, or None when either side lacks partition counts."""
+    if expected is None or observed is None:
+        return None
+    missing = duplicated = 0
+    for partition in set(expected) | set(observed):
+        difference = observed.get(partition, 0) - expected.get(partition, 0)
+        if difference > 0:
+            duplicated += difference
+        else:
+            missing -= difference
+    return missing, duplicated
+
+
+def _as_map(value) -> Mapping[int, int] | None:
+    """A partition map as pandas hands it over: a dict, a list of (key, value) pairs (Arrow maps), or missing."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if isinstance(value, Mapping):
+        return value
+    return dict(value)
+
+
+def gaps(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Missing and duplicated per row: by partition where both sides have it, else from the totals."""
+    expected = frame["expected"].to_numpy(dtype=np.int64)
+    observed = frame["observed"].to_numpy(dtype=np.int64)
+    missing = np.maximum(expected - observed, 0)
+    duplicated = np.maximum(observed - expected, 0)
+    both = frame["expected_by_partition"].notna() & frame["observed_by_partition"].notna()
+    for row in np.flatnonzero(both.to_numpy()):
+        found = partition_gaps(_as_map(frame["expected_by_partition"].iat[row]), _as_map(frame["observed_by_partition"].iat[row]))
+        if found is not None:
+            missing[row], duplicated[row] = found
+    return missing, duplicated
+
+
+def classify(frame: pd.DataFrame, *, now_ms: int, grace_ms: int) -> pd.DataFrame:
+    """`frame` with missing, duplicated, completeness_pct, final and status added (see the module doc).
+
+    `tier_watermark_ms` may be missing (NaN): nothing is known of the tier's progress, so it is not final.
+    """
+    out = frame.copy()
+    missing, duplicated = gaps(frame)
+    expected = frame["expected"].to_numpy(dtype=np.float64)
+    observed = frame["observed"].to_numpy(dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pct = np.where(expected > 0, 100.0 * observed / expected, np.nan)
+    due_ms = frame["window_end_ms"].to_numpy(dtype=np.float64) + grace_ms
+    watermark = frame["tier_watermark_ms"].to_numpy(dtype=np.float64)
+    final = np.nan_to_num(watermark, nan=-np.inf) >= due_ms
+    still_open = now_ms < due_ms
+    threshold = frame["threshold_pct"].fillna(DEFAULT_THRESHOLD_PCT).to_numpy(dtype=np.float64)
+    # Judged on what was delivered (expected - missing), so duplicates cannot lift a loss over the bar.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        delivered_pct = np.where(expected > 0, 100.0 * (expected - missing) / expected, 0.0)
+    below = (missing > 0) & ~(delivered_pct >= threshold)
+    exact = (missing == 0) & (duplicated == 0)
+
+    status = np.full(len(frame), COMPLETE, dtype=object)
+    status[~exact & ~final & ~still_open] = LAGGING
+    status[~exact & ~final & still_open] = PENDING
+    status[final & (duplicated > 0)] = OVER
+    status[final & below] = INCOMPLETE  # a loss outranks duplicates shown in the same row
+    out["missing"] = missing
+    out["duplicated"] = duplicated
+    out["completeness_pct"] = pct
+    out["final"] = final
+    out["status"] = status
+    return out
+
+
+def threshold_for(topic: str, thresholds: list[tuple[object, float]]) -> float:
+    """The threshold of the first (compiled regex, percent) pair whose regex searches `topic`, else 100 %."""
+    for pattern, percent in thresholds:
+        if pattern.search(topic):
+            return percent
+    return DEFAULT_THRESHOLD_PCT
