@@ -81,7 +81,7 @@ def classify(frame: pd.DataFrame, *, now_ms: int, grace_ms: int) -> pd.DataFrame
     watermark = frame["tier_watermark_ms"].to_numpy(dtype=np.float64)
     final = np.nan_to_num(watermark, nan=-np.inf) >= due_ms
     still_open = now_ms < due_ms
-    threshold = frame["threshold_pct"].fillna(DEFAULT_THRESHOLD_PCT).to_numpy(dtype=np.float64)
+    threshold = pd.to_numeric(frame["threshold_pct"], errors="coerce").fillna(DEFAULT_THRESHOLD_PCT).to_numpy(dtype=np.float64)
     # Judged on what was delivered (expected - missing), so duplicates cannot lift a loss over the bar.
     with np.errstate(divide="ignore", invalid="ignore"):
         delivered_pct = np.where(expected > 0, 100.0 * (expected - missing) / expected, 0.0)
