@@ -24,7 +24,9 @@ def add_command(commands) -> None:
     parser.add_argument("--cluster", required=True, help="cluster name from the configuration")
     parser.add_argument("--instance", default="0", help="slot name, stable across restarts of this instance (default 0)")
     parser.add_argument("--group-id", help="consumer group (default kaudit-counter-<cluster>)")
-    parser.add_argument("--by-partition", action="store_true", help="also record counts per partition")
+    parser.add_argument("--no-by-partition", dest="by_partition", action="store_false",
+                        help="leave out counts per partition (they let the reconciliation tell a loss in one partition "
+                        "from duplicates in another; on by default)")
     parser.add_argument("--flush-interval-s", type=float, help="seconds between transactions (default from config)")
     parser.add_argument("--topic-refresh-s", type=float, default=30.0, help="seconds between topic list refreshes (default 30)")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (default: off)")

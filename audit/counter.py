@@ -52,7 +52,7 @@ class CounterOptions:
     flush_interval_s: float = 10.0
     instance: str = "0"  # slot name: stable across restarts of the same slot
     group_id: str | None = None  # default kaudit-counter-<cluster>
-    by_partition: bool = False
+    by_partition: bool = True  # per-partition counts let the reconciliation see a loss hidden by duplicates
     batch_size: int = DEFAULT_BATCH
     topic_refresh_s: float = DEFAULT_TOPIC_REFRESH_S
     client_timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S  # how long a broker call may take before it is an error

@@ -69,7 +69,12 @@ class RecordChecker:
         out = pd.DataFrame(rows, columns=list(CHECKED_COLUMNS))
         for name, kind in _PANDAS_TYPES.items():
             out[name] = out[name].astype(kind)
+        passed_contract = out["reason"].isna()
         self._apply_expectations(out)
+        values = frame["value"].tolist()
+        for row in out.index[passed_contract & out["reason"].notna()]:  # refused by an expectation
+            out.at[row, "raw"] = _text(values[row])
+            out.at[row, "raw_bytes"] = len(values[row])
         return out
 
     def check_batches(self, frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:

@@ -332,6 +332,9 @@ class Settings:
                                      shown="see topics.*")
     metrics_host: str = setting("address the Prometheus endpoints bind to; loopback unless exposed on purpose",
                                 DEFAULT_METRICS_HOST)
+    thresholds: Mapping[str, float] = setting(
+        "completeness (percent) below which a final window is incomplete, per topic regex searched in the logical "
+        "topic name (`dc1.orders`); the first match wins; unmatched topics need 100", factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         _coerce_fields(self, "")
@@ -367,6 +370,10 @@ class Settings:
     def lake_root(self) -> str:
         """Where the Delta tables live: `lake_path`, else `<state_dir>/lake`."""
         return self.lake_path or str(Path(self.state_dir) / "lake")
+
+    def threshold_patterns(self) -> list[tuple[re.Pattern[str], float]]:
+        """(compiled regex, percent) in the order of the configuration."""
+        return [(re.compile(pattern), float(percent)) for pattern, percent in self.thresholds.items()]
 
     def naming_policy(self):
         """The configured topic naming policy (audit.naming)."""
@@ -422,8 +429,19 @@ def _validate(settings: Settings) -> None:
                          f"({', '.join(settings.cluster_names)})")
         if tier in settings.tiers[:index]:
             raise _error(f"tiers[{index}]", f"{tier!r} is named twice")
+    _validate_thresholds(settings.thresholds)
     if settings.reference_tier not in settings.tiers:
         raise _error("reference_tier", f"{settings.reference_tier!r} is not one of the tiers {list(settings.tiers)}")
+
+
+def _validate_thresholds(thresholds: Any) -> None:
+    if not isinstance(thresholds, Mapping):
+        raise _error("thresholds", f"expected a table of regex = percent, got {_show(thresholds)}")
+    for pattern, percent in thresholds.items():
+        key = f"thresholds.{pattern}"
+        list(_compile(key, (pattern,)))
+        if isinstance(percent, bool) or not isinstance(percent, (int, float)) or not 0 <= percent <= 100:
+            raise _error(key, f"{_show(percent)} is not a percentage between 0 and 100")
 
 
 def _plain(value: Any) -> Any:

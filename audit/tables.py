@@ -201,11 +201,49 @@ BRONZE = Table(
 
 TABLES: dict[str, Table] = {t.name: t for t in (AUDIT_RECORDS, AUDIT_REJECTS, TIER_COUNTS, TIER_STATUS, COMPLETENESS, BRONZE)}
 
+# Bookkeeping of the reconciliation; names start with `_`, analysts need not look at them.
+PARTITION_STATUS = Table(
+    name="_partition_status",
+    doc="The newest status of every (tier, cluster, topic, service, partition) reporter: what tier_status sums up.",
+    key=("tier", "cluster", "seen_topic", "service", "partition"),
+    columns=(
+        _c("tier", "STRING", "tier the reporter speaks for"),
+        _c("cluster", "STRING", "cluster the reporter reads"),
+        _c("seen_topic", "STRING", "topic as named on that cluster"),
+        _c("service", "STRING", "reporting service"),
+        _c("partition", "INT", "partition"),
+        *LOGICAL_TOPIC,
+        _c("position", "BIGINT", "next offset the reporter will handle"),
+        _c("end_offset", "BIGINT", "end of the partition when reported"),
+        _c("lag", "BIGINT", "end_offset - position"),
+        _c("last_audit_time", "TIMESTAMP", "audit time of the last message handled"),
+        _c("partition_watermark", "TIMESTAMP", "emitted_at when lag is 0, else last_audit_time (epoch when unknown)"),
+        _c("stalled", "BOOLEAN", "the reporter said it is stalled"),
+        _c("emitted_at", "TIMESTAMP", "when the status was reported"),
+        _c("record_id", "STRING", "the status record it came from"),
+    ),
+)
+
+SOURCE_OFFSETS = Table(
+    name="_reconcile_offsets",
+    doc="Next offset of every audit-topic partition the reconciliation has read, per cluster.",
+    key=("cluster", "topic", "partition"),
+    columns=(
+        _c("cluster", "STRING", "cluster"),
+        _c("topic", "STRING", "audit topic on it"),
+        _c("partition", "INT", "partition"),
+        _c("next_offset", "BIGINT", "first offset not yet read"),
+        UPDATED_AT,
+    ),
+)
+
+INTERNAL_TABLES: dict[str, Table] = {t.name: t for t in (PARTITION_STATUS, SOURCE_OFFSETS)}
+
 STATUSES = ("complete", "incomplete", "over", "lagging", "pending")
 
 
 def table_path(lake_path: str | Path, name: str) -> str:
     """Where table `name` lives under the lake root (a local path or a URI such as s3a://...)."""
-    if name not in TABLES and not name.startswith("_"):
+    if name not in TABLES and name not in INTERNAL_TABLES:
         raise KeyError(f"unknown table {name!r} (known: {', '.join(TABLES)})")
     return f"{str(lake_path).rstrip('/')}/{name}"

@@ -113,7 +113,7 @@ class AuditedProducer:
         def delivered(err: KafkaError | None, msg) -> None:
             if err is None:
                 msg_key = msg.key()
-                tally.add(topic, audit_time_ms, len(msg) + (len(msg_key) if msg_key else 0),
+                tally.add(topic, audit_time_ms, len(msg) + (len(msg_key) if msg_key else 0), partition=msg.partition(),
                           latency_ms=time.time_ns() // 1_000_000 - audit_time_ms)
             else:
                 tally.fail(topic, audit_time_ms)
@@ -191,6 +191,7 @@ class AuditedProducer:
                     instance_id=self.instance_id, topic=topic, window_start_ms=window_start_ms,
                     window_minutes=self._tally.window_minutes, count=tally.count, bytes=tally.bytes,
                     send_failed=tally.send_failed, latency_ms=tally.latency_ms(),
+                    by_partition=dict(tally.by_partition) or None,
                 )
                 self._unacked[rid] = encode(record)
                 ACKED.labels(self.cluster, topic).inc(tally.count)

@@ -59,3 +59,44 @@ def topic_factory(local_clusters, unique_name):
         return topic
 
     return make
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """One local Spark session with Delta and the Kafka source for the whole test session."""
+    from audit.spark import spark_session
+
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    session = spark_session(app_name="kaudit-tests", cache_dir=cache_dir(),
+                            conf={"spark.sql.warehouse.dir": str(warehouse), "spark.driver.memory": "2g"})
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def settings_factory(local_clusters, unique_name, tmp_path):
+    """Settings for the session clusters (dc1, aggregate) with this test's own audit topic and lake."""
+    from audit.settings import ClusterSettings, Settings
+
+    def make(**overrides) -> "Settings":
+        clusters = tuple(ClusterSettings(name=name, bootstrap_servers=local_clusters[name].bootstrap_servers, local=False)
+                         for name in SESSION_CLUSTERS)
+        values = dict(clusters=clusters, audit_topic=unique_name("_audit").replace("-", "_"), state_dir=tmp_path / "state",
+                      cache_dir=cache_dir(), lake_path=str(tmp_path / "lake"))
+        values.update(overrides)
+        return Settings(**values)
+
+    return make
+
+
+def write_config(settings, path: Path) -> Path:
+    """`settings` as a TOML file a `kaudit` subprocess can load (clusters by address, no secrets)."""
+    lines = [f'state_dir = "{settings.state_dir}"', f'cache_dir = "{settings.cache_dir}"',
+             f'lake_path = "{settings.lake_path}"', f'audit_topic = "{settings.audit_topic}"',
+             f'window_minutes = {settings.window_minutes}', f'grace_s = {settings.grace_s}',
+             f'flush_interval_s = {settings.flush_interval_s}']
+    for cluster in settings.clusters:
+        lines += ["[[clusters]]", f'name = "{cluster.name}"', f'bootstrap_servers = "{cluster.bootstrap_servers}"', "local = false"]
+    path.write_text("\n".join(lines) + "\n")
+    return path

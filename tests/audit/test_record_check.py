@@ -67,5 +67,6 @@ def test_each_kind_of_bad_record_is_rejected_with_a_reason_and_the_rest_pass(val
     out = check(good(record_id="ok-1:1"), value, good(record_id="ok-1:2"))
     assert out["reason"].iloc[0] is None or pd.isna(out["reason"].iloc[0])
     assert out["reason"].iloc[1].startswith(reason), out["reason"].iloc[1]
+    assert out["raw"].iloc[1] == value.decode("utf-8", errors="replace") and out["raw_bytes"].iloc[1] == len(value)
     assert pd.isna(out["reason"].iloc[2]) and out["record_id"].iloc[2] == "ok-1:2"
     assert out["read_from_offset"].tolist() == [0, 1, 2]

@@ -1,0 +1,88 @@
+"""Delta table plumbing for the Spark jobs: create the declared tables, merge into them safely.
+
+Every write is a MERGE on the table's natural key (audit/tables.py), so a rerun over the same input
+updates nothing and a replayed batch duplicates nothing. Rows are updated only when a compared
+column really changed, which keeps `updated_at` (and the table's history) quiet on reruns.
+"""
+from __future__ import annotations
+
+import logging
+from functools import reduce
+
+from audit.tables import INTERNAL_TABLES, TABLES, Table, table_path  # noqa: F401 (table_path is re-used by the jobs)
+
+log = logging.getLogger(__name__)
+
+# Created without deletion vectors, so the `deltalake` reader of the UI and alerts reads them as-is.
+TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
+
+
+def spark_schema(table: Table):
+    from pyspark.sql.types import StructType
+
+    return StructType.fromDDL(table.ddl())
+
+
+def ensure_table(spark, lake_root: str, table: Table) -> str:
+    """Create `table` under `lake_root` when it does not exist; returns its path."""
+    from delta.tables import DeltaTable
+
+    path = table_path(lake_root, table.name)
+    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(spark_schema(table))
+    if table.partition_by:
+        builder = builder.partitionedBy(*table.partition_by)
+    for key, value in TABLE_PROPERTIES.items():
+        builder = builder.property(key, value)
+    builder.execute()
+    return path
+
+
+def ensure_tables(spark, lake_root: str, names: tuple[str, ...] | None = None) -> dict[str, str]:
+    """Every declared table (or those named), created when missing: {name: path}."""
+    known = {**TABLES, **INTERNAL_TABLES}
+    return {name: ensure_table(spark, lake_root, known[name]) for name in (names or tuple(known))}
+
+
+def _key_condition(table: Table, prune: bool = True) -> str:
+    conditions = [f"t.`{name}` <=> s.`{name}`" for name in table.key]
+    if prune:
+        # Where the partition column follows from the key, naming it lets Delta skip other dates' files.
+        conditions += [f"t.`{name}` = s.`{name}`" for name in table.partition_by if name not in table.key]
+    return " AND ".join(conditions)
+
+
+def insert_new(spark, lake_root: str, table: Table, rows, *, prune: bool = True) -> None:
+    """Insert the rows whose key is not in the table yet; existing keys are left as they are.
+
+    `prune=False` where the partition column does not follow from the key (a reject's ingest date).
+    """
+    from delta.tables import DeltaTable
+
+    target = DeltaTable.forPath(spark, table_path(lake_root, table.name))
+    (target.alias("t").merge(rows.select(*table.column_names).alias("s"), _key_condition(table, prune))
+     .whenNotMatchedInsertAll().execute())
+
+
+def upsert(spark, lake_root: str, table: Table, rows, *, ignore: tuple[str, ...] = ("updated_at",)) -> None:
+    """Insert new keys; update existing ones only where a column other than `ignore` changed."""
+    from delta.tables import DeltaTable
+
+    compared = [c for c in table.columns if c.name not in table.key and c.name not in ignore]
+    changed = reduce(lambda a, b: f"{a} OR {b}", [f"NOT ({_comparable('t', c)} <=> {_comparable('s', c)})" for c in compared])
+    target = DeltaTable.forPath(spark, table_path(lake_root, table.name))
+    (target.alias("t").merge(rows.select(*table.column_names).alias("s"), _key_condition(table))
+     .whenMatchedUpdateAll(condition=changed).whenNotMatchedInsertAll().execute())
+
+
+def _comparable(side: str, column) -> str:
+    """An expression of `column` that `<=>` can compare: maps and arrays as canonical JSON."""
+    name = f"{side}.`{column.name}`"
+    if column.type.startswith("MAP"):
+        return f"to_json(array_sort(map_entries({name})))"
+    if column.type.startswith("ARRAY") or column.type.startswith("STRUCT"):
+        return f"to_json({name})"
+    return name
+
+
+def read_table(spark, lake_root: str, name: str):
+    return spark.read.format("delta").load(table_path(lake_root, name))
