@@ -23,7 +23,7 @@ from prometheus_client import Counter, Gauge
 from audit.audit_time import audit_time
 from audit.clients import group_caught_up, list_offsets
 from audit.errors import KafkaClientError
-from audit.record import PartitionStatus, count_record, encode, new_instance_id, record_id, status_record
+from audit.record import MAX_AUDIT_TIME_MS, PartitionStatus, count_record, encode, new_instance_id, record_id, status_record
 from audit.tally import Tally
 
 log = logging.getLogger(__name__)
@@ -203,7 +203,7 @@ class ClusterCounter:
                 self._on_message_error(message)
                 continue
             kind, when = message.timestamp()
-            if kind == TIMESTAMP_CREATE_TIME and when > 0:
+            if kind == TIMESTAMP_CREATE_TIME and 0 < when <= MAX_AUDIT_TIME_MS:
                 usable = True
             else:
                 when, usable = audit_time((kind, when), message.headers(), now_ms)

@@ -91,13 +91,14 @@ class MirrorStats:
 
 
 def provenance(headers) -> list[str]:
+    """The clusters a message has been in, from its `kaudit-path` header.
+
+    Read name by name: one garbled name (not ASCII) is left out, the others still stop a cycle.
+    """
     value = header_value(headers, PROVENANCE_HEADER)
-    if not value:
+    if not value or not isinstance(value, bytes):
         return []
-    try:
-        return [name for name in value.decode("ascii").split(",") if name]
-    except UnicodeDecodeError:
-        return []
+    return [name.decode("ascii") for name in value.split(b",") if name and name.isascii()]
 
 
 class Replicator:
