@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetS
 from prometheus_client import Counter, Gauge
 
 from audit.audit_time import header_value
-from audit.clients import ensure_topics, group_caught_up, list_offsets
+from audit.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 from audit.errors import KafkaClientError
 from audit.faults import DropFault
 from audit.naming import NamingPolicy
@@ -137,6 +137,8 @@ class Replicator:
     # -- clients -------------------------------------------------------------------------------
 
     def _open(self) -> None:
+        check_credentials(self.source_config, self.options.source, timeout_s=self.options.client_timeout_s)
+        check_credentials(self.target_config, self.options.target, timeout_s=self.options.client_timeout_s)
         self._consumer = Consumer({
             **self.source_config,
             "group.id": self.options.group,
