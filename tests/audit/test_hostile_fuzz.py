@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("atheris")
 
 ROOT = Path(__file__).resolve().parents[2]
-SECONDS_PER_TARGET = 5
+SECONDS_PER_TARGET = 3
 
 
 @pytest.mark.parametrize("target", ["record", "settings", "headers"])
