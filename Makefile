@@ -8,6 +8,8 @@ KAUDIT_CACHE_DIR ?= $(HOME)/.cache/kafka-audit
 JARS := $(KAUDIT_CACHE_DIR)/jars
 MVN := mvn -q -B -Dmaven.repo.local=$(KAUDIT_CACHE_DIR)/m2
 PYTEST_ARGS ?=
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := record settings headers
 
 export KAUDIT_CACHE_DIR
 # Spark's Python workers must use the venv's interpreter, not whatever python is on PATH.
@@ -43,6 +45,16 @@ $(JARS)/spark/.done: jvm/spark/pom.xml | $(VENV)/.installed
 .PHONY: test
 test: setup ## run the test suite (starts real Kafka clusters and Spark on loopback)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+.PHONY: fuzz
+fuzz: setup ## coverage-guided fuzzing (atheris) of the record parser, config loader, header readers: FUZZ_SECONDS each (60)
+	@for target in $(FUZZ_TARGETS); do \
+	  mkdir -p .kaudit/fuzz/$$target && echo "fuzzing $$target for $(FUZZ_SECONDS) s" && \
+	  (cd .kaudit/fuzz && $(abspath $(PY)) $(abspath fuzz/fuzz_inputs.py) --target $$target $$target \
+	     $(abspath fuzz/seeds)/$$target -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 \
+	     > $$target.log 2>&1) || { tail -40 .kaudit/fuzz/$$target.log; echo "fuzz $$target: finding in .kaudit/fuzz"; exit 1; }; \
+	  grep -E "^(Done|stat::number_of_executed_units)" .kaudit/fuzz/$$target.log | head -1; \
+	done
 
 .PHONY: demo
 demo: setup ## run the pipeline on the embedded local default

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from pathlib import Path
 from typing import Mapping
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
@@ -106,3 +108,140 @@ def group_caught_up(consumer: Consumer, admin: AdminClient, topics: list[str], *
         return False
     committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
     return all(max(tp.offset, 0) >= ends[(tp.topic, tp.partition)] for tp in committed)
+
+
+# -- failing fast on bad credentials --------------------------------------------------------------
+
+# librdkafka errors that no retry will cure: the credentials or the certificates are wrong.
+_AUTH_ERRORS = {KafkaError._AUTHENTICATION: "authentication failed", KafkaError._SSL: "TLS authentication failed",
+                KafkaError.SASL_AUTHENTICATION_FAILED: "authentication failed"}
+
+
+def check_credentials(config: Mapping[str, object], cluster: str, *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S) -> None:
+    """Reach `cluster` once before any work, so bad credentials or certificates fail at once (librdkafka
+    would retry them forever): a KafkaClientError naming the cluster and saying "authentication",
+    without any secret. An unreachable cluster returns after at most `timeout_s`; the caller's own
+    calls then report it as they always have."""
+    failures: list[KafkaError] = []
+    admin = AdminClient({**config, "error_cb": failures.append, "log_level": 2})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic()))).brokers:
+                return
+        except KafkaException:
+            pass
+        admin.poll(0)  # serves error_cb
+        for error in failures:
+            if error.code() in _AUTH_ERRORS:
+                raise KafkaClientError(
+                    f"cluster {cluster}: {_AUTH_ERRORS[error.code()]} at {config.get('bootstrap.servers')} "
+                    f"({error.str()}); check its client settings (security.protocol, sasl.mechanism, sasl.username, "
+                    "sasl.password, ssl.ca.location)", code=error.code())
+        if any(error.code() == KafkaError._ALL_BROKERS_DOWN for error in failures):
+            return
+
+
+# -- the Java Kafka client (Spark's Kafka source) ---------------------------------------------------
+
+# librdkafka settings that mean the same in the Java client, under the same name.
+JAVA_SAME_KEYS = frozenset({"client.id", "request.timeout.ms", "session.timeout.ms", "heartbeat.interval.ms",
+                            "metadata.max.age.ms", "reconnect.backoff.ms", "reconnect.backoff.max.ms",
+                            "socket.connection.setup.timeout.ms", "ssl.key.password", "ssl.cipher.suites"})
+JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# Read here, and so not "unmappable".
+_HANDLED_KEYS = {"security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
+                 "ssl.ca.location", "ssl.ca.pem", "ssl.certificate.location", "ssl.key.location",
+                 "ssl.certificate.pem", "ssl.key.pem", "ssl.endpoint.identification.algorithm"}
+
+
+def java_client_options(settings, cluster_name: str) -> dict[str, str]:
+    """The cluster's librdkafka settings as Java Kafka client properties (for Spark's Kafka source:
+    prefix each key with `kafka.`). The result holds the password inside `sasl.jaas.config`: hand it to
+    the client, never log it. A setting with no Java equivalent is a ConfigError naming its key."""
+    index = settings.cluster_names.index(settings.cluster(cluster_name).name)
+    where = f"clusters[{index}].client."
+    client = settings.cluster(cluster_name).client_config()
+    unknown = sorted(key for key in client if key not in _HANDLED_KEYS and key not in JAVA_SAME_KEYS)
+    if unknown:
+        from audit.errors import ConfigError
+
+        raise ConfigError(f"{where}{unknown[0]}: no Java Kafka client equivalent is known; remove it or map it "
+                          "in audit/clients.py java_client_options")
+    options = {"bootstrap.servers": bootstrap_servers(settings, cluster_name)}
+    options.update({key: client[key] for key in JAVA_SAME_KEYS if key in client})
+    protocol = client.get("security.protocol", "plaintext").upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        _java_error(where, "security.protocol", f"{protocol!r} is not one of {', '.join(SECURITY_PROTOCOLS)}")
+    options["security.protocol"] = protocol
+    if protocol.startswith("SASL_"):
+        options.update(_java_sasl(client, where))
+    if protocol in ("SSL", "SASL_SSL"):
+        options.update(_java_ssl(client, where))
+    return options
+
+
+def _java_error(where: str, key: str, text: str) -> None:
+    from audit.errors import ConfigError
+
+    raise ConfigError(f"{where}{key}: {text}")
+
+
+def _java_sasl(client: Mapping[str, str], where: str) -> dict[str, str]:
+    mechanism = client.get("sasl.mechanism") or client.get("sasl.mechanisms") or "GSSAPI"
+    key = "sasl.mechanism" if "sasl.mechanism" in client else "sasl.mechanisms"
+    if mechanism.upper() not in JAAS_MODULES:
+        _java_error(where, key, f"{mechanism!r} cannot be mapped to the Java client (known: {', '.join(JAAS_MODULES)})")
+    for needed in ("sasl.username", "sasl.password"):
+        if not client.get(needed):
+            _java_error(where, needed, f"missing: {mechanism} needs sasl.username and sasl.password")
+    username, password = (_jaas_quote(client[k]) for k in ("sasl.username", "sasl.password"))
+    return {
+        "sasl.mechanism": mechanism.upper(),
+        "sasl.jaas.config": f'{JAAS_MODULES[mechanism.upper()]} required username="{username}" password="{password}";',
+    }
+
+
+def _jaas_quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _java_ssl(client: Mapping[str, str], where: str) -> dict[str, str]:
+    options: dict[str, str] = {}
+    if "ssl.ca.location" in client:
+        options.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": client["ssl.ca.location"]})
+    elif "ssl.ca.pem" in client:
+        options.update({"ssl.truststore.type": "PEM", "ssl.truststore.certificates": client["ssl.ca.pem"]})
+    cert_file, key_file = client.get("ssl.certificate.location"), client.get("ssl.key.location")
+    if bool(cert_file) != bool(key_file):
+        _java_error(where, "ssl.key.location" if cert_file else "ssl.certificate.location",
+                    "missing: a client certificate needs both ssl.certificate.location and ssl.key.location")
+    if cert_file and cert_file == key_file:  # one PEM file with the key and the chain: a Java PEM keystore as is
+        options.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": cert_file})
+    elif cert_file:
+        options.update({"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": _read_pem(where, "ssl.certificate.location", cert_file),
+                        "ssl.keystore.key": _read_pem(where, "ssl.key.location", key_file)})
+    elif "ssl.certificate.pem" in client or "ssl.key.pem" in client:
+        if not ("ssl.certificate.pem" in client and "ssl.key.pem" in client):
+            _java_error(where, "ssl.key.pem", "missing: a client certificate needs both ssl.certificate.pem and ssl.key.pem")
+        options.update({"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": client["ssl.certificate.pem"],
+                        "ssl.keystore.key": client["ssl.key.pem"]})
+    algorithm = client.get("ssl.endpoint.identification.algorithm")
+    if algorithm is not None:
+        if algorithm.lower() not in ("https", "none"):
+            _java_error(where, "ssl.endpoint.identification.algorithm", f"{algorithm!r} is not https or none")
+        options["ssl.endpoint.identification.algorithm"] = "https" if algorithm.lower() == "https" else ""
+    return options
+
+
+def _read_pem(where: str, key: str, path: str) -> str:
+    try:
+        return Path(path).expanduser().read_text()
+    except OSError as exc:
+        _java_error(where, key, f"{path!r} cannot be read: {exc.strerror or exc}")
+        raise  # unreachable: _java_error raises

@@ -21,9 +21,9 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import Counter, Gauge
 
 from audit.audit_time import audit_time
-from audit.clients import group_caught_up, list_offsets
+from audit.clients import check_credentials, group_caught_up, list_offsets
 from audit.errors import KafkaClientError
-from audit.record import PartitionStatus, count_record, encode, new_instance_id, record_id, status_record
+from audit.record import MAX_AUDIT_TIME_MS, PartitionStatus, count_record, encode, new_instance_id, record_id, status_record
 from audit.tally import Tally
 
 log = logging.getLogger(__name__)
@@ -117,6 +117,7 @@ class ClusterCounter:
     # -- clients -------------------------------------------------------------------------------
 
     def _open(self) -> None:
+        check_credentials(self.config, self.options.cluster, timeout_s=self.options.client_timeout_s)
         self._consumer = Consumer({
             **self.config,
             "group.id": self.options.group,
@@ -203,7 +204,7 @@ class ClusterCounter:
                 self._on_message_error(message)
                 continue
             kind, when = message.timestamp()
-            if kind == TIMESTAMP_CREATE_TIME and when > 0:
+            if kind == TIMESTAMP_CREATE_TIME and 0 < when <= MAX_AUDIT_TIME_MS:
                 usable = True
             else:
                 when, usable = audit_time((kind, when), message.headers(), now_ms)

@@ -5,11 +5,17 @@ Each cluster has its own folder under `<state_dir>/clusters/<name>` holding its 
 start and kept, so a stopped cluster comes back at the same address. Processes run in their own
 session, so `kaudit clusters up` can exit and leave them running; every JVM carries a
 `-Dkaudit.cluster=<folder>` marker so `down` can find strays whose pid file was lost.
+
+Opt-in security (`security=ClusterSecurity(...)`): the client listener is SASL_SSL with SCRAM users
+created when the storage is formatted, TLS certificates generated for the cluster (audit/certs.py),
+and the broker talks to itself over the same listener as its first user; the controller listener
+stays PLAINTEXT on loopback. Without it, the cluster is PLAINTEXT as before.
 """
 from __future__ import annotations
 
 import base64
 import json
+import re
 import logging
 import os
 import signal
@@ -25,6 +31,7 @@ from typing import Iterable, Mapping
 from confluent_kafka.admin import AdminClient
 
 from audit import jvm
+from audit.certs import TlsFiles, ensure_tls_files
 from audit.errors import ClusterError
 
 log = logging.getLogger(__name__)
@@ -88,6 +95,40 @@ logger.kafka.level = INFO
 logger.apache.name = org.apache.kafka
 logger.apache.level = WARN
 """
+
+
+SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+# Kept plain so the `--add-scram` and JAAS syntaxes need no quoting.
+CREDENTIAL_PATTERN = re.compile(r"\A[A-Za-z0-9._~-]{1,128}\Z")
+
+
+@dataclass(frozen=True)
+class ClusterSecurity:
+    """A SASL_SSL listener with SCRAM users. The first user is also the broker's own (inter-broker).
+
+    Passwords never print: repr shows the user names only.
+    """
+
+    users: Mapping[str, str] = field(repr=False)  # user name -> password
+    mechanism: str = "SCRAM-SHA-512"
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in SCRAM_MECHANISMS:
+            raise ClusterError(f"security.mechanism: {self.mechanism!r} is not one of {', '.join(SCRAM_MECHANISMS)}")
+        if not self.users:
+            raise ClusterError("security.users: at least one SCRAM user is needed (the first is the broker's own)")
+        for user, password in self.users.items():
+            if not CREDENTIAL_PATTERN.match(user):
+                raise ClusterError(f"security.users: user name {user!r} must be 1-128 letters, digits, '.', '_', '~', '-'")
+            if not CREDENTIAL_PATTERN.match(password):
+                raise ClusterError(f"security.users[{user}]: the password must be 1-128 letters, digits, '.', '_', '~', '-'")
+
+    @property
+    def broker_user(self) -> str:
+        return next(iter(self.users))
+
+    def __repr__(self) -> str:
+        return f"ClusterSecurity(users={sorted(self.users)}, mechanism={self.mechanism!r})"
 
 
 @dataclass(frozen=True)
@@ -176,6 +217,7 @@ class LocalCluster:
         heap_mb: int = DEFAULT_HEAP_MB,
         broker_properties: Mapping[str, str] | None = None,
         host: str = "127.0.0.1",
+        security: ClusterSecurity | None = None,
     ) -> None:
         self.name = name
         self.folder = Path(state_dir).expanduser().resolve() / "clusters" / name
@@ -183,6 +225,7 @@ class LocalCluster:
         self.heap_mb = heap_mb
         self.host = host
         self.broker_properties = dict(broker_properties or {})
+        self.security = security
         self._process: subprocess.Popen | None = None
 
     # -- state ---------------------------------------------------------------------------------
@@ -236,6 +279,30 @@ class LocalCluster:
     def is_running(self) -> bool:
         return self.pid is not None
 
+    # -- security ------------------------------------------------------------------------------
+
+    @property
+    def tls(self) -> TlsFiles:
+        """The cluster's certificates (generated on first use); only for a secured cluster."""
+        if self.security is None:
+            raise ClusterError(f"{self.name}: a PLAINTEXT cluster has no certificates")
+        return ensure_tls_files(self.folder / "tls", hosts=(self.host, "localhost"))
+
+    def client_config(self, user: str | None = None) -> dict[str, str]:
+        """librdkafka settings that reach this cluster: the address and, when secured, SASL_SSL as
+        `user` (default: the broker's own user)."""
+        config = {"bootstrap.servers": self.bootstrap_servers}
+        if self.security is not None:
+            user = user or self.security.broker_user
+            config.update({
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": self.security.mechanism,
+                "sasl.username": user,
+                "sasl.password": self.security.users[user],
+                "ssl.ca.location": str(self.tls.ca),
+            })
+        return config
+
     # -- configuration files -------------------------------------------------------------------
 
     def server_properties(self, state: ClusterState) -> dict[str, str]:
@@ -249,8 +316,29 @@ class LocalCluster:
                 "log.dirs": str(self.folder / "data"),
             }
         )
+        if self.security is not None:
+            props.update(self._security_properties(state))
         props.update(self.broker_properties)
         return props
+
+    def _security_properties(self, state: ClusterState) -> dict[str, str]:
+        security, tls = self.security, self.tls
+        jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{security.broker_user}" '
+                f'password="{security.users[security.broker_user]}";')
+        return {
+            "listeners": f"SASL_SSL://{self.host}:{state.port},CONTROLLER://{self.host}:{state.controller_port}",
+            "advertised.listeners": f"SASL_SSL://{self.host}:{state.port}",
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "SASL_SSL",
+            "sasl.enabled.mechanisms": security.mechanism,
+            "sasl.mechanism.inter.broker.protocol": security.mechanism,
+            f"listener.name.sasl_ssl.{security.mechanism.lower()}.sasl.jaas.config": jaas,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(tls.keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(tls.ca),
+            "ssl.client.auth": "none",
+        }
 
     def _write_config(self, state: ClusterState) -> Path:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -278,16 +366,20 @@ class LocalCluster:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def _format(self, state: ClusterState, props_file: Path) -> None:
+        scram = []
+        if self.security is not None:  # SCRAM credentials live in the metadata log, written at format time
+            for user, password in self.security.users.items():
+                scram += ["--add-scram", f"{self.security.mechanism}=[name={user},password={password}]"]
         command = self._java_command(
             "kafka.tools.StorageTool", "format", "--ignore-formatted",
-            f"--cluster-id={state.cluster_id}", "--config", str(props_file),
+            f"--cluster-id={state.cluster_id}", "--config", str(props_file), *scram,
         )
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
-            raise ClusterError(
-                f"{self.name}: formatting storage failed (exit {result.returncode}): "
-                f"{(result.stderr or result.stdout).strip()[-2000:]}"
-            )
+            output = (result.stderr or result.stdout).strip()[-2000:]
+            for password in (self.security.users.values() if self.security else ()):
+                output = output.replace(password, "****")
+            raise ClusterError(f"{self.name}: formatting storage failed (exit {result.returncode}): {output}")
         state.formatted = True
 
     def launch(self) -> bool:
@@ -326,7 +418,7 @@ class LocalCluster:
                 raise ClusterError(f"{self.name}: the broker exited while starting\n{self.log_tail()}")
             if _port_open(self.host, int(bootstrap.rsplit(":", 1)[1])):
                 try:
-                    metadata = _admin(bootstrap).list_topics(timeout=2)
+                    metadata = _admin(self.client_config()).list_topics(timeout=2)
                     if metadata.brokers:
                         return
                 except Exception as exc:  # the broker is still coming up; retry until the deadline
@@ -372,7 +464,7 @@ class LocalCluster:
         healthy = False
         if pid:
             try:
-                healthy = bool(_admin(bootstrap).list_topics(timeout=3).brokers)
+                healthy = bool(_admin(self.client_config()).list_topics(timeout=3).brokers)
             except Exception:  # status reports health; it never raises for an unhealthy broker
                 healthy = False
         return ClusterStatus(self.name, bootstrap, pid, healthy, str(self.folder))
@@ -426,9 +518,9 @@ class LocalClusters:
         return [cluster.status() for cluster in self.clusters.values()]
 
 
-def _admin(bootstrap: str) -> AdminClient:
+def _admin(config: Mapping[str, str]) -> AdminClient:
     # log_level 3 (error) hides librdkafka's connection-refused chatter while a broker starts.
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 3, "socket.timeout.ms": 2000})
+    return AdminClient({**config, "log_level": 3, "socket.timeout.ms": 2000})
 
 
 def _port_open(host: str, port: int) -> bool:

@@ -25,8 +25,12 @@ MAX_COUNT = 10**15
 MAX_RECORD_BYTES = 1_000_000
 MAX_RECORD_ID_CHARS = 200
 MAX_AUDIT_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# \Z, not $: `$` also matches before a trailing newline, which would let "orders\n" pass as a topic.
+NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+TOPIC_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,249}\Z")
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+MAX_PARTITION = 2**31 - 1  # Kafka partitions are int32
+MAX_OFFSET = 2**63 - 1  # Kafka offsets are int64
 COUNT_FIELDS = ("count", "bytes", "send_failed", "no_timestamp")
 
 
@@ -198,7 +202,10 @@ def _type_name(kinds: type | tuple[type, ...]) -> str:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deeply"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -213,6 +220,18 @@ def _time(data: Mapping[str, Any], key: str, *, required: bool = True) -> int | 
     if moment.utcoffset() is None or moment.utcoffset().total_seconds() != 0:
         raise _Invalid(f"{key}: {_short(text)} is not UTC (end it with Z)")
     return to_ms(moment)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict; a key given twice is refused (which one would count?)."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise _Invalid(f"{_short(key)[1:-1] or '(empty key)'}: the key appears twice in one object")
+            seen.add(key)
+    return data
 
 
 def _from_json(data: Any) -> AuditRecord:
@@ -260,6 +279,8 @@ def _by_partition(data: Mapping[str, Any]) -> dict[int, int] | None:
     for key, value in raw.items():
         if not (isinstance(key, str) and key.isdigit() and key.isascii()):
             raise _Invalid(f"by_partition: key {_short(key)} is not a partition number")
+        if len(key) > len(str(MAX_PARTITION)) or int(key) > MAX_PARTITION:
+            raise _Invalid(f"by_partition: key {_short(key)} is over the largest partition number {MAX_PARTITION}")
         result[int(key)] = _get(raw, key, int)
     return result
 
@@ -271,7 +292,10 @@ def _latency_from_json(data: Mapping[str, Any]) -> Latency | None:
     values = {}
     for key in ("p50", "p95", "p99", "max"):
         value = _get(raw, key, (int, float))
-        values[key] = float(value)
+        try:
+            values[key] = float(value)
+        except OverflowError:
+            raise _Invalid(f"latency_ms.{key}: {_short(value)} is too large") from None
     return Latency(**values)
 
 
@@ -306,6 +330,8 @@ def validate(record: AuditRecord) -> str | None:
 def _check_identity(record: AuditRecord) -> str | None:
     if not record.record_id or len(record.record_id) > MAX_RECORD_ID_CHARS:
         return f"record_id: must have 1 to {MAX_RECORD_ID_CHARS} characters"
+    if CONTROL_CHARACTERS.search(record.record_id):
+        return f"record_id: {_short(record.record_id)} contains a control character"
     for name in ("tier", "cluster"):
         value = getattr(record, name)
         if not NAME_PATTERN.match(value):
@@ -376,6 +402,11 @@ def _check_status(record: AuditRecord) -> str | None:
         where = f"partitions[{index}]"
         if min(p.partition, p.position, p.end_offset, p.lag) < 0:
             return f"{where}: partition, position, end_offset and lag must not be negative"
+        if p.partition > MAX_PARTITION:
+            return f"{where}.partition: {p.partition} is over the largest partition number {MAX_PARTITION}"
+        for name in ("position", "end_offset", "lag"):
+            if getattr(p, name) > MAX_OFFSET:
+                return f"{where}.{name}: {getattr(p, name)} is over the largest Kafka offset {MAX_OFFSET}"
         if p.lag != p.end_offset - p.position:
             return f"{where}: lag {p.lag} is not end_offset {p.end_offset} - position {p.position}"
         if p.last_audit_time_ms is not None and not 0 <= p.last_audit_time_ms <= MAX_AUDIT_TIME_MS:
@@ -401,7 +432,7 @@ def parse(data: bytes | str | None) -> tuple[AuditRecord | None, str | None]:
             except UnicodeDecodeError as exc:
                 return None, f"record: not UTF-8 ({exc.reason} at byte {exc.start})"
         try:
-            raw = json.loads(data)
+            raw = json.loads(data, object_pairs_hook=_unique_keys)
         except (ValueError, RecursionError) as exc:
             return None, f"record: not JSON ({str(exc)[:80]})"
         record = _from_json(raw)
@@ -422,8 +453,12 @@ def decode(data: bytes | str) -> AuditRecord:
 
 
 def parse_audit_time_header(value: bytes | None) -> int | None:
-    """The audit time carried in the `kaudit-time` header, or None if missing or unusable."""
-    if not value or len(value) > 20 or not value.isdigit():
+    """The audit time carried in the `kaudit-time` header, or None if missing or unusable.
+
+    Only bytes of ASCII digits count: a str (Unicode digits such as '١٢٣' pass str.isdigit), a sign,
+    spaces or an exponent make the header unusable.
+    """
+    if not isinstance(value, bytes) or not value or len(value) > 20 or not value.isdigit():
         return None
     ms = int(value)
     return ms if 0 < ms <= MAX_AUDIT_TIME_MS else None

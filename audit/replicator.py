@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetS
 from prometheus_client import Counter, Gauge
 
 from audit.audit_time import header_value
-from audit.clients import ensure_topics, group_caught_up, list_offsets
+from audit.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 from audit.errors import KafkaClientError
 from audit.faults import DropFault
 from audit.naming import NamingPolicy
@@ -91,13 +91,14 @@ class MirrorStats:
 
 
 def provenance(headers) -> list[str]:
+    """The clusters a message has been in, from its `kaudit-path` header.
+
+    Read name by name: one garbled name (not ASCII) is left out, the others still stop a cycle.
+    """
     value = header_value(headers, PROVENANCE_HEADER)
-    if not value:
+    if not value or not isinstance(value, bytes):
         return []
-    try:
-        return [name for name in value.decode("ascii").split(",") if name]
-    except UnicodeDecodeError:
-        return []
+    return [name.decode("ascii") for name in value.split(b",") if name and name.isascii()]
 
 
 class Replicator:
@@ -136,6 +137,8 @@ class Replicator:
     # -- clients -------------------------------------------------------------------------------
 
     def _open(self) -> None:
+        check_credentials(self.source_config, self.options.source, timeout_s=self.options.client_timeout_s)
+        check_credentials(self.target_config, self.options.target, timeout_s=self.options.client_timeout_s)
         self._consumer = Consumer({
             **self.source_config,
             "group.id": self.options.group,

@@ -61,8 +61,13 @@ PRODUCER_TIER = "producer"
 LAKE_TIER = "lake"
 RESERVED_TIERS = (PRODUCER_TIER, LAKE_TIER)
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# \Z, not $: `$` also matches before a trailing newline, which would let "dc1\n" pass as a name.
+NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
+TOPIC_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,249}\Z")
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+HOST_PATTERN = re.compile(r"\A[A-Za-z0-9.:_-]{1,253}\Z")  # a host name, IPv4 or IPv6 address
+# Deeper than this, a client table is a mistake, not a librdkafka setting (and would exhaust the stack).
+MAX_CLIENT_DEPTH = 16
 # librdkafka settings whose values are credentials: passwords, secrets, private keys, OAuth config.
 SECRET_KEY_PATTERN = re.compile(r"password|secret|\.key\.pem$|^sasl\.oauthbearer\.config$", re.IGNORECASE)
 CLIENT_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
@@ -126,7 +131,10 @@ def _rekeyed(exc: ConfigError, old_prefix: str, new_prefix: str) -> ConfigError:
 
 def _show(value: Any) -> str:
     """A value as an error message shows it: repr, shortened."""
-    text = repr(str(value) if isinstance(value, Path) else value)
+    try:
+        text = repr(str(value) if isinstance(value, Path) else value)
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deeply"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -223,6 +231,8 @@ class ClusterSettings:
             raise _error(f"{CLUSTER_KEY}name", f"{self.name!r} is reserved for a tier")
         if self.bootstrap_servers and not self.bootstrap_servers.strip():
             raise _error(f"{CLUSTER_KEY}bootstrap_servers", f"{self.bootstrap_servers!r} is blank (empty means local)")
+        if CONTROL_CHARACTERS.search(self.bootstrap_servers):
+            raise _error(f"{CLUSTER_KEY}bootstrap_servers", f"{_show(self.bootstrap_servers)} contains a control character")
         object.__setattr__(self, "client", _client_settings(self.client, f"{CLUSTER_KEY}client"))
         local = not self.bootstrap_servers if self.local is None else self.local
         if local and self.bootstrap_servers:
@@ -238,13 +248,15 @@ class ClusterSettings:
         return {key: value.reveal() if isinstance(value, Secret) else value for key, value in self.client.items()}
 
 
-def _flatten(table: Mapping[Any, Any], where: str) -> Iterator[tuple[str, Any]]:
+def _flatten(table: Mapping[Any, Any], where: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
     """(dotted key, value) of a possibly nested table: TOML reads `sasl.password = ...` as nested tables."""
     for key, value in table.items():
         if not isinstance(key, str) or not key:
             raise _error(f"{where}.{key}", "a librdkafka setting name must be a non-empty string")
         if isinstance(value, Mapping):
-            for sub_key, sub_value in _flatten(value, f"{where}.{key}"):
+            if depth >= MAX_CLIENT_DEPTH:
+                raise _error(f"{where}.{key}", f"nested more than {MAX_CLIENT_DEPTH} tables deep: not a librdkafka setting")
+            for sub_key, sub_value in _flatten(value, f"{where}.{key}", depth + 1):
                 yield f"{key}.{sub_key}", sub_value
         else:
             yield key, value
@@ -406,6 +418,9 @@ def _validate(settings: Settings) -> None:
                      "(1 to 249 letters, digits, '.', '_', '-')")
     if not settings.metrics_host.strip():
         raise _error("metrics_host", f"{settings.metrics_host!r} is empty (use 127.0.0.1, or 0.0.0.0 to expose)")
+    if not HOST_PATTERN.match(settings.metrics_host):
+        raise _error("metrics_host", f"{_show(settings.metrics_host)} is not a host name or address "
+                     "(use 127.0.0.1, or 0.0.0.0 to expose)")
     if settings.naming not in NAMING_POLICIES:
         raise _error("naming", f"{settings.naming!r} is not a naming policy ({' or '.join(NAMING_POLICIES)})")
     if not settings.clusters:
@@ -523,16 +538,31 @@ def _read_toml(path: Path, variable: str | None) -> dict[str, Any]:
         raise ConfigError(f"{named} cannot be read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{named} is not UTF-8 text: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        # tomllib says "Invalid value (at line 3, column 18)"; give the place as file:line:column.
-        message = str(exc)
-        place = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
-        if place:
-            where = f"{path}:{place.group(1)}:{place.group(2)}"
-            message = message[: place.start()]
-        else:
-            where = str(path)
-        raise ConfigError(f"{where}: not valid TOML: {message}" + (f" (from {variable})" if variable else "")) from None
+    except RecursionError:
+        raise ConfigError(f"{named} is not usable TOML: nested too deeply") from None
+    except ValueError as exc:  # tomllib lets int()'s own errors through (a 5000-digit number)
+        if isinstance(exc, tomllib.TOMLDecodeError):
+            raise _toml_error(path, exc, variable) from None
+        raise ConfigError(f"{_long_number_place(path)}: not usable TOML: {str(exc)[:100]}") from None
+
+
+def _long_number_place(path: Path) -> str:
+    """file:line of the first number too long for int(), or just the file."""
+    text = path.read_text(errors="replace")
+    found = re.search(r"[0-9_]{4000,}", text)
+    return f"{path}:{text.count(chr(10), 0, found.start()) + 1}" if found else str(path)
+
+
+def _toml_error(path: Path, exc: tomllib.TOMLDecodeError, variable: str | None) -> ConfigError:
+    """tomllib says "Invalid value (at line 3, column 18)"; give the place as file:line:column."""
+    message = str(exc)
+    place = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
+    if place:
+        where = f"{path}:{place.group(1)}:{place.group(2)}"
+        message = message[: place.start()]
+    else:
+        where = str(path)
+    return ConfigError(f"{where}: not valid TOML: {message}" + (f" (from {variable})" if variable else ""))
 
 
 def _resolve_dir(key: str, value: Path, base: Path) -> Path:
@@ -632,7 +662,9 @@ def _parse_env(variable: str, text: str, key: str, kind: Any) -> Any:
     """An environment value as the type of its key; errors name the variable."""
     if kind is int:
         if not ENV_INT_PATTERN.match(text):
-            raise ConfigError(f"{variable}: {text!r} is not an integer ({key})")
+            raise ConfigError(f"{variable}: {_show(text)} is not an integer ({key})")
+        if len(text) > 100:  # int() refuses over 4300 digits with a ValueError, not a ConfigError
+            raise ConfigError(f"{variable}: {_show(text)} has more than 100 digits ({key})")
         return int(text)
     if kind is float:
         try:

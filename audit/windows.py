@@ -19,7 +19,8 @@ def validate_window_minutes(minutes: object) -> str | None:
     if isinstance(minutes, bool) or not isinstance(minutes, int):
         return f"{minutes!r} is not a whole number of minutes"
     if minutes <= 0 or minutes > MINUTES_PER_DAY:
-        return f"{minutes} is not between 1 and {MINUTES_PER_DAY}"
+        shown = str(minutes) if abs(minutes) < 10**12 else f"a {len(str(abs(minutes)))}-digit number"
+        return f"{shown} is not between 1 and {MINUTES_PER_DAY}"
     if MINUTES_PER_DAY % minutes:
         return f"{minutes} does not divide a day ({MINUTES_PER_DAY} minutes) evenly"
     return None

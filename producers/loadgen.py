@@ -15,7 +15,7 @@ from typing import Mapping, TextIO
 
 from confluent_kafka import Producer
 
-from audit.clients import client_config, ensure_topics
+from audit.clients import check_credentials, client_config, ensure_topics
 from audit.windows import window_start
 from producers.audited import AuditedProducer
 
@@ -153,6 +153,7 @@ def run(args: argparse.Namespace, settings) -> int:
         return 2
     topics = [topic.strip() for topic in args.topics.split(",") if topic.strip()]
     config = client_config(settings, args.cluster)
+    check_credentials(config, args.cluster)
     ensure_topics(config, {topic: args.partitions for topic in topics} | {settings.audit_topic: 1})
     producer = Producer({**config, "linger.ms": 20}) if args.plain else audited_producer(settings, args.cluster)
     stats = generate(
