@@ -34,19 +34,6 @@ def client_config(settings, cluster_name: str, overrides: Mapping[str, object] |
     return config
 
 
-# librdkafka settings that mean the same to the Java client, under the same name.
-SHARED_CLIENT_KEYS = ("security.protocol", "sasl.mechanism")
-
-
-def java_client_options(settings, cluster_name: str) -> dict[str, str]:
-    """The cluster's client settings for a Java Kafka client (Spark's Kafka source): without the
-    `kafka.` prefix Spark wants. librdkafka-only settings are left out."""
-    config = client_config(settings, cluster_name)
-    options = {"bootstrap.servers": str(config["bootstrap.servers"])}
-    options.update({key: str(config[key]) for key in SHARED_CLIENT_KEYS if key in config})
-    return options
-
-
 def ensure_topics(
     config: Mapping[str, object],
     partitions: Mapping[str, int],
