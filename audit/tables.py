@@ -304,3 +304,30 @@ def arrow_schema(table: Table):
     import pyarrow as pa
 
     return pa.schema([pa.field(c.name, arrow_type(c.type), nullable=True) for c in table.columns])
+
+
+def arrow_table(table: Table, rows):
+    """`rows` (a pandas DataFrame or a list of dicts) as a pyarrow Table of `table`'s exact schema.
+
+    Absent columns are null; a column the table does not have is a KeyError naming it.
+    """
+    import pandas as pd
+    import pyarrow as pa
+
+    schema = arrow_schema(table)
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    unknown = set(frame.columns) - set(schema.names)
+    if unknown:
+        raise KeyError(f"{table.name} has no column(s) {', '.join(sorted(unknown))}")
+    arrays = []
+    for column in schema:
+        if column.name in frame.columns and len(frame):
+            values = frame[column.name]
+            if pa.types.is_timestamp(column.type):
+                values = pd.to_datetime(values, utc=True)
+            elif pa.types.is_integer(column.type) and values.dtype == object:
+                values = values.astype("Int64")
+            arrays.append(pa.array(values, type=column.type, from_pandas=True))
+        else:
+            arrays.append(pa.nulls(len(frame), type=column.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
