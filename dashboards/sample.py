@@ -268,3 +268,14 @@ def bulk_completeness(*, now: datetime, topics: int, days: int, tiers: Sequence[
         "date": pa.array((start_us // 86_400_000_000).astype("int32"), type=pa.int32()).cast(pa.date32()),
     }
     return pa.Table.from_pydict(columns, schema=arrow_schema(table))
+
+
+DEMO_FAULTS = (Loss("orders", "aggregate", 8, 40), Loss("orders", "lake", 20, 12), Duplicate("payments", "lake", 14, 9),
+               Lagging("clicks", "lake", behind_minutes=45, lag=5200), SendFailed("orders", 8, 3))
+
+
+def demo_frames(now: datetime) -> dict[str, pd.DataFrame]:
+    """The tables the screenshots, the browser tests and `kaudit ui --sample` show: 6 topics, 4 hours."""
+    frames = sample_frames(SampleSpec(now=now, topics=("orders", "payments", "clicks", "users", "shipments", "refunds"),
+                                      windows=24, faults=list(DEMO_FAULTS)))
+    return frames
