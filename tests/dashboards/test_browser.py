@@ -1,7 +1,6 @@
 """The UI in real headless Chromium (Debian's chromium + chromedriver via selenium) over sample Delta tables."""
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +14,6 @@ from dashboards import ids
 from dashboards.sample import demo_frames, window_starts, write_frames
 from dashboards.screenshots import recent_now
 
-pytestmark = pytest.mark.skipif(not shutil.which("chromedriver"), reason="needs chromium-driver (make setup installs it)")
 
 NOW = recent_now()
 LOSS_WINDOW = pd.Timestamp(window_starts(NOW, 24, 10)[8])  # DEMO_FAULTS: Loss("orders", "aggregate", 8, 40)
