@@ -237,3 +237,28 @@ def test_the_subject_names_the_worst_window_and_counts_the_rest():
               Alert("loss", "dc1", "orders", start.replace(minute=50), "aggregate", "incomplete", completeness_pct=90.0)]
     assert subject(alerts) == "[kaudit] LOSS dc1.orders at aggregate: 90.00% in 2025-03-04 10:50 UTC (+1 more)"
     assert subject(alerts[:1]) == "[kaudit] LOSS dc1.orders at lake: 99.50% in 2025-03-04 10:40 UTC"
+
+
+def test_kaudit_alert_exits_3_while_smtp_is_down_and_0_once_sent(tmp_path, smtp_server):
+    import subprocess
+    import sys
+
+    server, inbox, port = smtp_server
+    config = tmp_path / "kaudit.toml"
+    config.write_text(f'state_dir = "{tmp_path}"\n[smtp]\nport = {port}\nretries = 1\n'
+                      '[alerts]\ndefault_recipients = ["audit@example.com"]\n')
+    seed(Settings(state_dir=tmp_path), Loss("orders", "lake", 4, 9))
+
+    def kaudit_alert() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "audit.cli", "--config", str(config), "alert",
+                               "--now", NOW.strftime("%Y-%m-%dT%H:%MZ")], capture_output=True, text=True, timeout=120)
+
+    server.stop()
+    down = kaudit_alert()
+    assert down.returncode == 3, down.stderr
+    assert "1 new, 0 email(s) sent carrying 0 alert(s), 1 pending" in down.stdout and "unreachable" in down.stdout
+    server.start()
+    back = kaudit_alert()
+    assert back.returncode == 0, back.stderr
+    assert "0 new, 1 email(s) sent carrying 1 alert(s), 0 pending" in back.stdout
+    assert len(inbox.messages) == 1
