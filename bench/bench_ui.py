@@ -29,6 +29,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--topics", type=int, default=1000, help="topics (default 1,000)")
     parser.add_argument("--days", type=int, default=7, help="days of 10-minute windows (default 7)")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds of each side after a warm-up (default 5)")
+    parser.add_argument("--skip-spark", action="store_true", help="time ours only (while tuning)")
     return parser.parse_args()
 
 
@@ -80,6 +81,9 @@ def main() -> int:
               f"{len(data['order'])} worst, worst first: {data['order'][:3]}")
         warm = timed(ours_warm, args.rounds)
         cold = timed(ours_cold, args.rounds)
+        if args.skip_spark:
+            print(f"ours, warm: median {statistics.median(warm):.3f} s; cold: median {statistics.median(cold):.3f} s")
+            return 0
         spark_cells, spark = spark_overview(path, args.rounds)
         print(f"spark: {spark_cells:,} overview cells")
         ours = statistics.median(warm)

@@ -36,6 +36,7 @@ class LakeCache:
     def __init__(self, lake_root: str, *, refresh_s: float, days: int, clock: Callable[[], float] = time.monotonic):
         self.lake_root, self.refresh_s, self.days, self.clock = lake_root, refresh_s, days, clock
         self._entries: dict[tuple, tuple[float, int | None, pa.Table]] = {}
+        self._derived: dict[tuple, tuple[pa.Table, object]] = {}
         self._lock = threading.Lock()
 
     def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
@@ -57,6 +58,19 @@ class LakeCache:
 
     def frame(self, name: str, columns: list[str] | None = None) -> pd.DataFrame:
         return self.table(name, columns).to_pandas()
+
+    def derived(self, name: str, columns: list[str] | None, compute: Callable[[pa.Table], object]):
+        """`compute(table)` of the current snapshot, computed once per snapshot (so once per new version)."""
+        snapshot = self.table(name, columns)
+        key = (name, tuple(columns or ()), getattr(compute, "__qualname__", repr(compute)))
+        with self._lock:
+            cached = self._derived.get(key)
+            if cached and cached[0] is snapshot:
+                return cached[1]
+        value = compute(snapshot)
+        with self._lock:
+            self._derived[key] = (snapshot, value)
+        return value
 
 
 @dataclass(frozen=True)
@@ -92,30 +106,47 @@ def latest_window(completeness: pa.Table) -> pd.Timestamp | None:
     return None if value is None else pd.Timestamp(value)
 
 
-def overview_cells(completeness: pa.Table, window: TimeRange, search: str | None = None) -> pd.DataFrame:
-    """Worst status and lowest completeness per (topic, window) over the non-reference tiers, in the range.
+CELL_COLUMNS = ["logical_topic", "window_start", "rank", "status", "completeness_pct", "missing", "duplicated"]
 
-    Columns: logical_topic, window_start, rank, status, completeness_pct, missing, duplicated.
+
+def all_cells(completeness: pa.Table) -> pd.DataFrame:
+    """Worst status and lowest completeness per (topic, window) over the non-reference tiers, every window.
+
+    Computed once per table snapshot (LakeCache.derived); `logical_topic` is categorical, for fast grouping.
     """
     table = completeness
     if not table.num_rows:
-        return pd.DataFrame(columns=["logical_topic", "window_start", "rank", "status", "completeness_pct",
-                                     "missing", "duplicated"])
-    start = pa.scalar(window.start.to_pydatetime(), type=table.schema.field("window_start").type)
-    end = pa.scalar(window.end.to_pydatetime(), type=table.schema.field("window_start").type)
-    mask = pc.and_(pc.and_(pc.greater_equal(table["window_start"], start), pc.less(table["window_start"], end)),
-                   pc.not_equal(table["tier"], table["reference_tier"]))
-    if search:
-        mask = pc.and_(mask, pc.match_substring(table["logical_topic"], search.strip(), ignore_case=True))
-    table = table.filter(mask)
-    ranks = pc.coalesce(pc.index_in(table["status"], value_set=pa.array(list(STATUS_RANK))), 0)
-    table = table.append_column("rank", pc.add(ranks, 1))
-    grouped = table.group_by(["logical_topic", "window_start"]).aggregate([
+        return pd.DataFrame(columns=CELL_COLUMNS)
+    table = table.filter(pc.not_equal(table["tier"], table["reference_tier"]))
+    ranks = pc.coalesce(pc.index_in(table["status"], value_set=pa.array(list(STATUS_RANK))), -1)
+    table = pa.table({"logical_topic": table["logical_topic"], "window_start": table["window_start"],
+                      "rank": pc.add(ranks, 1), "completeness_pct": table["completeness_pct"],
+                      "missing": table["missing"], "duplicated": table["duplicated"]})
+    grouped = table.group_by(["logical_topic", "window_start"], use_threads=True).aggregate([
         ("rank", "max"), ("completeness_pct", "min"), ("missing", "max"), ("duplicated", "max")])
     frame = grouped.to_pandas().rename(columns={"rank_max": "rank", "completeness_pct_min": "completeness_pct",
                                                 "missing_max": "missing", "duplicated_max": "duplicated"})
+    frame["logical_topic"] = frame["logical_topic"].astype("category")
     frame["status"] = frame["rank"].map(RANK_STATUS)
-    return frame
+    return frame[CELL_COLUMNS]
+
+
+def filter_cells(cells: pd.DataFrame, window: TimeRange, search: str | None = None) -> pd.DataFrame:
+    """The cells in the range whose topic contains `search` (case-insensitive)."""
+    if cells.empty:
+        return cells
+    mask = (cells["window_start"] >= window.start) & (cells["window_start"] < window.end)
+    if search:
+        topics = pd.Series(cells["logical_topic"].cat.categories if hasattr(cells["logical_topic"], "cat")
+                           else cells["logical_topic"].unique())
+        wanted = topics[topics.str.contains(search.strip(), case=False, regex=False)]
+        mask &= cells["logical_topic"].isin(wanted)
+    return cells[mask]
+
+
+def overview_cells(completeness: pa.Table, window: TimeRange, search: str | None = None) -> pd.DataFrame:
+    """Worst status per (topic, window) over the non-reference tiers, in the range, matching the search."""
+    return filter_cells(all_cells(completeness), window, search)
 
 
 def worst_topics(cells: pd.DataFrame, limit: int = HEATMAP_TOPICS) -> pd.DataFrame:
@@ -141,19 +172,23 @@ def fast_worst_topic_names(cells: pd.DataFrame, limit: int = HEATMAP_TOPICS) -> 
         return []
     flags = cells.assign(incomplete=(cells["rank"] == STATUS_RANK["incomplete"]).astype(int),
                          over=(cells["rank"] == STATUS_RANK["over"]).astype(int))
-    summary = flags.groupby("logical_topic", sort=False).agg(incomplete=("incomplete", "sum"), over=("over", "sum"),
+    summary = flags.groupby("logical_topic", sort=False, observed=True).agg(incomplete=("incomplete", "sum"), over=("over", "sum"),
                                                              worst=("completeness_pct", "min"))
     summary = summary.sort_values(["incomplete", "over", "worst"], ascending=[False, False, True])
-    return list(summary.index[:limit])
+    return [str(name) for name in summary.index[:limit]]
 
 
 def overview_data(completeness: pa.Table, tier_status: pd.DataFrame, *, range_key: str | None, search: str | None,
-                  end: str | None = None, limit: int = HEATMAP_TOPICS) -> dict:
-    """Everything the overview page draws: heatmap cells of the worst topics, the worst list, tier health."""
+                  end: str | None = None, limit: int = HEATMAP_TOPICS, cells: pd.DataFrame | None = None) -> dict:
+    """Everything the overview page draws: heatmap cells of the worst topics, the worst list, tier health.
+
+    `cells`: `all_cells(completeness)` when the caller has it cached.
+    """
     window = time_range(latest_window(completeness), range_key, end)
-    cells = overview_cells(completeness, window, search)
+    cells = filter_cells(all_cells(completeness) if cells is None else cells, window, search)
     names = fast_worst_topic_names(cells, limit)
-    shown = cells[cells["logical_topic"].isin(names)]
+    shown = cells[cells["logical_topic"].isin(names)].copy()
+    shown["logical_topic"] = shown["logical_topic"].astype(str)
     return {"range": window, "cells": shown, "order": names, "worst": worst_topics(shown, limit),
             "health": tier_health(tier_status), "topics": int(cells["logical_topic"].nunique())}
 

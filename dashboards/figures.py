@@ -1,6 +1,7 @@
 """Pure figure builders: a DataFrame in, a plotly Figure out. No Dash, no I/O; tested without a server."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -35,10 +36,11 @@ def status_heatmap(cells: pd.DataFrame, order: list[str] | None = None) -> go.Fi
     order = order or sorted(cells["logical_topic"].unique())
     z = cells.pivot(index="logical_topic", columns="window_start", values="rank").reindex(order)
     pct = cells.pivot(index="logical_topic", columns="window_start", values="completeness_pct").reindex(order)
-    status = z.apply(lambda column: column.map(RANK_STATUS)).fillna("no data")
+    names = np.array(["no data", *(RANK_STATUS[rank] for rank in range(1, len(STATUS_RANK) + 1))], dtype=object)
+    status = names[np.nan_to_num(z.to_numpy(dtype=float), nan=0).astype(int)]
     figure = go.Figure(go.Heatmap(
-        z=z.values, x=list(z.columns), y=list(z.index), zmin=0.5, zmax=len(STATUS_RANK) + 0.5,
-        colorscale=_discrete_scale(), customdata=status.values,
+        z=z.to_numpy(dtype=float), x=list(z.columns), y=list(z.index), zmin=0.5, zmax=len(STATUS_RANK) + 0.5,
+        colorscale=_discrete_scale(), customdata=status,
         text=pct.round(2).values, xgap=1, ygap=1,
         hovertemplate="%{y}<br>%{x|%Y-%m-%d %H:%M} UTC<br>%{customdata}<br>worst tier: %{text}%<extra></extra>",
         colorbar=dict(tickvals=list(RANK_STATUS), ticktext=list(RANK_STATUS.values()), title="status"),

@@ -7,7 +7,7 @@ from dash import Input, Output, State, callback, dcc, html
 
 from dashboards import figures, ids
 from dashboards.app import context, href
-from dashboards.data import OVERVIEW_COLUMNS, overview_data
+from dashboards.data import OVERVIEW_COLUMNS, all_cells, overview_data
 from dashboards.pages.controls import range_and_search, table
 
 
@@ -15,7 +15,8 @@ from dashboards.pages.controls import range_and_search, table
 def load(range_key: str | None, search: str | None, end: str | None = None) -> dict:
     lake = context().lake
     return overview_data(lake.table("completeness", OVERVIEW_COLUMNS), lake.frame("tier_status"),
-                         range_key=range_key, search=search, end=end)
+                         range_key=range_key, search=search, end=end,
+                         cells=lake.derived("completeness", OVERVIEW_COLUMNS, all_cells))
 
 
 def layout(range: str | None = None, q: str | None = None, end: str | None = None, **_other) -> html.Div:  # noqa: A002
