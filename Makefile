@@ -23,7 +23,7 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 .PHONY: setup
-setup: $(VENV)/.installed $(JARS)/kafka/.done $(JARS)/spark/.done ## venv + package + Kafka and Spark jars (idempotent, offline once cached)
+setup: $(VENV)/.installed $(JARS)/kafka/.done $(JARS)/spark/.done browser ## venv + package + Kafka and Spark jars + headless Chromium (idempotent, offline once cached)
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,13 @@ $(JARS)/spark/.done: jvm/spark/pom.xml | $(VENV)/.installed
 	$(PY) -m audit.jvm prune-provided $(JARS)/spark
 	touch $@
 
+# The UI's browser tests drive Debian's Chromium through its chromedriver; installed only when missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+.PHONY: browser
+browser: ## headless Chromium + chromedriver (Debian packages) for the UI's browser tests and screenshots
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  ($(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver)
+
 .PHONY: test
 test: setup ## run the test suite (starts real Kafka clusters and Spark on loopback)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
@@ -59,6 +66,14 @@ fuzz: setup ## coverage-guided fuzzing (atheris) of the record parser, config lo
 .PHONY: demo
 demo: setup ## run the pipeline on the embedded local default
 	$(KAUDIT) demo
+
+.PHONY: ui
+ui: setup ## serve the audit UI on http://127.0.0.1:8050 (over the lake; `kaudit ui --sample` for sample tables)
+	$(KAUDIT) ui
+
+.PHONY: screenshots
+screenshots: setup ## regenerate docs/img/ui-*.png from the sample tables in headless Chromium
+	$(PY) -m dashboards.screenshots docs/img
 
 .PHONY: up
 up: setup ## start the local Kafka clusters of the default config

@@ -320,6 +320,176 @@ def _default_clusters() -> tuple[ClusterSettings, ...]:
     return tuple(ClusterSettings(name=name) for name in DEFAULT_CLUSTERS)
 
 
+# -- alerts, SMTP and the UI (issue 6): [smtp], [alerts] with [[alerts.routes]], [ui] -------------------
+
+SMTP_SECURITY = ("starttls", "ssl", "none")
+DEFAULT_SMTP_HOST = "127.0.0.1"
+DEFAULT_SMTP_PORT = 8025  # the demo's SMTP server on loopback; 587 (starttls) or 465 (ssl) for a real relay
+DEFAULT_UI_HOST = "127.0.0.1"
+DEFAULT_UI_PORT = 8050
+DEFAULT_UI_URL = f"http://{DEFAULT_UI_HOST}:{DEFAULT_UI_PORT}"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+EMAIL_PATTERN = re.compile(r"^[^@\s,<>]+@[^@\s,<>]+$")
+
+
+def _secret(obj: Any, name: str, key: str) -> None:
+    """Wrap a str field in Secret in place; anything but a str or a Secret is an error that hides the value."""
+    value = getattr(obj, name)
+    if isinstance(value, str):
+        object.__setattr__(obj, name, Secret(value))
+    elif not isinstance(value, Secret):
+        raise _error(key, f"expected a string, got a {type(value).__name__}")
+
+
+def _port(key: str, port: int) -> None:
+    if not 0 < port < 65536:
+        raise _error(key, f"{port} is not a TCP port (1 to 65535)")
+
+
+def _addresses(key: str, addresses: tuple[str, ...]) -> None:
+    for index, address in enumerate(addresses):
+        if not EMAIL_PATTERN.match(address):
+            raise _error(f"{key}[{index}]", f"{_show(address)} is not an email address (name@domain)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmtpSettings:
+    """How alert emails leave: an SMTP server, its TLS mode and login. The password prints as ****."""
+
+    host: str = setting("SMTP server host name", DEFAULT_SMTP_HOST)
+    port: int = setting("SMTP server port: 587 for starttls, 465 for ssl, 25 or the demo's 8025 for none",
+                        DEFAULT_SMTP_PORT)
+    security: str = setting("starttls (upgrade a plain connection), ssl (TLS from the start) or none (loopback only "
+                            "when a password is set)", "none")
+    user: str = setting("login name; empty: no login", "")
+    password: Secret = setting("login password, never logged or printed; or KAUDIT_SMTP_PASSWORD", factory=lambda: Secret(""),
+                               shown='""')
+    timeout_s: float = setting("seconds to wait for the SMTP server on each step", 10.0)
+    retries: int = setting("attempts per run before an email is left pending for the next run", 3)
+    backoff_s: float = setting("seconds before the second attempt; doubled before each further one", 1.0)
+
+    def __post_init__(self) -> None:
+        _coerce_fields(self, "smtp.")
+        _secret(self, "password", "smtp.password")
+        if not self.host.strip():
+            raise _error("smtp.host", f"{self.host!r} is empty")
+        _port("smtp.port", self.port)
+        if self.security not in SMTP_SECURITY:
+            raise _error("smtp.security", f"{self.security!r} is not one of {', '.join(SMTP_SECURITY)}")
+        if self.password.reveal() and not self.user:
+            raise _error("smtp.user", "'' is empty but a password is set")
+        if self.password.reveal() and self.security == "none" and self.host not in LOOPBACK_HOSTS:
+            raise _error("smtp.security", f"'none' would send the password in clear text to {self.host}; use "
+                         "starttls or ssl")
+        if not math.isfinite(self.timeout_s) or self.timeout_s <= 0:
+            raise _error("smtp.timeout_s", f"{self.timeout_s:g} must be a finite number of seconds > 0")
+        if self.retries < 1:
+            raise _error("smtp.retries", f"{self.retries} must be at least 1")
+        if not math.isfinite(self.backoff_s) or self.backoff_s < 0:
+            raise _error("smtp.backoff_s", f"{self.backoff_s:g} must be a finite number of seconds >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlertRoute:
+    """Who hears about a topic: the first route whose regex matches `<origin_cluster>.<topic>` wins."""
+
+    pattern: str = setting("regex searched in the logical topic name (`dc1.orders`); anchor with ^...$")
+    recipients: tuple[str, ...] = setting("email addresses for the matching topics")
+
+    def __post_init__(self) -> None:
+        _coerce_fields(self, ROUTE_KEY)
+        try:
+            object.__setattr__(self, "_regex", re.compile(self.pattern))
+        except (re.error, OverflowError, RecursionError, ValueError) as exc:
+            raise _error(f"{ROUTE_KEY}pattern", f"{self.pattern!r} is not a valid regex: {exc}") from None
+        if not self.recipients:
+            raise _error(f"{ROUTE_KEY}recipients", "[] is empty")
+        _addresses(f"{ROUTE_KEY}recipients", self.recipients)
+
+    def matches(self, logical_topic: str) -> bool:
+        return self._regex.search(logical_topic) is not None  # type: ignore[attr-defined]
+
+
+ROUTE_KEY = "alerts.routes[]."
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlertSettings:
+    """When `kaudit alert` emails, from whom, to whom, and where its links point."""
+
+    sender: str = setting("From: address of alert emails", "kaudit@localhost")
+    default_recipients: tuple[str, ...] = setting("recipients of topics no route matches; empty: those alerts are "
+                                                  "logged in the alerts table and not emailed", ())
+    routes: tuple[AlertRoute, ...] = setting("[[alerts.routes]] tables {pattern, recipients}; first match wins",
+                                             (), shown="[] (everything to default_recipients)")
+    ui_url: str = setting("base URL of the audit UI, for the links in emails", DEFAULT_UI_URL)
+    lag_minutes: float = setting("a lag alert fires when a tier's watermark is this many minutes behind now", 30.0)
+    lookback_hours: float = setting("how far back (by window start) final windows are checked", 48.0)
+
+    def __post_init__(self) -> None:
+        _coerce_fields(self, "alerts.")
+        if not EMAIL_PATTERN.match(self.sender):
+            raise _error("alerts.sender", f"{_show(self.sender)} is not an email address (name@domain)")
+        _addresses("alerts.default_recipients", self.default_recipients)
+        if isinstance(self.routes, (str, bytes)) or not isinstance(self.routes, (list, tuple)):
+            raise _error("alerts.routes", f"expected a list of tables ([[alerts.routes]]), got {_show(self.routes)}")
+        routes = []
+        for index, route in enumerate(self.routes):
+            if isinstance(route, Mapping):
+                try:
+                    route = AlertRoute(**_table(AlertRoute, route, ROUTE_KEY))
+                except ConfigError as exc:
+                    raise _rekeyed(exc, ROUTE_KEY, f"alerts.routes[{index}].") from None
+            if not isinstance(route, AlertRoute):
+                raise _error(f"alerts.routes[{index}]", f"expected a table, got {_show(route)}")
+            routes.append(route)
+        object.__setattr__(self, "routes", tuple(routes))
+        if not re.match(r"^https?://[^\s/]+", self.ui_url):
+            raise _error("alerts.ui_url", f"{_show(self.ui_url)} is not an http(s) URL")
+        for key in ("lag_minutes", "lookback_hours"):
+            value = getattr(self, key)
+            if not math.isfinite(value) or value <= 0:
+                raise _error(f"alerts.{key}", f"{value:g} must be a finite number > 0")
+
+    def recipients(self, logical_topic: str) -> tuple[str, ...]:
+        """The recipients of alerts about `logical_topic`: the first matching route's, else the default."""
+        for route in self.routes:
+            if route.matches(logical_topic):
+                return route.recipients
+        return self.default_recipients
+
+
+@dataclass(frozen=True, kw_only=True)
+class UiSettings:
+    """Where `kaudit ui` listens, how often it rereads the tables, and its optional login."""
+
+    host: str = setting("address the UI binds to; loopback unless exposed on purpose (0.0.0.0)", DEFAULT_UI_HOST)
+    port: int = setting("TCP port of the UI", DEFAULT_UI_PORT)
+    refresh_s: float = setting("seconds between rereads of the Delta tables (pages refresh on this interval too)", 30.0)
+    days: int = setting("days of windows the UI loads and lets you pick from", 7)
+    auth_user: str = setting("basic-auth user name; empty: no login (run it behind your own proxy, or on loopback)", "")
+    auth_password: Secret = setting("basic-auth password, or KAUDIT_UI_AUTH_PASSWORD", factory=lambda: Secret(""),
+                                    shown='""')
+
+    def __post_init__(self) -> None:
+        _coerce_fields(self, "ui.")
+        _secret(self, "auth_password", "ui.auth_password")
+        if not self.host.strip():
+            raise _error("ui.host", f"{self.host!r} is empty (use 127.0.0.1, or 0.0.0.0 to expose)")
+        _port("ui.port", self.port)
+        if not math.isfinite(self.refresh_s) or self.refresh_s <= 0:
+            raise _error("ui.refresh_s", f"{self.refresh_s:g} must be a finite number of seconds > 0")
+        if not 0 < self.days <= 366:
+            raise _error("ui.days", f"{self.days} is not between 1 and 366")
+        if bool(self.auth_user) != bool(self.auth_password.reveal()):
+            raise _error("ui.auth_password" if self.auth_user else "ui.auth_user",
+                         "auth_user and auth_password are set together or not at all")
+
+
+# Nested tables of Settings whose scalar keys KAUDIT_<SECTION>_<KEY> may set (KAUDIT_SMTP_PASSWORD).
+SECTIONS: dict[str, type] = {"smtp": SmtpSettings, "alerts": AlertSettings, "ui": UiSettings}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """The whole configuration. `Settings.default()` is the embedded local hub and spoke of the demo."""
@@ -347,6 +517,10 @@ class Settings:
     thresholds: Mapping[str, float] = setting(
         "completeness (percent) below which a final window is incomplete, per topic regex searched in the logical "
         "topic name (`dc1.orders`); the first match wins; unmatched topics need 100", factory=dict, hash=False)
+    smtp: SmtpSettings = setting("how alert emails are sent ([smtp] table)", factory=SmtpSettings, shown="see smtp.*")
+    alerts: AlertSettings = setting("when and to whom alerts go ([alerts] table)", factory=AlertSettings,
+                                    shown="see alerts.*")
+    ui: UiSettings = setting("the audit UI ([ui] table)", factory=UiSettings, shown="see ui.*")
 
     def __post_init__(self) -> None:
         _coerce_fields(self, "")
@@ -358,6 +532,9 @@ class Settings:
         object.__setattr__(self, "clusters", tuple(self.clusters))
         if not isinstance(self.topics, TopicSelection):
             raise _error("topics", f"expected a table, got {_show(self.topics)}")
+        for name, cls in SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise _error(name, f"expected a table, got {_show(getattr(self, name))}")
         if self.tiers is None:
             object.__setattr__(self, "tiers", (PRODUCER_TIER, *self.cluster_names, LAKE_TIER))
         _validate(self)
@@ -461,8 +638,8 @@ def _validate_thresholds(thresholds: Any) -> None:
 
 def _plain(value: Any) -> Any:
     if isinstance(value, Secret):
-        return str(value)
-    if isinstance(value, (Settings, ClusterSettings, TopicSelection)):
+        return str(value) if value.reveal() else ""  # an empty secret hides nothing and must load back as empty
+    if isinstance(value, (Settings, ClusterSettings, TopicSelection, AlertRoute, *SECTIONS.values())):
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, Mapping):
         return {key: _plain(item) for key, item in value.items()}
@@ -487,7 +664,8 @@ def describe() -> list[tuple[str, str, str]]:
     """(key, default, description) for every configuration key, as `kaudit config keys` prints them."""
     return [
         (prefix + f.name, _shown_default(f), f.metadata["doc"])
-        for prefix, cls in (("", Settings), ("topics.", TopicSelection), (CLUSTER_KEY, ClusterSettings))
+        for prefix, cls in (("", Settings), ("topics.", TopicSelection), (CLUSTER_KEY, ClusterSettings),
+                            *((f"{name}.", cls) for name, cls in SECTIONS.items()), (ROUTE_KEY, AlertRoute))
         for f in fields(cls)
     ]
 
@@ -580,6 +758,9 @@ def from_dict(raw: Mapping[str, Any]) -> Settings:
         values["clusters"] = tuple(_cluster(item, index) for index, item in enumerate(_cluster_tables(values["clusters"])))
     if "topics" in values:
         values["topics"] = TopicSelection(**_table(TopicSelection, values["topics"], "topics."))
+    for name, cls in SECTIONS.items():
+        if name in values:
+            values[name] = cls(**_table(cls, values[name], f"{name}."))
     return Settings(**values)
 
 
@@ -638,11 +819,30 @@ def _env_overlay(raw: Mapping[str, Any], env: Mapping[str, str]) -> tuple[dict[s
         if key in keys:
             overlaid[key] = _parse_env(variable, text, key, keys[key])
             sources[key] = variable
+        elif _section_env(key):
+            name, sub_key, kind = _section_env(key)
+            section = overlaid.get(name, {})
+            if not isinstance(section, Mapping):
+                raise _error(name, f"expected a table, got {_show(section)}")
+            overlaid[name] = {**section, sub_key: _parse_env(variable, text, f"{name}.{sub_key}", kind)}
+            sources[f"{name}.{sub_key}"] = variable
         elif key.startswith("cluster_"):
             sources[_cluster_env(overlaid, variable, variable[len(ENV_PREFIX) + len("CLUSTER_"):], text)] = variable
         else:
             raise ConfigError(f"{variable}: not a configuration variable ({_env_hint(key, keys)})")
     return overlaid, sources
+
+
+def _section_env(key: str) -> tuple[str, str, Any] | None:
+    """(section, key, type) that KAUDIT_<SECTION>_<KEY> sets (secrets as str), or None."""
+    for name, cls in SECTIONS.items():
+        if key.startswith(f"{name}_"):
+            sub_key = key[len(name) + 1:]
+            kind = {f.name: _hints(cls)[f.name] for f in fields(cls)}.get(sub_key)
+            kind = str if kind is Secret else kind
+            if kind in _ENV_KINDS:
+                return name, sub_key, kind
+    return None
 
 
 def _env_hint(key: str, keys: Mapping[str, Any]) -> str:

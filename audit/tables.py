@@ -199,7 +199,39 @@ BRONZE = Table(
     ),
 )
 
-TABLES: dict[str, Table] = {t.name: t for t in (AUDIT_RECORDS, AUDIT_REJECTS, TIER_COUNTS, TIER_STATUS, COMPLETENESS, BRONZE)}
+ALERTS = Table(
+    name="alerts",
+    doc="Every alert kaudit alert decided to send, one row each, with its delivery state: the log that "
+        "keeps an alert from being sent twice and keeps it pending while SMTP is down.",
+    key=("alert_id",),
+    columns=(
+        _c("alert_id", "STRING", "sha256 of kind, origin_cluster, topic, window_start, tier and status: a rerun "
+           "finds the same id and sends nothing new"),
+        _c("kind", "STRING", "loss | over | recovery | lag"),
+        *LOGICAL_TOPIC,
+        _c("window_start", "TIMESTAMP", "the window alerted on (lag: the window holding the tier's watermark)"),
+        _c("tier", "STRING", "tier the alert is about"),
+        _c("status", "STRING", "the completeness status alerted on (lag alerts: lagging)"),
+        _c("expected", "BIGINT", "the reference tier's count"),
+        _c("observed", "BIGINT", "the tier's count"),
+        _c("missing", "BIGINT", "messages short"),
+        _c("duplicated", "BIGINT", "messages over"),
+        _c("completeness_pct", "DOUBLE", "100 * observed / expected"),
+        _c("cause", "STRING", "likely cause read from tier_status and tier_counts"),
+        _c("recipients", "STRING", "comma-separated addresses, from the topic's route"),
+        _c("subject", "STRING", "subject of the email that carried it"),
+        _c("state", "STRING", "pending (not delivered yet) | sent | failed (refused for good) | resolved "
+           "(recovered before it could be sent)"),
+        _c("attempts", "INT", "SMTP attempts made"),
+        _c("last_error", "STRING", "last SMTP error, if any"),
+        _c("created_at", "TIMESTAMP", "when the alert was first recorded"),
+        _c("sent_at", "TIMESTAMP", "when the email was accepted by the SMTP server"),
+        _c("date", "DATE", "UTC date of window_start"),
+    ),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (AUDIT_RECORDS, AUDIT_REJECTS, TIER_COUNTS, TIER_STATUS, COMPLETENESS,
+                                                BRONZE, ALERTS)}
 
 # Bookkeeping of the reconciliation; names start with `_`, analysts need not look at them.
 PARTITION_STATUS = Table(
@@ -247,3 +279,93 @@ def table_path(lake_path: str | Path, name: str) -> str:
     if name not in TABLES and name not in INTERNAL_TABLES:
         raise KeyError(f"unknown table {name!r} (known: {', '.join(TABLES)})")
     return f"{str(lake_path).rstrip('/')}/{name}"
+
+
+# -- pyarrow schemas (for readers and writers without a JVM: deltalake, the UI, test fixtures) --------
+
+_ARROW_SCALARS = {
+    "STRING": "string", "BIGINT": "int64", "INT": "int32", "DOUBLE": "float64", "BOOLEAN": "bool_",
+    "DATE": "date32", "BINARY": "binary",
+}
+
+
+def arrow_type(spark_type: str):
+    """The pyarrow type of a Spark SQL type name as written in this module (TIMESTAMP: UTC, microseconds)."""
+    import pyarrow as pa
+
+    text = spark_type.strip()
+    upper = text.upper()
+    if upper in _ARROW_SCALARS:
+        return getattr(pa, _ARROW_SCALARS[upper])()
+    if upper == "TIMESTAMP":
+        return pa.timestamp("us", tz="UTC")
+    inner = _inside(text)
+    if upper.startswith("ARRAY<"):
+        return pa.list_(arrow_type(inner))
+    if upper.startswith("MAP<"):
+        key, value = _split_top(inner)
+        return pa.map_(arrow_type(key), arrow_type(value))
+    if upper.startswith("STRUCT<"):
+        members = []
+        for part in _split_top(inner):
+            name, _, member_type = part.partition(":")
+            if not member_type:
+                raise ValueError(f"struct member {part!r} of {spark_type!r} has no ': TYPE'")
+            members.append(pa.field(name.strip().strip("`"), arrow_type(member_type)))
+        return pa.struct(members)
+    raise ValueError(f"unknown Spark type {spark_type!r}")
+
+
+def _inside(text: str) -> str:
+    start, end = text.find("<"), text.rfind(">")
+    if start < 0 or end < start:
+        raise ValueError(f"unknown Spark type {text!r}")
+    return text[start + 1:end]
+
+
+def _split_top(text: str) -> list[str]:
+    """`a, b<c, d>, e` split at the commas outside angle brackets."""
+    parts, depth, current = [], 0, []
+    for char in text:
+        depth += (char == "<") - (char == ">")
+        if char == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current).strip())
+    return parts
+
+
+def arrow_schema(table: Table):
+    """The pyarrow schema of `table`, columns in declaration order, every column nullable as in Spark."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field(c.name, arrow_type(c.type), nullable=True) for c in table.columns])
+
+
+def arrow_table(table: Table, rows):
+    """`rows` (a pandas DataFrame or a list of dicts) as a pyarrow Table of `table`'s exact schema.
+
+    Absent columns are null; a column the table does not have is a KeyError naming it.
+    """
+    import pandas as pd
+    import pyarrow as pa
+
+    schema = arrow_schema(table)
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    unknown = set(frame.columns) - set(schema.names)
+    if unknown:
+        raise KeyError(f"{table.name} has no column(s) {', '.join(sorted(unknown))}")
+    arrays = []
+    for column in schema:
+        if column.name in frame.columns and len(frame):
+            values = frame[column.name]
+            if pa.types.is_timestamp(column.type):
+                values = pd.to_datetime(values, utc=True)
+            elif pa.types.is_integer(column.type) and values.dtype == object:
+                values = values.astype("Int64")
+            arrays.append(pa.array(values, type=column.type, from_pandas=True))
+        else:
+            arrays.append(pa.nulls(len(frame), type=column.type))
+    return pa.Table.from_arrays(arrays, schema=schema)

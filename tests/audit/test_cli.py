@@ -21,7 +21,7 @@ def kaudit(*args: str, env: dict | None = None, timeout: float = 120) -> subproc
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize("command", [[], ["clusters"], ["config"], ["produce"], ["count"], ["mirror"], ["demo"]])
+@pytest.mark.parametrize("command", [[], ["clusters"], ["config"], ["produce"], ["count"], ["mirror"], ["alert"], ["ui"], ["demo"]])
 def test_every_command_explains_itself(command):
     result = kaudit(*command, "--help")
     assert result.returncode == 0, result.stderr

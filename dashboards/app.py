@@ -1,0 +1,83 @@
+"""The audit UI's shell: a Dash multi-page app (pages under dashboards/pages/), navigation, optional login.
+
+`create_app(settings)` builds it; `kaudit ui` serves it (audit/cli_ui.py). Pages read the Delta tables
+through one `LakeCache` (deltalake, no JVM), reread at most every `ui.refresh_s` seconds. Every page's
+state is in its URL (`/topic?topic=dc1.orders&window=2025-03-04T10:40Z&range=24h`), so an alert email
+links straight to a topic and window.
+"""
+from __future__ import annotations
+
+import base64
+import hmac
+import importlib
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+import dash
+from dash import dcc, html
+
+from dashboards import ids
+from dashboards.data import LakeCache
+
+PAGES = ("overview", "topic", "lag", "alerts")
+
+
+@dataclass
+class Context:
+    settings: object
+    lake: LakeCache
+
+
+_CONTEXT: Context | None = None
+
+
+def context() -> Context:
+    """The running app's settings and table cache (one app per process)."""
+    if _CONTEXT is None:
+        raise RuntimeError("the audit UI is not created yet: call dashboards.app.create_app(settings)")
+    return _CONTEXT
+
+
+def href(path: str, **query) -> str:
+    """A UI link holding its state in the query string; empty values are left out."""
+    kept = {key: value for key, value in query.items() if value not in (None, "")}
+    return f"{path}?{urlencode(kept)}" if kept else path
+
+
+def create_app(settings, *, lake_root: str | None = None) -> dash.Dash:
+    """The Dash app over the tables under `lake_root` (default: settings.lake_root)."""
+    global _CONTEXT
+    _CONTEXT = Context(settings=settings, lake=LakeCache(lake_root or settings.lake_root,
+                                                         refresh_s=settings.ui.refresh_s, days=settings.ui.days))
+    app = dash.Dash(__name__, use_pages=True, pages_folder="", title="kafka-audit",
+                    suppress_callback_exceptions=True)
+    for page in PAGES:
+        importlib.import_module(f"dashboards.pages.{page}")
+    app.layout = html.Div([
+        dcc.Location(id=ids.NAV, refresh="callback-nav"),
+        dcc.Interval(id=ids.REFRESH, interval=int(settings.ui.refresh_s * 1000)),
+        html.Div([
+            html.B("kafka-audit", style={"marginRight": "24px", "fontSize": "20px"}),
+            *[dcc.Link(page["name"], href=page["relative_path"], style={"marginRight": "18px"})
+              for page in dash.page_registry.values() if page["module"].startswith("dashboards.pages.")],
+        ], style={"padding": "10px 16px", "borderBottom": "1px solid #ddd", "fontFamily": "sans-serif"}),
+        html.Div(dash.page_container, style={"padding": "8px 16px", "fontFamily": "sans-serif"}),
+    ])
+    if settings.ui.auth_user:
+        _basic_auth(app.server, settings.ui.auth_user, settings.ui.auth_password.reveal())
+    return app
+
+
+def _basic_auth(server, user: str, password: str) -> None:
+    """HTTP basic auth on every request (pages, callbacks, assets); compare in constant time."""
+    from flask import Response, request
+
+    expected = base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    @server.before_request
+    def _require_login():
+        header = request.headers.get("Authorization", "")
+        given = header[6:] if header.startswith("Basic ") else ""
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            return Response("login required", 401, {"WWW-Authenticate": 'Basic realm="kafka-audit"'})
+        return None

@@ -1,0 +1,231 @@
+"""What the pages show, computed from the Delta tables: cached reads and pure frame transforms.
+
+`LakeCache` rereads a table when its Delta version changed and at most every `refresh_s` seconds, and
+keeps only the last `days` days of partitioned tables. Everything else here is a pure function of
+DataFrames (or pyarrow Tables), tested without a server.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Callable
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from audit.lake_read import read_arrow, table_version
+
+STATUS_RANK = {"complete": 1, "pending": 2, "lagging": 3, "over": 4, "incomplete": 5}
+RANK_STATUS = {rank: status for status, rank in STATUS_RANK.items()}
+RANGES = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(hours=24),
+          "3d": timedelta(days=3), "7d": timedelta(days=7)}
+DEFAULT_RANGE = "24h"
+HEATMAP_TOPICS = 25
+
+# Columns each view needs: reading fewer columns is most of the speed.
+OVERVIEW_COLUMNS = ["logical_topic", "window_start", "tier", "reference_tier", "status", "completeness_pct",
+                    "missing", "duplicated"]
+
+
+class LakeCache:
+    """Cached pyarrow snapshots of the tables under `lake_root`."""
+
+    def __init__(self, lake_root: str, *, refresh_s: float, days: int, clock: Callable[[], float] = time.monotonic):
+        self.lake_root, self.refresh_s, self.days, self.clock = lake_root, refresh_s, days, clock
+        self._entries: dict[tuple, tuple[float, int | None, pa.Table]] = {}
+        self._derived: dict[tuple, tuple[pa.Table, object]] = {}
+        self._lock = threading.Lock()
+
+    def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
+        key = (name, tuple(columns or ()))
+        now = self.clock()
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry and now - entry[0] < self.refresh_s:
+                return entry[2]
+        version = table_version(self.lake_root, name)
+        if entry and entry[1] == version and version is not None:
+            data = entry[2]
+        else:
+            since = (datetime.now(timezone.utc) - timedelta(days=self.days + 1)).date()
+            data = read_arrow(self.lake_root, name, columns=columns, since=since)
+        with self._lock:
+            self._entries[key] = (now, version, data)
+        return data
+
+    def frame(self, name: str, columns: list[str] | None = None) -> pd.DataFrame:
+        return self.table(name, columns).to_pandas()
+
+    def derived(self, name: str, columns: list[str] | None, compute: Callable[[pa.Table], object]):
+        """`compute(table)` of the current snapshot, computed once per snapshot (so once per new version)."""
+        snapshot = self.table(name, columns)
+        key = (name, tuple(columns or ()), getattr(compute, "__qualname__", repr(compute)))
+        with self._lock:
+            cached = self._derived.get(key)
+            if cached and cached[0] is snapshot:
+                return cached[1]
+        value = compute(snapshot)
+        with self._lock:
+            self._derived[key] = (snapshot, value)
+        return value
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    start: pd.Timestamp
+    end: pd.Timestamp
+
+
+def time_range(latest: pd.Timestamp | None, range_key: str | None, end: str | None = None) -> TimeRange:
+    """The window range shown: `range_key` back from `end` (ISO), else from the newest window in the data."""
+    span = RANGES.get(range_key or DEFAULT_RANGE, RANGES[DEFAULT_RANGE])
+    anchor = parse_time(end) if end else latest
+    if anchor is None or pd.isna(anchor):
+        anchor = pd.Timestamp(datetime.now(timezone.utc))
+    anchor = pd.Timestamp(anchor)
+    return TimeRange(start=anchor - span, end=anchor + pd.Timedelta(seconds=1))
+
+
+def parse_time(text: str | None) -> pd.Timestamp | None:
+    if not text:
+        return None
+    try:
+        moment = pd.Timestamp(text)
+    except ValueError:
+        return None
+    return moment.tz_localize("UTC") if moment.tzinfo is None else moment.tz_convert("UTC")
+
+
+def latest_window(completeness: pa.Table) -> pd.Timestamp | None:
+    if not completeness.num_rows:
+        return None
+    value = pc.max(completeness.column("window_start")).as_py()
+    return None if value is None else pd.Timestamp(value)
+
+
+CELL_COLUMNS = ["logical_topic", "window_start", "rank", "status", "completeness_pct", "missing", "duplicated"]
+
+
+def all_cells(completeness: pa.Table) -> pd.DataFrame:
+    """Worst status and lowest completeness per (topic, window) over the non-reference tiers, every window.
+
+    Computed once per table snapshot (LakeCache.derived); `logical_topic` is categorical, for fast grouping.
+    """
+    table = completeness
+    if not table.num_rows:
+        return pd.DataFrame(columns=CELL_COLUMNS)
+    table = table.filter(pc.not_equal(table["tier"], table["reference_tier"]))
+    ranks = pc.coalesce(pc.index_in(table["status"], value_set=pa.array(list(STATUS_RANK))), -1)
+    table = pa.table({"logical_topic": table["logical_topic"], "window_start": table["window_start"],
+                      "rank": pc.add(ranks, 1), "completeness_pct": table["completeness_pct"],
+                      "missing": table["missing"], "duplicated": table["duplicated"]})
+    grouped = table.group_by(["logical_topic", "window_start"], use_threads=True).aggregate([
+        ("rank", "max"), ("completeness_pct", "min"), ("missing", "max"), ("duplicated", "max")])
+    frame = grouped.to_pandas().rename(columns={"rank_max": "rank", "completeness_pct_min": "completeness_pct",
+                                                "missing_max": "missing", "duplicated_max": "duplicated"})
+    frame["logical_topic"] = frame["logical_topic"].astype("category")
+    frame["status"] = frame["rank"].map(RANK_STATUS)
+    return frame[CELL_COLUMNS]
+
+
+def filter_cells(cells: pd.DataFrame, window: TimeRange, search: str | None = None) -> pd.DataFrame:
+    """The cells in the range whose topic contains `search` (case-insensitive)."""
+    if cells.empty:
+        return cells
+    mask = (cells["window_start"] >= window.start) & (cells["window_start"] < window.end)
+    if search:
+        topics = pd.Series(cells["logical_topic"].cat.categories if hasattr(cells["logical_topic"], "cat")
+                           else cells["logical_topic"].unique())
+        wanted = topics[topics.str.contains(search.strip(), case=False, regex=False)]
+        mask &= cells["logical_topic"].isin(wanted)
+    return cells[mask]
+
+
+def overview_cells(completeness: pa.Table, window: TimeRange, search: str | None = None) -> pd.DataFrame:
+    """Worst status per (topic, window) over the non-reference tiers, in the range, matching the search."""
+    return filter_cells(all_cells(completeness), window, search)
+
+
+def worst_topics(cells: pd.DataFrame, limit: int = HEATMAP_TOPICS) -> pd.DataFrame:
+    """Topics ordered worst first: most incomplete windows, then over, then the lowest completeness."""
+    if cells.empty:
+        return pd.DataFrame(columns=["logical_topic", "incomplete", "over", "lagging", "missing", "worst_pct",
+                                     "latest_status"])
+    latest = cells.sort_values("window_start").groupby("logical_topic")["status"].last()
+    summary = cells.groupby("logical_topic").agg(
+        incomplete=("status", lambda s: int((s == "incomplete").sum())),
+        over=("status", lambda s: int((s == "over").sum())),
+        lagging=("status", lambda s: int((s == "lagging").sum())),
+        missing=("missing", "sum"), worst_pct=("completeness_pct", "min"))
+    summary["latest_status"] = latest
+    summary = summary.reset_index().sort_values(["incomplete", "over", "worst_pct", "logical_topic"],
+                                                ascending=[False, False, True, True])
+    return summary.head(limit).reset_index(drop=True)
+
+
+def fast_worst_topic_names(cells: pd.DataFrame, limit: int = HEATMAP_TOPICS) -> list[str]:
+    """The `limit` worst topics by (incomplete windows, over windows, lowest pct): vectorized, for 1,000s."""
+    if cells.empty:
+        return []
+    flags = cells.assign(incomplete=(cells["rank"] == STATUS_RANK["incomplete"]).astype(int),
+                         over=(cells["rank"] == STATUS_RANK["over"]).astype(int))
+    summary = flags.groupby("logical_topic", sort=False, observed=True).agg(incomplete=("incomplete", "sum"), over=("over", "sum"),
+                                                             worst=("completeness_pct", "min"))
+    summary = summary.sort_values(["incomplete", "over", "worst"], ascending=[False, False, True])
+    return [str(name) for name in summary.index[:limit]]
+
+
+def overview_data(completeness: pa.Table, tier_status: pd.DataFrame, *, range_key: str | None, search: str | None,
+                  end: str | None = None, limit: int = HEATMAP_TOPICS, cells: pd.DataFrame | None = None) -> dict:
+    """Everything the overview page draws: heatmap cells of the worst topics, the worst list, tier health.
+
+    `cells`: `all_cells(completeness)` when the caller has it cached.
+    """
+    window = time_range(latest_window(completeness), range_key, end)
+    cells = filter_cells(all_cells(completeness) if cells is None else cells, window, search)
+    names = fast_worst_topic_names(cells, limit)
+    shown = cells[cells["logical_topic"].isin(names)].copy()
+    shown["logical_topic"] = shown["logical_topic"].astype(str)
+    return {"range": window, "cells": shown, "order": names, "worst": worst_topics(shown, limit),
+            "health": tier_health(tier_status), "topics": int(cells["logical_topic"].nunique())}
+
+
+def tier_health(tier_status: pd.DataFrame, now: pd.Timestamp | None = None) -> pd.DataFrame:
+    """Per tier: the oldest watermark over its topics, how far behind that is, total lag, stalled topics."""
+    if tier_status.empty:
+        return pd.DataFrame(columns=["tier", "watermark", "behind_min", "lag", "stalled", "topics"])
+    now = now or tier_status["updated_at"].max()
+    health = tier_status.groupby("tier", sort=False).agg(
+        watermark=("watermark", "min"), lag=("lag", "sum"), stalled=("stalled", "sum"), topics=("topic", "nunique"))
+    health["behind_min"] = ((now - health["watermark"]) / pd.Timedelta(minutes=1)).round(1)
+    health["stalled"] = health["stalled"].astype(int)
+    return health.reset_index()[["tier", "watermark", "behind_min", "lag", "stalled", "topics"]]
+
+
+def split_topic(logical_topic: str) -> tuple[str, str]:
+    origin, _, topic = logical_topic.partition(".")
+    return origin, topic
+
+
+def topic_rows(frame: pd.DataFrame, logical_topic: str, window: TimeRange) -> pd.DataFrame:
+    """The rows of one topic in the range, sorted by window and tier."""
+    if frame.empty:
+        return frame
+    rows = frame[(frame["logical_topic"] == logical_topic) & (frame["window_start"] >= window.start)
+                 & (frame["window_start"] < window.end)]
+    sort = ["window_start", "tier_order"] if "tier_order" in rows else ["window_start", "tier"]
+    return rows.sort_values(sort)
+
+
+def status_history(records: pd.DataFrame, window: TimeRange, search: str | None = None) -> pd.DataFrame:
+    """Status records in the range, with how far behind each watermark was when emitted (minutes)."""
+    if records.empty:
+        return records.assign(behind_min=pd.Series(dtype=float))
+    rows = records[(records["kind"] == "status") & (records["emitted_at"] >= window.start)
+                   & (records["emitted_at"] < window.end)]
+    if search:
+        rows = rows[rows["logical_topic"].str.contains(search, case=False, regex=False, na=False)]
+    return rows.assign(behind_min=(rows["emitted_at"] - rows["watermark"]) / pd.Timedelta(minutes=1))

@@ -1,0 +1,137 @@
+"""Pure figure builders: a DataFrame in, a plotly Figure out. No Dash, no I/O; tested without a server."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from dashboards.data import RANK_STATUS, STATUS_RANK
+
+STATUS_COLORS = {"complete": "#2ca02c", "pending": "#c7c7c7", "lagging": "#f2c14e", "over": "#ff7f0e",
+                 "incomplete": "#d62728"}
+LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.2))
+
+
+def _empty(title: str) -> go.Figure:
+    figure = go.Figure()
+    figure.update_layout(title=title, **LAYOUT, annotations=[dict(text="no data in this range", showarrow=False,
+                                                                  xref="paper", yref="paper", x=0.5, y=0.5)])
+    return figure
+
+
+def _discrete_scale() -> list[list]:
+    """A colorscale with one flat band per status rank (1..5)."""
+    scale, count = [], len(STATUS_RANK)
+    for rank in range(1, count + 1):
+        color = STATUS_COLORS[RANK_STATUS[rank]]
+        scale += [[(rank - 1) / count, color], [rank / count, color]]
+    return scale
+
+
+def status_heatmap(cells: pd.DataFrame, order: list[str] | None = None) -> go.Figure:
+    """Topics x windows, each cell colored by the worst status over the tiers; click data holds topic and window."""
+    title = "Completeness by topic and window (worst tier)"
+    if cells.empty:
+        return _empty(title)
+    order = order or sorted(cells["logical_topic"].unique())
+    z = cells.pivot(index="logical_topic", columns="window_start", values="rank").reindex(order)
+    pct = cells.pivot(index="logical_topic", columns="window_start", values="completeness_pct").reindex(order)
+    names = np.array(["no data", *(RANK_STATUS[rank] for rank in range(1, len(STATUS_RANK) + 1))], dtype=object)
+    status = names[np.nan_to_num(z.to_numpy(dtype=float), nan=0).astype(int)]
+    figure = go.Figure(go.Heatmap(
+        z=z.to_numpy(dtype=float), x=list(z.columns), y=list(z.index), zmin=0.5, zmax=len(STATUS_RANK) + 0.5,
+        colorscale=_discrete_scale(), customdata=status,
+        text=pct.round(2).values, xgap=1, ygap=1,
+        hovertemplate="%{y}<br>%{x|%Y-%m-%d %H:%M} UTC<br>%{customdata}<br>worst tier: %{text}%<extra></extra>",
+        colorbar=dict(tickvals=list(RANK_STATUS), ticktext=list(RANK_STATUS.values()), title="status"),
+    ))
+    figure.update_layout(title=title, **{**LAYOUT, "margin": dict(l=140, r=20, t=50, b=40)},
+                         height=max(300, 28 * len(z.index) + 140), yaxis=dict(autorange="reversed"),
+                         xaxis=dict(title="window start (UTC)"), clickmode="event")
+    return figure
+
+
+def _by_tier(rows: pd.DataFrame, value: str, title: str, yaxis: str, *, mode: str = "lines+markers",
+             selected: pd.Timestamp | None = None) -> go.Figure:
+    if rows.empty:
+        return _empty(title)
+    figure = go.Figure()
+    for tier in tier_order(rows):
+        part = rows[rows["tier"] == tier].sort_values("window_start")
+        reference = tier == "producer"
+        figure.add_trace(go.Scatter(x=part["window_start"], y=part[value], name=tier, mode=mode,
+                                    line=dict(width=7 if reference else 2, color="#bbbbbb" if reference else None)))
+    figure.update_layout(title=title, yaxis_title=yaxis, xaxis_title="window start (UTC)", **LAYOUT)
+    _mark(figure, selected)
+    return figure
+
+
+def tier_order(rows: pd.DataFrame) -> list[str]:
+    """Tiers in data-flow order (tier_order when the rows have it), the reference first."""
+    if "tier_order" in rows and rows["tier_order"].notna().all():
+        return list(dict.fromkeys(rows.sort_values("tier_order")["tier"]))
+    return sorted(rows["tier"].unique(), key=lambda tier: (tier != "producer", tier == "lake", tier))
+
+
+def _mark(figure: go.Figure, selected: pd.Timestamp | None) -> None:
+    if selected is not None:
+        figure.add_vrect(x0=selected, x1=selected + pd.Timedelta(minutes=10), fillcolor="#d62728", opacity=0.12,
+                         line_width=0, annotation_text="selected window", annotation_position="top left")
+
+
+def correlation_figure(counts: pd.DataFrame, selected: pd.Timestamp | None = None) -> go.Figure:
+    """Producer vs every tier: messages counted per window, one line per tier, on one chart."""
+    return _by_tier(counts, "count", "Messages per window: producer vs each tier", "messages", selected=selected)
+
+
+def completeness_figure(rows: pd.DataFrame, selected: pd.Timestamp | None = None) -> go.Figure:
+    """Completeness % per tier and window."""
+    return _by_tier(rows, "completeness_pct", "Completeness per tier (%)", "% of expected", selected=selected)
+
+
+def missing_figure(rows: pd.DataFrame, selected: pd.Timestamp | None = None) -> go.Figure:
+    """Missing (down) and duplicated (up) messages per window and tier."""
+    title = "Missing and duplicated per window"
+    if rows.empty:
+        return _empty(title)
+    figure = go.Figure()
+    for tier in tier_order(rows):
+        part = rows[rows["tier"] == tier]
+        final = part[part["final"].fillna(False).astype(bool)]
+        figure.add_trace(go.Bar(x=final["window_start"], y=-final["missing"].fillna(0), name=f"{tier} missing"))
+        if final["duplicated"].fillna(0).any():
+            figure.add_trace(go.Bar(x=final["window_start"], y=final["duplicated"], name=f"{tier} duplicated",
+                                    marker_color=STATUS_COLORS["over"]))
+    figure.update_layout(title=title + " (final windows; missing drawn below zero)", barmode="group",
+                         yaxis_title="messages", xaxis_title="window start (UTC)", **LAYOUT)
+    _mark(figure, selected)
+    return figure
+
+
+def latency_figure(counts: pd.DataFrame) -> go.Figure:
+    """p99 latency per tier and window: audit time to counted, ms."""
+    return _by_tier(counts, "latency_p99_ms", "Latency p99 per tier (ms, audit time to counted)", "ms")
+
+
+def watermark_figure(history: pd.DataFrame) -> go.Figure:
+    """How far each tier's watermark was behind when it reported, over time (worst topic per report time)."""
+    title = "Watermark delay per tier (minutes behind)"
+    if history.empty:
+        return _empty(title)
+    worst = history.groupby(["tier", "emitted_at"], as_index=False)["behind_min"].max()
+    figure = go.Figure([go.Scatter(x=part["emitted_at"], y=part["behind_min"], name=tier, mode="lines+markers")
+                        for tier, part in worst.groupby("tier", sort=False)])
+    figure.update_layout(title=title, yaxis_title="minutes", xaxis_title="reported at (UTC)", **LAYOUT)
+    return figure
+
+
+def lag_figure(history: pd.DataFrame) -> go.Figure:
+    """Messages of lag per tier over time (summed over topics and reporters)."""
+    title = "Lag per tier (messages behind)"
+    if history.empty:
+        return _empty(title)
+    total = history.groupby(["tier", "emitted_at"], as_index=False)["lag"].sum()
+    figure = go.Figure([go.Scatter(x=part["emitted_at"], y=part["lag"], name=tier, mode="lines")
+                        for tier, part in total.groupby("tier", sort=False)])
+    figure.update_layout(title=title, yaxis_title="messages", xaxis_title="reported at (UTC)", **LAYOUT)
+    return figure

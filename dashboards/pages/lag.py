@@ -1,0 +1,36 @@
+"""Lag: each tier's watermark delay and the replicators' lag over time, and the tiers' status now."""
+from __future__ import annotations
+
+import dash
+from dash import dcc, html
+
+from dashboards import figures, ids
+from dashboards.app import context
+from dashboards.data import status_history, time_range
+from dashboards.pages.controls import range_and_search, table
+
+
+STATUS_COLUMNS = ["tier", "logical_topic", "watermark", "lag", "stalled", "reporters", "last_status_at"]
+HISTORY_COLUMNS = ["kind", "tier", "cluster", "service", "logical_topic", "emitted_at", "watermark", "lag", "stalled"]
+
+
+def layout(range: str | None = None, q: str | None = None, end: str | None = None, **_other) -> html.Div:  # noqa: A002
+    lake = context().lake
+    records = lake.frame("audit_records", HISTORY_COLUMNS)
+    latest = records["emitted_at"].max() if not records.empty else None
+    history = status_history(records, time_range(latest, range, end), q)
+    status = lake.frame("tier_status")
+    if q and not status.empty:
+        status = status[status["logical_topic"].str.contains(q, case=False, regex=False, na=False)]
+    return html.Div([
+        html.H2("Watermarks and lag"),
+        range_and_search(range, q),
+        dcc.Graph(id=ids.WATERMARKS, figure=figures.watermark_figure(history)),
+        dcc.Graph(id=ids.LAG, figure=figures.lag_figure(history)),
+        html.H3("Tier status now"),
+        table(status, STATUS_COLUMNS, table_id=ids.STATUS_TABLE),
+    ])
+
+
+# Registered last, with its layout: the app does not import a pages folder (pages_folder="").
+dash.register_page(__name__, path="/lag", name="Lag", order=2, title="kafka-audit: lag", layout=layout)

@@ -1,0 +1,61 @@
+"""Topic: producer vs each tier per window (the correlation graph), completeness, missing and duplicated, latency."""
+from __future__ import annotations
+
+import dash
+from dash import Input, Output, State, callback, dcc, html
+
+from dashboards import figures, ids
+from dashboards.app import context, href
+from dashboards.data import latest_window, parse_time, time_range, topic_rows
+from dashboards.pages.controls import range_and_search, table
+
+
+WINDOW_COLUMNS = ["tier", "status", "final", "expected", "observed", "missing", "duplicated", "completeness_pct",
+                  "tier_watermark", "latency_p99_ms"]
+
+
+def load(topic: str | None, range_key: str | None, window: str | None):
+    lake = context().lake
+    completeness = lake.frame("completeness")
+    counts = lake.frame("tier_counts")
+    selected = parse_time(window)
+    topics = sorted(completeness["logical_topic"].dropna().unique()) if not completeness.empty else []
+    topic = topic or (topics[0] if topics else None)
+    # The range ends after the selected window when one is given, so a linked window is always in view.
+    end = (selected + (time_range(None, range_key).end - time_range(None, range_key).start) / 4).isoformat() \
+        if selected is not None else None
+    span = time_range(latest_window(lake.table("completeness", ["window_start"])), range_key, end)
+    rows, counts = topic_rows(completeness, topic, span), topic_rows(counts, topic, span)
+    if not counts.empty and not rows.empty:  # data-flow order for the counts' legend too
+        counts = counts.merge(rows[["tier", "tier_order"]].drop_duplicates("tier"), on="tier", how="left")
+    return topic, topics, selected, rows, counts
+
+
+def layout(topic: str | None = None, window: str | None = None, range: str | None = None,  # noqa: A002
+           q: str | None = None, tier: str | None = None, **_other) -> html.Div:
+    topic, topics, selected, rows, counts = load(topic, range, window)
+    in_window = rows[rows["window_start"] == selected] if selected is not None and not rows.empty else rows.iloc[0:0]
+    return html.Div([
+        html.H2(f"Topic {topic or '(none)'}"),
+        html.Div([html.Label("topic ", style={"marginRight": "6px"}),
+                  dcc.Dropdown(id=ids.TOPIC, options=topics, value=topic, clearable=False,
+                               style={"width": "320px", "display": "inline-block"})],
+                 style={"display": "flex", "alignItems": "center"}),
+        range_and_search(range, q, with_search=True),
+        html.Div([html.H3(f"Window {selected:%Y-%m-%d %H:%M} UTC" + (f" (alert on {tier})" if tier else "")),
+                  table(in_window, WINDOW_COLUMNS, table_id=ids.WINDOW_TABLE)] if selected is not None else []),
+        dcc.Graph(id=ids.CORRELATION, figure=figures.correlation_figure(counts, selected)),
+        dcc.Graph(id=ids.COMPLETENESS, figure=figures.completeness_figure(rows, selected)),
+        dcc.Graph(id=ids.MISSING, figure=figures.missing_figure(rows, selected)),
+        dcc.Graph(id=ids.LATENCY, figure=figures.latency_figure(counts)),
+    ])
+
+
+@callback(Output(ids.NAV, "href", allow_duplicate=True), Input(ids.TOPIC, "value"), State(ids.RANGE, "value"),
+          prevent_initial_call=True)
+def _pick_topic(topic, range_key):
+    return href("/topic", topic=topic, range=range_key)
+
+
+# Registered last, with its layout: the app does not import a pages folder (pages_folder="").
+dash.register_page(__name__, path="/topic", name="Topic", order=1, title="kafka-audit: topic", layout=layout)

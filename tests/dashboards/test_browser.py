@@ -1,0 +1,133 @@
+"""The UI in real headless Chromium (Debian's chromium + chromedriver via selenium) over sample Delta tables."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pandas as pd
+import pytest
+
+from audit.settings import Settings
+from dashboards import ids
+from dashboards.sample import demo_frames, window_starts, write_frames
+from dashboards.screenshots import recent_now
+
+
+NOW = recent_now()
+LOSS_WINDOW = pd.Timestamp(window_starts(NOW, 24, 10)[8])  # DEMO_FAULTS: Loss("orders", "aggregate", 8, 40)
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory):
+    from dashboards.app import create_app
+    from dashboards.serve import chromium, serving
+
+    lake = str(tmp_path_factory.mktemp("lake"))
+    write_frames(lake, demo_frames(NOW))
+    app = create_app(replace(Settings.default(), state_dir=Path(lake)), lake_root=lake)
+    with serving(app) as base, chromium() as driver:
+        driver.set_window_size(1400, 1200)
+        yield base, driver
+
+
+def wait(condition, timeout_s: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+        except Exception:  # noqa: BLE001 - the page is still rendering
+            value = None
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def plot_data(driver, graph_id: str):
+    return driver.execute_script(
+        f"const gd = document.querySelector('#{graph_id} .js-plotly-plot'); return gd && gd.data && gd.data.length ? "
+        "gd.data.map(t => ({name: t.name, x: plain(t.x), y: plain(t.y), customdata: t.customdata})) : null;"
+        # plotly.py 6 ships numbers as typed arrays: {dtype, bdata, _inputArray} once plotly.js decoded them
+        "function plain(a) { return a && a._inputArray ? Array.from(a._inputArray) : a; }")
+
+
+def same_time(text: str, moment: pd.Timestamp) -> bool:
+    return pd.Timestamp(text).tz_localize("UTC") == moment if pd.Timestamp(text).tzinfo is None else pd.Timestamp(text) == moment
+
+
+def test_the_heatmap_shows_the_seeded_incomplete_window_and_a_click_opens_it(ui):
+    base, driver = ui
+    driver.get(base + "/?range=6h")
+    [heatmap] = wait(lambda: plot_data(driver, ids.HEATMAP), what="the heatmap")
+    row = heatmap["y"].index("dc1.orders")
+    column = next(i for i, x in enumerate(heatmap["x"]) if same_time(x, LOSS_WINDOW))
+    assert heatmap["customdata"][row][column] == "incomplete"
+    assert heatmap["customdata"][heatmap["y"].index("dc1.users")][column] == "complete"
+
+    # Click the cell where plotly draws it: data coordinates to pixels on the drag layer.
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    offset = driver.execute_script(
+        f"const gd = document.querySelector('#{ids.HEATMAP} .js-plotly-plot'); const L = gd._fullLayout;"
+        "const drag = gd.querySelector('.nsewdrag').getBoundingClientRect();"
+        "const x = L.xaxis.l2p(L.xaxis.d2l(arguments[0])); const y = L.yaxis.l2p(L.yaxis.d2l(arguments[1]));"
+        "return [x - drag.width / 2, y - drag.height / 2];",
+        heatmap["x"][column], heatmap["y"][row])
+    drag = driver.find_element(By.CSS_SELECTOR, f"#{ids.HEATMAP} .nsewdrag")
+    ActionChains(driver).move_to_element_with_offset(drag, int(offset[0]), int(offset[1])).click().perform()
+
+    wait(lambda: urlparse(driver.current_url).path == "/topic", what="the topic page")
+    query = parse_qs(urlparse(driver.current_url).query)
+    assert query["topic"] == ["dc1.orders"]
+    assert pd.Timestamp(query["window"][0]) == LOSS_WINDOW
+    assert_the_correlation_graph_shows_the_gap(driver)
+
+
+def assert_the_correlation_graph_shows_the_gap(driver) -> None:
+    traces = wait(lambda: plot_data(driver, ids.CORRELATION), what="the correlation graph")
+    counts = {t["name"]: dict(zip((pd.Timestamp(x) for x in t["x"]), t["y"])) for t in traces}
+    at = {name: next(v for x, v in values.items() if same_time(str(x), LOSS_WINDOW)) for name, values in counts.items()}
+    assert at["producer"] - at["aggregate"] == 40 and at["producer"] - at["lake"] == 40
+    assert at["dc1"] == at["producer"]
+    heading = wait(lambda: driver.execute_script("return document.querySelector('h3') && document.querySelector('h3').innerText"))
+    assert heading.startswith(f"Window {LOSS_WINDOW:%Y-%m-%d %H:%M} UTC")
+
+
+def test_an_email_deep_link_opens_the_topic_and_window(ui):
+    base, driver = ui
+    driver.get(f"{base}/topic?topic=dc1.orders&window={LOSS_WINDOW:%Y-%m-%dT%H:%M}Z&tier=aggregate")
+    assert_the_correlation_graph_shows_the_gap(driver)
+    cells = wait(lambda: driver.execute_script(
+        f"return Array.from(document.querySelectorAll('#{ids.WINDOW_TABLE} td')).map(td => td.innerText)"),
+        what="the window table")
+    assert "aggregate" in cells and "incomplete" in cells and "40" in cells
+
+
+def test_the_topic_search_filters_the_heatmap_and_stays_in_the_url(ui):
+    base, driver = ui
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    driver.get(base + "/?range=6h")
+    wait(lambda: plot_data(driver, ids.HEATMAP), what="the heatmap")
+    box = driver.find_element(By.ID, ids.SEARCH)
+    box.send_keys("pay", Keys.ENTER)
+    wait(lambda: parse_qs(urlparse(driver.current_url).query).get("q") == ["pay"], what="q=pay in the URL")
+    wait(lambda: plot_data(driver, ids.HEATMAP)[0]["y"] == ["dc1.payments"], what="only dc1.payments")
+    driver.refresh()  # the state survives a reload: it is in the URL
+    wait(lambda: plot_data(driver, ids.HEATMAP)[0]["y"] == ["dc1.payments"], what="dc1.payments after reload")
+    assert driver.find_element(By.ID, ids.SEARCH).get_attribute("value") == "pay"
+
+
+def test_the_lag_and_alert_pages_render(ui):
+    base, driver = ui
+    driver.get(base + "/lag?range=6h")
+    traces = wait(lambda: plot_data(driver, ids.WATERMARKS), what="the watermark graph")
+    lake = next(t for t in traces if t["name"] == "lake")
+    assert max(lake["y"]) > 30 and max(next(t for t in traces if t["name"] == "dc1")["y"]) < 1
+    driver.get(base + "/alerts")
+    wait(lambda: driver.execute_script(f"return document.querySelector('#{ids.ALERTS_TABLE}') !== null"),
+         what="the alert table")

@@ -1,0 +1,135 @@
+"""The UI's data transforms and figure builders, without a server: a frame in, numbers and figures out."""
+from __future__ import annotations
+
+import base64
+from dataclasses import replace
+from datetime import datetime, timezone
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from audit.settings import Settings, UiSettings
+from audit.tables import COMPLETENESS, arrow_table
+from dashboards import figures
+from dashboards.data import LakeCache, latest_window, overview_cells, overview_data, tier_health, time_range
+from dashboards.sample import Duplicate, Lagging, Loss, SampleSpec, bulk_completeness, sample_frames, write_frames
+
+NOW = datetime(2025, 3, 4, 12, 3, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def frames():
+    return sample_frames(SampleSpec(now=NOW, faults=[Loss("orders", "aggregate", 3, 40),
+                                                     Duplicate("payments", "lake", 5, 7),
+                                                     Lagging("clicks", "lake", 45)]))
+
+
+def completeness_arrow(frames) -> pa.Table:
+    return arrow_table(COMPLETENESS, frames["completeness"])
+
+
+@pytest.mark.parametrize("topic, window, status", [
+    ("dc1.orders", 3, "incomplete"),   # aggregate and lake lost 40: worst wins
+    ("dc1.payments", 5, "over"),
+    ("dc1.clicks", 8, "lagging"),       # short, but not final: lagging, never incomplete
+    ("dc1.orders", 11, "pending"),      # the window still open
+    ("dc1.orders", 2, "complete"),
+])
+def test_overview_cells_hold_the_worst_status_of_the_non_reference_tiers(frames, topic, window, status):
+    completeness = completeness_arrow(frames)
+    cells = overview_cells(completeness, time_range(pd.Timestamp(NOW), "24h"))
+    start = sorted(frames["completeness"]["window_start"].unique())[window]
+    [cell] = cells[(cells["logical_topic"] == topic) & (cells["window_start"] == start)].itertuples()
+    assert cell.status == status
+
+
+def test_the_worst_topics_come_first_and_search_narrows(frames):
+    data = overview_data(completeness_arrow(frames), frames["tier_status"], range_key="24h", search=None)
+    assert data["order"][:2] == ["dc1.orders", "dc1.payments"] and data["topics"] == 3
+    worst = data["worst"].set_index("logical_topic")
+    assert worst.loc["dc1.orders", "incomplete"] == 1 and worst.loc["dc1.orders", "missing"] >= 40
+    searched = overview_data(completeness_arrow(frames), frames["tier_status"], range_key="24h", search="CLI")
+    assert searched["order"] == ["dc1.clicks"]
+
+
+def test_a_range_keeps_only_its_windows(frames):
+    completeness = completeness_arrow(frames)
+    one_hour = overview_cells(completeness, time_range(latest_window(completeness), "1h"))
+    assert one_hour["window_start"].nunique() == 7  # 11:00 .. the newest (open) 12:00 window, both included
+
+
+def test_tier_health_reports_the_oldest_watermark_and_lag(frames):
+    health = tier_health(frames["tier_status"]).set_index("tier")
+    assert health.loc["lake", "behind_min"] == pytest.approx(45.0, abs=0.1)
+    assert health.loc["lake", "lag"] == 5000 and health.loc["dc1", "lag"] == 0
+    assert tier_health(frames["tier_status"].iloc[0:0]).empty
+
+
+def test_the_heatmap_colors_each_cell_by_status_and_is_clickable(frames):
+    data = overview_data(completeness_arrow(frames), frames["tier_status"], range_key="24h", search=None)
+    figure = figures.status_heatmap(data["cells"], data["order"])
+    [trace] = figure.data
+    assert list(trace.y) == data["order"]
+    row = list(trace.y).index("dc1.orders")
+    assert list(trace.customdata[row]).count("incomplete") == 1
+    assert figure.layout.clickmode == "event"
+
+
+def test_the_correlation_graph_has_a_line_per_tier_and_shows_the_gap(frames):
+    counts = frames["tier_counts"].query("topic == 'orders'")
+    assert [t.name for t in figures.correlation_figure(counts).data] == ["producer", "aggregate", "dc1", "lake"]
+    order = frames["completeness"][["tier", "tier_order"]].drop_duplicates("tier")
+    figure = figures.correlation_figure(counts.merge(order, on="tier"))  # as the topic page does
+    assert [trace.name for trace in figure.data] == ["producer", "dc1", "aggregate", "lake"]
+    y = {trace.name: list(trace.y) for trace in figure.data}
+    assert y["producer"][3] - y["aggregate"][3] == 40 and y["producer"][2] == y["lake"][2]
+
+
+def test_missing_and_duplicated_bars_cover_final_windows_only(frames):
+    rows = frames["completeness"].query("topic == 'clicks'")
+    figure = figures.missing_figure(rows)
+    lake = next(trace for trace in figure.data if trace.name == "lake missing")
+    assert all(value == 0 for value in lake.y)  # the lagging windows are not final: no missing drawn
+    payments = figures.missing_figure(frames["completeness"].query("topic == 'payments'"))
+    assert any(trace.name == "lake duplicated" and max(trace.y) == 7 for trace in payments.data)
+
+
+@pytest.mark.parametrize("builder", [figures.status_heatmap, figures.correlation_figure, figures.completeness_figure,
+                                     figures.missing_figure, figures.latency_figure, figures.watermark_figure,
+                                     figures.lag_figure])
+def test_every_figure_says_no_data_on_an_empty_frame(builder):
+    figure = builder(pd.DataFrame())
+    assert figure.layout.annotations[0].text == "no data in this range"
+
+
+def test_the_cache_rereads_only_after_refresh_and_a_new_version(tmp_path, frames):
+    clock = [0.0]
+    write_frames(str(tmp_path), {"tier_status": frames["tier_status"]})
+    cache = LakeCache(str(tmp_path), refresh_s=30, days=7, clock=lambda: clock[0])
+    first = cache.table("tier_status")
+    write_frames(str(tmp_path), {"tier_status": frames["tier_status"].head(2)})
+    assert cache.table("tier_status") is first  # within refresh_s: the cached snapshot
+    clock[0] = 31
+    assert cache.table("tier_status").num_rows == 2
+    assert cache.table("alerts").num_rows == 0  # a table not written yet reads as empty
+
+
+def test_bulk_completeness_matches_the_table_schema():
+    table = bulk_completeness(now=NOW, topics=3, days=1)
+    assert table.schema == arrow_table(COMPLETENESS, []).schema and table.num_rows == 3 * 144 * 4
+
+
+def test_basic_auth_guards_every_request_when_configured(tmp_path):
+    from dashboards.app import create_app
+
+    settings = replace(Settings.default(), state_dir=tmp_path, ui=UiSettings(auth_user="admin", auth_password="pw"))
+    client = create_app(settings).server.test_client()
+    assert client.get("/").status_code == 401
+    assert client.get("/_dash-layout").status_code == 401
+    wrong = base64.b64encode(b"admin:nope").decode()
+    assert client.get("/", headers={"Authorization": f"Basic {wrong}"}).status_code == 401
+    right = base64.b64encode(b"admin:pw").decode()
+    assert client.get("/", headers={"Authorization": f"Basic {right}"}).status_code == 200
+    open_settings = replace(settings, ui=UiSettings())
+    assert create_app(open_settings).server.test_client().get("/").status_code == 200
