@@ -94,7 +94,7 @@ def _alerts(settings) -> None:
     from audit.alerts import run_alerts
 
     try:
-        print(f"alerts: {run_alerts(settings)}", flush=True)
+        print(run_alerts(settings).summary(), flush=True)
     except Exception as exc:  # an alert failure must not stop the books from being balanced
         log.error("alerts failed", extra={"error": str(exc)})
 

@@ -155,6 +155,7 @@ def store_records_and_rejects(spark, settings, checked, report: ReconcileReport)
     """Insert new records (once per record_id) and rejects (once per audit-topic offset); returns the new records."""
     from pyspark.sql import functions as F
 
+    checked = checked.localCheckpoint()  # the Python check runs once; records and rejects both come from it
     rejects = checked.where(F.col("reason").isNotNull()).withColumn("date", F.to_date("ingested_at"))
     records = checked.where(F.col("reason").isNull()).dropDuplicates(["record_id"])
     existing = delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name).select("record_id", "date")

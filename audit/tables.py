@@ -369,3 +369,32 @@ def arrow_table(table: Table, rows):
         else:
             arrays.append(pa.nulls(len(frame), type=column.type))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def markdown() -> str:
+    """docs/tables.md: every table analysts read, its key, partitioning and columns."""
+    lines = [
+        "# The Delta tables",
+        "",
+        "Generated from `audit/tables.py` by `python -m audit.tables > docs/tables.md` (a test keeps the two equal).",
+        "Every table lives under `lake_path` (default `<state_dir>/lake`), one folder each, and is written by",
+        "MERGE on its key, so reruns change nothing. Times are UTC. Read them with Spark SQL",
+        "(``spark.read.format(\"delta\").load(path)``) or without a JVM with the `deltalake` package.",
+        "",
+    ]
+    for table in TABLES.values():
+        lines += [f"## `{table.name}`", "", table.doc, "",
+                  f"Key: {', '.join(f'`{k}`' for k in table.key)}. "
+                  + (f"Partitioned by {', '.join(f'`{p}`' for p in table.partition_by)}." if table.partition_by else "Not partitioned."),
+                  "", "| column | type | meaning |", "|---|---|---|"]
+        lines += [f"| `{c.name}` | {c.type.replace('|', '/')} | {c.doc.replace('|', '/')} |" for c in table.columns]
+        lines.append("")
+    from audit import completeness
+
+    rules = completeness.__doc__.split("The rules, in order (see docs/tables.md):")[1].strip()
+    lines += ["## How `completeness.status` is decided", "", "From `audit/completeness.py`, in order:", "", rules, ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

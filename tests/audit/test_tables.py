@@ -47,3 +47,12 @@ def test_rows_become_that_schema_and_round_trip_through_delta(tmp_path):
     assert back.column("attempts").to_pylist() == [2] and back.column("state").to_pylist() == [None]
     with pytest.raises(KeyError, match="nope"):
         arrow_table(ALERTS, [{"nope": 1}])
+
+
+def test_docs_tables_md_is_generated_from_the_catalogue():
+    from pathlib import Path
+
+    from audit.tables import markdown
+
+    assert (Path(__file__).parents[2] / "docs" / "tables.md").read_text() == markdown(), \
+        "docs/tables.md is stale: run `python -m audit.tables > docs/tables.md`"

@@ -1,0 +1,160 @@
+"""Reconciliation at scale on local Spark, against a single-process pandas baseline, in one run.
+
+    .venv/bin/python -m bench.bench_reconcile [--topics 2000] [--windows 100] [--increment 10000]
+
+Starts two local clusters, writes topics x windows x 5 tiers count records (1,000,000 by default)
+into dc1's audit topic, then:
+1. `reconcile` over all of them (Kafka read, record check with the expectation suite, dedup, Delta
+   MERGEs, completeness), timed end to end;
+2. the pandas baseline: the same audit messages read with confluent-kafka, parsed with the same
+   contract, deduplicated, summed per (topic, window, tier) and judged by the same `classify`;
+3. an increment of --increment new records (late counts for existing windows), both ways.
+Prints seconds and records per second for each, and the ratios. Goals: 1M in under 60 s, an
+increment in under 10 s.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from audit.clients import ensure_topics
+from audit.completeness import classify
+from audit.local_cluster import LocalClusters
+from audit.reconcile import reconcile
+from audit.record import count_record, encode, parse
+from audit.settings import ClusterSettings, Settings, load_settings
+from audit.spark import spark_session
+from audit.windows import window_start
+
+TIERS = ("producer", "dc1", "dc2", "aggregate", "lake")
+PARTITIONS = 4
+MINUTE = 60_000
+
+
+def records(topics: int, windows: int, *, first_window: int, sequence: str, late: bool = False):
+    """Count records: for each topic and window one per tier; the lake loses 1 in every 100th window."""
+    now = time.time_ns() // 1_000_000
+    for t in range(topics):
+        for w in range(windows):
+            start = first_window + w * 10 * MINUTE
+            for tier in TIERS:
+                cluster = {"producer": "dc1", "lake": "aggregate"}.get(tier, tier)
+                seen = f"topic{t:05d}" if cluster == "dc1" else f"dc1.topic{t:05d}"
+                count = 1 if late else (999 if tier == "lake" and w % 100 == 0 else 1000)
+                yield encode(count_record(record_id=f"{tier}-{sequence}:{t}.{w}", tier=tier, cluster=cluster, topic=seen,
+                                          window_start_ms=start, count=count, bytes=count * 100,
+                                          by_partition={0: count}, emitted_at_ms=now))
+
+
+def produce(bootstrap: str, topic: str, payloads, total: int) -> float:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
+                         "compression.type": "lz4", "acks": "all"})
+    began, sent = time.monotonic(), 0
+    for payload in payloads:
+        while True:
+            try:
+                producer.produce(topic, payload, partition=sent % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        sent += 1
+        if sent % 100_000 == 0:
+            print(f"  wrote {sent:,}/{total:,} audit records ({sent / (time.monotonic() - began):,.0f}/s)", flush=True)
+    producer.flush()
+    return time.monotonic() - began
+
+
+def pandas_baseline(bootstrap: str, topic: str, starts: dict[int, int], now_ms: int, grace_ms: int) -> tuple[float, int]:
+    """Read, parse, dedup, sum and judge in one process with pandas; (seconds, records)."""
+    began = time.monotonic()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.monotonic_ns()}",
+                         "enable.auto.commit": False})
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in range(PARTITIONS)}
+    consumer.assign([TopicPartition(topic, p, starts.get(p, 0)) for p in range(PARTITIONS)])
+    rows, remaining = [], {p for p in range(PARTITIONS) if ends[p] > starts.get(p, 0)}
+    while remaining:
+        for message in consumer.consume(10_000, timeout=1.0):
+            if message.error():
+                continue
+            record, _reason = parse(message.value())
+            if record is not None:
+                rows.append((record.record_id, record.tier, record.topic.split(".")[-1], record.window_start_ms,
+                             record.count, record.by_partition))
+            if message.offset() + 1 >= ends[message.partition()]:
+                remaining.discard(message.partition())
+    consumer.close()
+    frame = pd.DataFrame(rows, columns=["record_id", "tier", "topic", "window_start", "count", "by_partition"])
+    frame = frame.drop_duplicates("record_id")
+    sums = frame.groupby(["topic", "window_start", "tier"], as_index=False)["count"].sum()
+    expected = sums[sums["tier"] == "producer"].rename(columns={"count": "expected"}).drop(columns="tier")
+    observed = sums[sums["tier"] != "producer"].rename(columns={"count": "observed"})
+    judged = observed.merge(expected, on=["topic", "window_start"], how="left").fillna({"expected": 0})
+    judged["expected_by_partition"] = None
+    judged["observed_by_partition"] = None
+    judged["window_end_ms"] = judged["window_start"] + 10 * MINUTE
+    judged["tier_watermark_ms"] = now_ms
+    judged["threshold_pct"] = 100.0
+    classify(judged, now_ms=now_ms, grace_ms=grace_ms)
+    return time.monotonic() - began, len(frame)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--topics", type=int, default=2000, help="topics (default 2000)")
+    parser.add_argument("--windows", type=int, default=100, help="windows per topic (default 100)")
+    parser.add_argument("--increment", type=int, default=10_000, help="records in the increment (default 10000)")
+    args = parser.parse_args()
+    total = args.topics * args.windows * len(TIERS)
+    cache = load_settings().cache_dir
+    with tempfile.TemporaryDirectory() as state:
+        clusters = LocalClusters(["dc1", "other"], state_dir=Path(state), cache_dir=cache)
+        clusters.up()
+        try:
+            dc1, other = clusters["dc1"].bootstrap_servers, clusters["other"].bootstrap_servers
+            settings = Settings(
+                clusters=(ClusterSettings(name="dc1", bootstrap_servers=dc1, local=False),
+                          ClusterSettings(name="dc2", bootstrap_servers=other, local=False),
+                          ClusterSettings(name="aggregate", bootstrap_servers=other, local=False)),
+                state_dir=Path(state), cache_dir=cache, lake_path=str(Path(state) / "lake"))
+            topic = settings.audit_topic
+            ensure_topics({"bootstrap.servers": dc1}, {topic: PARTITIONS})
+            now = time.time_ns() // 1_000_000
+            first = window_start(now - (args.windows + 12) * 10 * MINUTE)
+            print(f"writing {total:,} audit records ({args.topics} topics x {args.windows} windows x {len(TIERS)} tiers)")
+            produce(dc1, topic, records(args.topics, args.windows, first_window=first, sequence="a"), total)
+            spark = spark_session(app_name="bench-reconcile", cache_dir=cache)
+            spark.sparkContext.setLogLevel("ERROR")
+
+            began = time.monotonic()
+            report = reconcile(spark, settings, now_ms=now)
+            ours = time.monotonic() - began
+            print(f"reconcile: {report.line()}")
+            base, base_records = pandas_baseline(dc1, topic, {}, now, int(settings.grace_s * 1000))
+
+            increment_topics = max(args.increment // (len(TIERS) * 10), 1)
+            consumer = Consumer({"bootstrap.servers": dc1, "group.id": "offsets"})
+            starts = {p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in range(PARTITIONS)}
+            consumer.close()
+            increment = increment_topics * 10 * len(TIERS)
+            produce(dc1, topic, records(increment_topics, 10, first_window=first, sequence="late", late=True), increment)
+            began = time.monotonic()
+            again = reconcile(spark, settings, now_ms=now)
+            ours_increment = time.monotonic() - began
+            print(f"increment: {again.line()}")
+            base_increment, _ = pandas_baseline(dc1, topic, starts, now, int(settings.grace_s * 1000))
+        finally:
+            clusters.down()
+    print()
+    print(f"| what | records | pandas (1 process) | reconcile (local Spark) | ratio spark/pandas time | goal |")
+    print(f"| full run | {total:,} | {base:.1f} s | {ours:.1f} s | {ours / base:.2f} | under 60 s |")
+    print(f"| increment | {increment:,} | {base_increment:.1f} s | {ours_increment:.1f} s | {ours_increment / base_increment:.2f} | under 10 s |")
+    print(f"full run: {total / ours:,.0f} records/s (Spark), {base_records / base:,.0f} records/s (pandas)")
+
+
+if __name__ == "__main__":
+    main()
