@@ -25,7 +25,8 @@ def add_command(commands) -> None:
         description="Real Apache Kafka clusters (single-node KRaft) on loopback, one per local cluster of the "
         "configuration, with data and logs under <state_dir>/clusters/<name>.",
     )
-    parser.add_argument("action", choices=["up", "down", "status"], help="up: start (idempotent); down: stop all; status: list")
+    parser.add_argument("action", choices=["up", "down", "status"],
+                        help="up: start (idempotent); down: stop the demo's services, then the clusters; status: list")
     parser.add_argument("names", nargs="*", help="only these clusters (default: every local cluster)")
     parser.set_defaults(handler=run)
 
@@ -39,6 +40,11 @@ def run(args: argparse.Namespace, settings) -> int:
             print(f"{name:<12} {clusters[name].bootstrap_servers:<22} {note}")
         print(f"{len(ready)} clusters up in {max(ready.values(), default=0):.1f} s")
     elif args.action == "down":
+        from audit.services import stop_leftovers
+
+        services = stop_leftovers(settings.state_dir)
+        if services:
+            print(f"stopped services: {', '.join(services)}")
         clusters.down()
         print(f"stopped: {', '.join(cluster.name for cluster in clusters)}")
     else:

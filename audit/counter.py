@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import Counter, Gauge
 
 from audit.audit_time import audit_time
-from audit.clients import check_credentials, group_caught_up, list_offsets
+from audit.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 from audit.errors import KafkaClientError
 from audit.record import MAX_AUDIT_TIME_MS, PartitionStatus, count_record, encode, new_instance_id, record_id, status_record
 from audit.tally import Tally
@@ -131,6 +131,8 @@ class ClusterCounter:
             "session.timeout.ms": SESSION_TIMEOUT_MS,
         })
         self._admin = AdminClient(self.config)
+        # Without its audit topic every transaction would wait for a topic that never comes.
+        ensure_topics(self.config, {self.options.audit_topic: 1}, timeout_s=self.options.client_timeout_s)
         self._producer = Producer({
             **self.config,
             "transactional.id": self.options.transactional_id,

@@ -1,81 +1,120 @@
-"""The pipeline run by `kaudit demo` and the end-to-end tests: produce, count, read the books back.
+"""The whole pipeline as services: what `kaudit demo` and the soak start, in one place.
 
-Today it covers the producer and cluster tiers of the regional clusters; the replicator, lake and
-reconciliation stages join it as they are built.
+Hub and spoke on the configured clusters: producers write to every regional cluster (all but the
+last), one replicator per regional cluster copies into the hub (the last cluster, the aggregate)
+with prefix naming (`dc1.orders`), a counter per cluster, the lake job on the hub, the continuous
+reconciliation (which sends the alert emails) and the UI.
 """
 from __future__ import annotations
 
-import sys
-from collections import defaultdict
+import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
-from audit.audit_log import counts_by_window, read_audit_topic
 from audit.clients import client_config, ensure_topics
-from audit.counter import ClusterCounter, CounterOptions
-from producers.loadgen import Progress, audited_producer, generate
+from audit.services import Supervisor
+from audit.windows import window_start
 
-DEMO_TOPICS = ("orders", "clicks", "payments")
-DEMO_PARTITIONS = 6
-
-
-@dataclass
-class TierTotals:
-    """Per tier, per (topic, window): the count the audit topic says."""
-
-    counts: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
-
-    def by_topic(self, tier: str) -> dict[str, int]:
-        totals: dict[str, int] = defaultdict(int)
-        for (topic, _window), count in self.counts.get(tier, {}).items():
-            totals[topic] += count
-        return dict(totals)
+TOPICS = ("orders", "clicks", "payments")
+PARTITIONS = 6
 
 
-@dataclass
-class Summary:
-    regional: list[str]  # the clusters producers write to; each is also the name of its tier
-    totals: TierTotals
+@dataclass(frozen=True)
+class DropPlan:
+    """Exactly `count` messages of `topic` in the window starting at `window_start_ms`, lost between `cluster` and the hub."""
 
-    @property
-    def exact(self) -> bool:
-        """Every regional cluster counted exactly what its producers had acknowledged, window by window."""
-        producer = self.totals.counts.get("producer", {})
-        return all(
-            {key: n for key, n in self.totals.counts.get(cluster, {}).items() if key[0].startswith(f"{cluster}.")}
-            == {key: n for key, n in producer.items() if key[0].startswith(f"{cluster}.")}
-            for cluster in self.regional
-        )
-
-    def table(self) -> str:
-        tiers = ["producer", *self.regional]
-        topics = sorted({topic for tier in tiers for topic in self.totals.by_topic(tier)})
-        lines = [f"{'topic':<20}" + "".join(f"{tier:>12}" for tier in tiers) + f"{'windows':>9}"]
-        for topic in topics:
-            windows = {w for (t, w) in self.totals.counts.get("producer", {}) if t == topic}
-            lines.append(f"{topic:<20}" + "".join(f"{self.totals.by_topic(tier).get(topic, 0):>12,}" for tier in tiers)
-                         + f"{len(windows):>9}")
-        lines.append("every cluster tier equals the producer tier, window by window" if self.exact
-                     else "MISMATCH between producer and cluster counts")
-        return "\n".join(lines)
+    cluster: str
+    topic: str
+    window_start_ms: int
+    count: int
 
 
-def audit_regional_traffic(settings, *, messages: int, backfill_hours: float, seed: int = 0) -> Summary:
-    """Backfill audited traffic into each regional cluster, count it there, and read both tiers back."""
-    regional = [cluster.name for cluster in settings.clusters][:-1] or [settings.clusters[0].name]
-    totals = TierTotals()
-    for index, cluster in enumerate(regional):
-        config = client_config(settings, cluster)
-        topics = [f"{cluster}.{topic}" for topic in DEMO_TOPICS]
-        ensure_topics(config, {topic: DEMO_PARTITIONS for topic in topics} | {settings.audit_topic: 1})
-        with audited_producer(settings, cluster, service="kaudit-demo") as producer:
-            generate(producer, topics, count=messages, backfill_hours=backfill_hours, seed=seed + index,
-                     window_minutes=settings.window_minutes, progress=Progress(f"produce {cluster}", messages))
-        options = CounterOptions(cluster=cluster, audit_topic=settings.audit_topic, window_minutes=settings.window_minutes,
-                                 flush_interval_s=1.0, topic_refresh_s=5.0)
-        stats = ClusterCounter(config, options, settings.topics.matches).run(until_caught_up=True, max_seconds=300)
-        print(f"count {cluster}: {stats.counted:,} messages, {stats.flushes} transactions", file=sys.stderr)
-        records, _rejects = read_audit_topic(config, settings.audit_topic)
-        for tier in ("producer", cluster):
-            merged = totals.counts.setdefault(tier, {})
-            merged.update(counts_by_window(records, tier))
-    return Summary(regional, totals)
+@dataclass(frozen=True)
+class StallPlan:
+    """The replicator of `cluster` stops copying `after_s` after it starts, for `for_s` seconds."""
+
+    cluster: str
+    after_s: float
+    for_s: float
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    regional: tuple[str, ...]
+    hub: str
+    topics: tuple[str, ...] = TOPICS
+    drop: DropPlan | None = None
+    stall: StallPlan | None = None
+    flush_interval_s: float = 5.0
+    status_interval_s: float = 5.0
+    stall_after_s: float = 20.0
+    lake_trigger_s: float = 10.0
+    reconcile_interval_s: float = 30.0
+    with_ui: bool = True
+    service_names: list[str] = field(default_factory=list)
+
+
+def hub_and_spokes(settings) -> tuple[tuple[str, ...], str]:
+    names = settings.cluster_names
+    return (tuple(names[:-1]) or (names[0],)), names[-1]
+
+
+def drop_window(backfill_hours: float, now_ms: int | None = None, window_minutes: int = 10) -> int:
+    """A window in the middle of the backfilled hours: full of messages, long past its grace."""
+    now_ms = now_ms or time.time_ns() // 1_000_000
+    return window_start(now_ms - int(backfill_hours * 3_600_000 / 2), window_minutes)
+
+
+def create_topics(settings, plan: PipelinePlan) -> None:
+    for cluster in plan.regional:
+        ensure_topics(client_config(settings, cluster), {t: PARTITIONS for t in plan.topics} | {settings.audit_topic: 1})
+    ensure_topics(client_config(settings, plan.hub), {settings.audit_topic: 1})
+
+
+def start_services(supervisor: Supervisor, settings, plan: PipelinePlan) -> list[str]:
+    """Start counters, replicators, the lake job, the reconciliation and the UI; returns their names."""
+    started = []
+    for cluster in settings.cluster_names:
+        supervisor.start(f"count-{cluster}", "count", "--cluster", cluster, "--flush-interval-s", str(plan.flush_interval_s),
+                         "--topic-refresh-s", "10")
+        started.append(f"count-{cluster}")
+    for cluster in plan.regional:
+        supervisor.start(f"mirror-{cluster}", *mirror_args(plan, cluster))
+        started.append(f"mirror-{cluster}")
+    supervisor.start("lake", "lake", "--cluster", plan.hub, "--trigger-s", str(plan.lake_trigger_s))
+    supervisor.start("reconcile", "reconcile", "--continuous", "--interval-s", str(plan.reconcile_interval_s))
+    started += ["lake", "reconcile"]
+    if plan.with_ui:
+        supervisor.start("ui", "ui")
+        started.append("ui")
+    return started
+
+
+def mirror_args(plan: PipelinePlan, cluster: str) -> list[str]:
+    args = ["mirror", "--from", cluster, "--to", plan.hub, "--status-interval-s", str(plan.status_interval_s),
+            "--stall-after-s", str(plan.stall_after_s), "--topic-refresh-s", "10"]
+    if plan.drop and plan.drop.cluster == cluster:
+        window = datetime.fromtimestamp(plan.drop.window_start_ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        args += ["--drop-topics", f"^{plan.drop.topic}$", "--drop-count", str(plan.drop.count), "--drop-window", window]
+    if plan.stall and plan.stall.cluster == cluster:
+        args += ["--pause-after-s", str(plan.stall.after_s), "--pause-for-s", str(plan.stall.for_s)]
+    return args
+
+
+def backfill(supervisor: Supervisor, plan: PipelinePlan, *, messages: int, hours: float, seed: int = 0) -> None:
+    """Produce `messages` audited messages per regional cluster spread over the last `hours` (foreground)."""
+    for index, cluster in enumerate(plan.regional):
+        result = supervisor.run("produce", "--cluster", cluster, "--topics", ",".join(plan.topics), "--count", str(messages),
+                                "--backfill-hours", str(hours), "--seed", str(seed + index), timeout_s=900)
+        if result.returncode != 0:
+            raise RuntimeError(f"producing to {cluster} failed: {result.stderr[-2000:]}")
+
+
+def start_live_traffic(supervisor: Supervisor, plan: PipelinePlan, *, rate: float, duration_s: float) -> list[str]:
+    names = []
+    for index, cluster in enumerate(plan.regional):
+        name = f"produce-{cluster}"
+        supervisor.start(name, "produce", "--cluster", cluster, "--topics", ",".join(plan.topics), "--rate", str(rate),
+                         "--duration-s", str(duration_s), "--seed", str(100 + index))
+        names.append(name)
+    return names

@@ -1,0 +1,134 @@
+"""Running kaudit services as child processes: the demo and the soak start, watch, kill and stop them.
+
+Each service is `python -m audit.cli [--config FILE] <command ...>` with its output in
+`<state_dir>/logs/<name>.log` and its pid in `<state_dir>/run/<name>.pid`, so `kaudit down` (and
+`make down`) can stop whatever a demo left running, even from another shell.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+log = logging.getLogger(__name__)
+
+STOP_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Service:
+    name: str
+    argv: list[str]
+    log_path: Path
+    process: subprocess.Popen
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+class Supervisor:
+    """Starts named kaudit commands and stops them; one per demo or soak run."""
+
+    def __init__(self, state_dir: Path, *, config: Path | None = None, env: Mapping[str, str] | None = None) -> None:
+        self.state_dir = Path(state_dir)
+        self.config = config
+        self.env = {**os.environ, **(env or {})}
+        self.services: dict[str, Service] = {}
+        (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "run").mkdir(parents=True, exist_ok=True)
+
+    def command(self, *args: str) -> list[str]:
+        config = ["--config", str(self.config)] if self.config else []
+        return [sys.executable, "-m", "audit.cli", *config, *args]
+
+    def start(self, name: str, *args: str) -> Service:
+        """Start `kaudit <args>` as service `name` (replacing a dead one of that name)."""
+        if name in self.services and self.services[name].alive:
+            raise RuntimeError(f"service {name} is already running (pid {self.services[name].process.pid})")
+        log_path = self.state_dir / "logs" / f"{name}.log"
+        argv = self.command(*args)
+        with open(log_path, "ab") as output:
+            process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=self.env,
+                                       start_new_session=True)  # Ctrl-C in the terminal reaches us, not them
+        self._pid_file(name).write_text(str(process.pid))
+        service = self.services[name] = Service(name, argv, log_path, process)
+        log.info("service started", extra={"service": name, "pid": process.pid})
+        return service
+
+    def run(self, *args: str, timeout_s: float = 600.0) -> subprocess.CompletedProcess:
+        """Run `kaudit <args>` to completion (a one-off step), output captured."""
+        return subprocess.run(self.command(*args), capture_output=True, text=True, env=self.env, timeout=timeout_s)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: the crash the exactly-once and at-least-once paths must survive."""
+        service = self.services[name]
+        if service.alive:
+            service.process.send_signal(signal.SIGKILL)
+            service.process.wait(STOP_TIMEOUT_S)
+        log.warning("service killed", extra={"service": name})
+
+    def restart(self, name: str) -> Service:
+        service = self.services[name]
+        if service.alive:
+            self.stop(name)
+        return self.start(name, *service.argv[len(self.command()):])
+
+    def stop(self, name: str, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM (services drain and commit), then SIGKILL after `timeout_s`; returns the exit code."""
+        service = self.services[name]
+        if service.alive:
+            service.process.send_signal(signal.SIGTERM)
+            try:
+                service.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                log.error("service ignored SIGTERM; killing", extra={"service": name, "timeout_s": timeout_s})
+                service.process.kill()
+                service.process.wait(timeout_s)
+        self._pid_file(name).unlink(missing_ok=True)
+        return service.process.returncode
+
+    def stop_all(self) -> None:
+        for name in reversed(list(self.services)):
+            self.stop(name)
+
+    def _pid_file(self, name: str) -> Path:
+        return self.state_dir / "run" / f"{name}.pid"
+
+
+def stop_leftovers(state_dir: Path, timeout_s: float = STOP_TIMEOUT_S) -> list[str]:
+    """Stop every service whose pid file is under `state_dir/run` (what `kaudit down` does first)."""
+    stopped = []
+    for pid_file in sorted((Path(state_dir) / "run").glob("*.pid")):
+        try:
+            pid = int(pid_file.read_text())
+            os.kill(pid, signal.SIGTERM)
+        except (ValueError, ProcessLookupError, PermissionError):
+            pid_file.unlink(missing_ok=True)
+            continue
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.2)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        pid_file.unlink(missing_ok=True)
+        stopped.append(pid_file.stem)
+    return stopped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie child of ours counts as gone
+        waited, _status = os.waitpid(pid, os.WNOHANG)
+        return waited == 0
+    except ChildProcessError:
+        return True
