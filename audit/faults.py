@@ -1,7 +1,8 @@
 """Fault injection for tests and the demo: off unless asked for, and loud when on.
 
-A `DropFault` makes the replicator lose a known number of messages, so the reconciliation can be
-checked to report exactly that loss.
+A `DropFault` makes the replicator lose a known number of messages (optionally of one window only),
+so the reconciliation can be checked to report exactly that loss; a `PauseFault` makes it stop
+copying for a while, so a stall must show as lag and never as loss.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ class DropFault:
     count: int | None = None
     fraction: float = 0.0
     seed: int = 0
+    window_start_ms: int | None = None  # only messages whose timestamp falls in this window
+    window_minutes: int = 10
     dropped: int = 0
     _pattern: re.Pattern = field(init=False, repr=False)
     _rng: random.Random = field(init=False, repr=False)
@@ -35,8 +38,11 @@ class DropFault:
             raise ValueError(f"drop fault: topics {self.topics!r} is not a valid regex: {exc}") from None
         self._rng = random.Random(self.seed)
 
-    def should_drop(self, topic: str) -> bool:
+    def should_drop(self, topic: str, timestamp_ms: int = 0) -> bool:
         if not self._pattern.search(topic):
+            return False
+        if self.window_start_ms is not None and not (
+                self.window_start_ms <= timestamp_ms < self.window_start_ms + self.window_minutes * 60_000):
             return False
         if self.count is not None:
             drop = self.dropped < self.count
@@ -47,4 +53,26 @@ class DropFault:
 
     def describe(self) -> str:
         amount = f"exactly {self.count}" if self.count is not None else f"{self.fraction:.1%}"
-        return f"drop {amount} of the messages of topics matching {self.topics!r}"
+        window = f" in the window starting at {self.window_start_ms} ms" if self.window_start_ms is not None else ""
+        return f"drop {amount} of the messages of topics matching {self.topics!r}{window}"
+
+
+@dataclass
+class PauseFault:
+    """Copy nothing from `after_s` to `after_s + for_s` after the replicator starts (a stall on purpose)."""
+
+    after_s: float
+    for_s: float
+    _started: float | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.after_s < 0 or self.for_s <= 0:
+            raise ValueError(f"pause fault: after {self.after_s} s for {self.for_s} s: both must be >= 0, for > 0")
+
+    def paused(self, now: float) -> bool:
+        if self._started is None:
+            self._started = now
+        return self.after_s <= now - self._started < self.after_s + self.for_s
+
+    def describe(self) -> str:
+        return f"copy nothing from {self.after_s:g} s to {self.after_s + self.for_s:g} s after start"
