@@ -112,7 +112,7 @@ class LakeJob:
 
         self._query_id.wait()
         rows = (with_audit_window(batch, self.settings.window_minutes).withColumnRenamed("timestampType", "timestamp_type")
-                .withColumn("batch_id", F.lit(batch_id)).persist())
+                .withColumn("batch_id", F.lit(batch_id).cast("bigint")).persist())
         try:
             (rows.select(*BRONZE.column_names).write.format("delta").mode("append")
              .option("txnAppId", self._instance_id).option("txnVersion", batch_id).save(self.bronze))

@@ -27,6 +27,11 @@ BASE_CONF: dict[str, str] = {
 }
 
 
+def under_spark_submit() -> bool:
+    """True when spark-submit started this Python driver (its JVM is already running and configured)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def spark_session(
     *,
     app_name: str,
@@ -38,9 +43,13 @@ def spark_session(
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name).master(master or os.environ.get("KAUDIT_SPARK_MASTER", DEFAULT_MASTER))
+    builder = SparkSession.builder.appName(app_name)
     settings = dict(BASE_CONF)
-    settings["spark.jars"] = ",".join(str(jar) for jar in jvm.jars(cache_dir, jvm.SPARK_JARS))
+    if not under_spark_submit():
+        builder = builder.master(master or os.environ.get("KAUDIT_SPARK_MASTER", DEFAULT_MASTER))
+        settings["spark.jars"] = ",".join(str(jar) for jar in jvm.jars(cache_dir, jvm.SPARK_JARS))
+    else:  # spark-submit chose the master and brought --packages; only the shuffle default is ours to drop
+        settings.pop("spark.sql.shuffle.partitions")
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
