@@ -71,6 +71,11 @@ demo: setup ## run the pipeline on the embedded local default
 ui: setup ## serve the audit UI on http://127.0.0.1:8050 (over the lake; `kaudit ui --sample` for sample tables)
 	$(KAUDIT) ui
 
+NOTEBOOK ?= notebooks/completeness.ipynb
+.PHONY: notebook
+notebook: setup ## run the analyst notebook against the lake (KAUDIT_LAKE_PATH, else the config's); executed copy in .kaudit/notebooks
+	$(PY) notebooks/execute.py $(NOTEBOOK) .kaudit/notebooks/$(notdir $(NOTEBOOK))
+
 .PHONY: screenshots
 screenshots: setup ## regenerate docs/img/ui-*.png from the sample tables in headless Chromium
 	$(PY) -m dashboards.screenshots docs/img

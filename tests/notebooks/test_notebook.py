@@ -1,0 +1,135 @@
+"""The analyst notebook, executed for real: sample Delta tables with seeded faults, a real kernel, Spark and Delta.
+
+The notebook runs once per module (its Spark session costs ~20 s) through notebooks/execute.py, the
+same runner as `make notebook`; the tests then read the executed copy's outputs.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import datetime, timezone
+from html.parser import HTMLParser
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from dashboards.sample import Duplicate, Lagging, Loss, sample_frames, write_frames
+from tests.conftest import cache_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK = ROOT / "notebooks" / "completeness.ipynb"
+RUNNER = ROOT / "notebooks" / "execute.py"
+
+# One loss (payments, into aggregate), one duplicate (orders, into the lake), one lagging tier (clicks' lake).
+LOST_TOPIC, LOST_TIER, LOST_COUNT = "payments", "aggregate", 37
+FAULTS = [Loss(LOST_TOPIC, LOST_TIER, 3, LOST_COUNT), Duplicate("orders", "lake", 5, 9),
+          Lagging("clicks", "lake", behind_minutes=45, lag=5200)]
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """(completed process, executed notebook) of one run over sample tables."""
+    work = tmp_path_factory.mktemp("notebook")
+    lake = work / "lake"
+    write_frames(str(lake), sample_frames(now=datetime.now(timezone.utc), topics=("orders", "payments", "clicks"),
+                                          faults=FAULTS))
+    output = work / "completeness.executed.ipynb"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("KAUDIT_")}
+    env.update(KAUDIT_LAKE_PATH=str(lake), KAUDIT_STATE_DIR=str(work / "state"), KAUDIT_CACHE_DIR=str(cache_dir()),
+               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    done = subprocess.run([sys.executable, str(RUNNER), str(NOTEBOOK), str(output), "--cwd", str(work)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=540)
+    executed_nb = nbformat.read(output, as_version=4) if output.exists() else None
+    return done, executed_nb
+
+
+def tagged(nb, tag: str):
+    cells = [cell for cell in nb.cells if tag in cell.metadata.get("tags", [])]
+    assert len(cells) == 1, f"expected one cell tagged {tag!r}, found {len(cells)}"
+    return cells[0]
+
+
+class _HtmlTable(HTMLParser):
+    """The cells of the first HTML table, row by row (the stdlib parser: no lxml needed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[-1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def table_rows(cell) -> list[dict[str, str]]:
+    """The rows of the DataFrame a cell shows (its text/html), as {column: text}."""
+    pages = [output.data["text/html"] for output in cell.outputs if output.output_type == "execute_result"]
+    assert pages, f"cell {cell.metadata.get('tags')} shows no table"
+    parser = _HtmlTable()
+    parser.feed(pages[0])
+    header, *body = parser.rows
+    return [dict(zip(header[1:], row[1:])) for row in body]  # the first column is the index
+
+
+def test_every_cell_runs(executed):
+    done, nb = executed
+    assert done.returncode == 0, f"the notebook failed:\n{done.stdout}\n{done.stderr[-4000:]}"
+    code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert all(cell.execution_count for cell in code_cells), "a code cell was not executed"
+    errors = [output for cell in code_cells for output in cell.outputs if output.output_type == "error"]
+    assert not errors, errors
+
+
+def test_worst_topics_names_the_seeded_loss_first(executed):
+    _, nb = executed
+    rows = [(row["logical_topic"], row["tier"], row["missing"]) for row in table_rows(tagged(nb, "worst-topics"))]
+    # The loss shows at its tier first and, measured against the producer, at every tier after it; nothing else.
+    assert rows == [(f"dc1.{LOST_TOPIC}", LOST_TIER, str(LOST_COUNT)), (f"dc1.{LOST_TOPIC}", "lake", str(LOST_COUNT))]
+
+
+def test_completeness_by_tier_counts_the_loss_where_it_happened(executed):
+    _, nb = executed
+    rows = table_rows(tagged(nb, "completeness-by-tier"))
+    assert [(row["tier"], int(row["missing"])) for row in rows] == [
+        ("producer", 0), ("dc1", 0), ("aggregate", LOST_COUNT), ("lake", LOST_COUNT)]
+    assert [int(row["incomplete_windows"]) for row in rows] == [0, 0, 1, 1]
+
+
+def test_lag_now_puts_the_lagging_tier_first(executed):
+    _, nb = executed
+    first, second = table_rows(tagged(nb, "lag-now"))[:2]
+    assert (first["logical_topic"], first["tier"], first["lag"]) == ("dc1.clicks", "lake", "5200"), first
+    assert 44 <= float(first["behind_minutes"]) < 50, first
+    assert float(second["behind_minutes"]) < 5, second
+
+
+@pytest.mark.parametrize("tag", ["loss-timeline", "lag-history"])
+def test_chart_cells_draw_a_plotly_figure(executed, tag):
+    _, nb = executed
+    figures = [output.data["application/vnd.plotly.v1+json"] for output in tagged(nb, tag).outputs
+               if "application/vnd.plotly.v1+json" in output.get("data", {})]
+    assert len(figures) == 1 and figures[0]["data"], f"cell {tag!r} drew no figure"
+
+
+def test_committed_without_outputs():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(nb)
+    dirty = [index for index, cell in enumerate(nb.cells) if cell.cell_type == "code"
+             and (cell.outputs or cell.execution_count is not None)]
+    assert not dirty, f"code cells {dirty} of {NOTEBOOK.name} hold outputs: clear them before committing"
