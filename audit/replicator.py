@@ -15,7 +15,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
@@ -74,8 +74,9 @@ class PartitionFlow:
     committed: int
     acked: int  # next offset to commit: every message before it is acknowledged
     sent: deque = field(default_factory=deque)  # offsets in send order, not yet committable
-    done: set = field(default_factory=set)  # offsets acknowledged out of order (rare)
+    done: dict = field(default_factory=dict)  # offset -> timestamp, acknowledged out of order (rare)
     last_progress: float = field(default_factory=time.monotonic)
+    last_audit_time_ms: int | None = None  # Kafka timestamp of the last message acknowledged in order
 
 
 @dataclass
@@ -88,6 +89,22 @@ class MirrorStats:
     stalled: bool = False
     stall_episodes: int = 0
     lag: int = 0
+
+
+def watermark_ms(partitions: Iterable[PartitionStatus], now_ms: int) -> int | None:
+    """The time up to which a tier has seen everything, the rule the counter uses for its status.
+
+    A caught-up partition (lag 0) has seen everything produced so far: `now_ms`. A lagging one has
+    seen up to its last acknowledged message's time; None when that is unknown, which makes the
+    whole watermark unknown. With no partitions, nothing is behind: `now_ms`.
+    """
+    watermark = now_ms
+    for status in partitions:
+        seen_up_to = now_ms if status.lag == 0 else status.last_audit_time_ms
+        if seen_up_to is None:
+            return None
+        watermark = min(watermark, seen_up_to)
+    return watermark
 
 
 def provenance(headers) -> list[str]:
@@ -252,19 +269,20 @@ class Replicator:
             headers = message.headers() or []
             path = provenance(headers)
             if target in path or (self.fault is not None and self.fault.should_drop(topic)):
-                self._resolve_without_sending(topic, partition, offset, dropped=target not in path)
+                self._resolve_without_sending(topic, partition, offset, message.timestamp()[1], dropped=target not in path)
                 continue
             stamped = [(k, v) for k, v in headers if k != PROVENANCE_HEADER]
             stamped.append((PROVENANCE_HEADER, ",".join([*path, source] if source not in path else path).encode()))
             target_partitions = self._target_partitions.get(topic, 0)
+            timestamp_ms = message.timestamp()[1]
             with self._lock:
                 flow = self.flows.get((topic, partition))
                 if flow is not None:
                     flow.sent.append(offset)
             self._produce(
                 self.naming.target_topic(source, topic), message.value(), message.key(), stamped,
-                message.timestamp()[1], partition if partition < target_partitions else -1,
-                self._delivery_callback(topic, partition, offset),
+                timestamp_ms, partition if partition < target_partitions else -1,
+                self._delivery_callback(topic, partition, offset, timestamp_ms),
             )
 
     def _produce(self, topic, value, key, headers, timestamp, partition, callback) -> None:
@@ -280,7 +298,7 @@ class Replicator:
                 if self._stop.is_set():
                     raise KafkaClientError(f"stopped while the {self.options.target} queue was full") from None
 
-    def _delivery_callback(self, topic: str, partition: int, offset: int):
+    def _delivery_callback(self, topic: str, partition: int, offset: int, timestamp_ms: int):
         def delivered(err: KafkaError | None, _msg) -> None:
             if err is not None:
                 # With no delivery timeout only a fatal producer error gets here; the source offset is
@@ -290,7 +308,7 @@ class Replicator:
                 log.error("delivery failed", extra={"source": self.options.source, "topic": topic,
                                                     "partition": partition, "offset": offset, "error": err.str()})
                 return
-            self._acknowledge(topic, partition, offset)
+            self._acknowledge(topic, partition, offset, timestamp_ms)
             self.stats.copied += 1
             self.stats.copied_by_topic[topic] += 1
             copied_metric.inc()
@@ -300,12 +318,12 @@ class Replicator:
             copied_metric = self._copied_metrics[topic] = COPIED.labels(self.options.source, self.options.target, topic)
         return delivered
 
-    def _resolve_without_sending(self, topic: str, partition: int, offset: int, *, dropped: bool) -> None:
+    def _resolve_without_sending(self, topic: str, partition: int, offset: int, timestamp_ms: int, *, dropped: bool) -> None:
         with self._lock:
             flow = self.flows.get((topic, partition))
             if flow is not None:
                 flow.sent.append(offset)
-        self._acknowledge(topic, partition, offset)
+        self._acknowledge(topic, partition, offset, timestamp_ms)
         if dropped:
             self.stats.dropped += 1
             DROPPED.labels(self.options.source, self.options.target, topic).inc()
@@ -313,20 +331,26 @@ class Replicator:
             self.stats.skipped += 1
             SKIPPED.labels(*self._labels).inc()
 
-    def _acknowledge(self, topic: str, partition: int, offset: int) -> None:
-        """Mark one offset done and move the committable position over every done offset before it."""
+    def _acknowledge(self, topic: str, partition: int, offset: int, timestamp_ms: int) -> None:
+        """Mark one offset done and move the committable position over every done offset before it.
+
+        The time of the message just before the new position becomes the partition's last audit
+        time (the watermark's input); a message without a timestamp (<= 0) keeps the previous one.
+        """
         with self._lock:
             flow = self.flows.get((topic, partition))
             if flow is None or not flow.sent:
                 return
             if flow.sent[0] != offset:  # acknowledged ahead of an earlier message: wait for that one
-                flow.done.add(offset)
+                flow.done[offset] = timestamp_ms
                 return
             flow.sent.popleft()
             flow.acked = offset + 1
             while flow.sent and flow.sent[0] in flow.done:
-                flow.done.discard(flow.sent[0])
+                timestamp_ms = flow.done.pop(flow.sent[0])
                 flow.acked = flow.sent.popleft() + 1
+            if timestamp_ms > 0:
+                flow.last_audit_time_ms = timestamp_ms
             flow.last_progress = time.monotonic()
 
     def commit(self) -> None:
@@ -376,18 +400,19 @@ class Replicator:
 
     def emit_status(self, lags: dict[tuple[str, int], int]) -> None:
         """One status record per topic (tier = the target) into the source's audit topic."""
+        now_ms = time.time_ns() // 1_000_000
         by_topic: dict[str, list[PartitionStatus]] = defaultdict(list)
         with self._lock:
             for (topic, partition), flow in sorted(self.flows.items()):
                 lag = lags.get((topic, partition), 0)
-                by_topic[topic].append(PartitionStatus(partition, flow.acked, flow.acked + lag, lag))
+                by_topic[topic].append(PartitionStatus(partition, flow.acked, flow.acked + lag, lag, flow.last_audit_time_ms))
         for topic, partitions in by_topic.items():
             self._sequence += 1
             record = status_record(
                 record_id=record_id(self.instance_id, self._sequence), tier=self.options.target,
                 cluster=self.options.source, service=SERVICE, instance_id=self.instance_id,
                 topic=topic, window_minutes=self.options.window_minutes, partitions=partitions,
-                stalled=self.stats.stalled,
+                watermark_ms=watermark_ms(partitions, now_ms), stalled=self.stats.stalled, emitted_at_ms=now_ms,
             )
             self._status_producer.produce(self.options.audit_topic, key=topic.encode(), value=encode(record))
         self._status_producer.poll(0)
