@@ -54,6 +54,7 @@ class MirrorOptions:
     audit_topic: str = "_audit"
     window_minutes: int = 10
     group_id: str | None = None  # default kaudit-mirror-<source>-<target>
+    session_timeout_ms: int = 10_000  # a crashed instance's partitions move on after this long
     batch_size: int = 5000
     commit_interval_s: float = 2.0
     status_interval_s: float = 10.0
@@ -161,6 +162,9 @@ class Replicator:
             # Aborted audit records of the counters must not be copied.
             "isolation.level": "read_committed",
             "client.id": f"{SERVICE}-{self.options.source}-{self.options.target}",
+            # Dynamic membership on purpose: a static member restarted with another topic list is
+            # handed its predecessor's stale assignment by the broker and copies nothing new.
+            "session.timeout.ms": self.options.session_timeout_ms,
         })
         self._producer = Producer({
             **self.target_config,
@@ -279,24 +283,32 @@ class Replicator:
                 flow = self.flows.get((topic, partition))
                 if flow is not None:
                     flow.sent.append(offset)
-            self._produce(
+            if not self._produce(
                 self.naming.target_topic(source, topic), message.value(), message.key(), stamped,
                 timestamp_ms, partition if partition < target_partitions else -1,
                 self._delivery_callback(topic, partition, offset, timestamp_ms),
-            )
+            ):
+                return  # stopping with the target unreachable: the rest is not sent, not committed
 
-    def _produce(self, topic, value, key, headers, timestamp, partition, callback) -> None:
+    def _produce(self, topic, value, key, headers, timestamp, partition, callback) -> bool:
+        """Queue one message; False only when stopping and the queue stayed full for client_timeout_s."""
+        give_up_at = None
         while True:
             try:
                 self._producer.produce(topic, value=value, key=key, headers=headers, partition=partition,
                                        timestamp=timestamp if timestamp > 0 else 0, on_delivery=callback)
-                return
+                return True
             except BufferError:
                 # Target slower than source (or down): wait for acknowledgements, keep reporting.
                 self._producer.poll(0.1)
                 self._maybe_housekeep()
                 if self._stop.is_set():
-                    raise KafkaClientError(f"stopped while the {self.options.target} queue was full") from None
+                    # Finish the batch if the target takes it within the timeout; else leave the rest
+                    # unsent and uncommitted, for the next run to copy.
+                    give_up_at = give_up_at or time.monotonic() + self.options.client_timeout_s
+                    if time.monotonic() >= give_up_at:
+                        log.warning("stopping with the target queue full", extra={"target": self.options.target})
+                        return False
 
     def _delivery_callback(self, topic: str, partition: int, offset: int, timestamp_ms: int):
         def delivered(err: KafkaError | None, _msg) -> None:
