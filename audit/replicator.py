@@ -251,7 +251,9 @@ class Replicator:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Deliver what is in flight, then commit it, so the next owner repeats as little as possible.
-        self._producer.flush(self.options.client_timeout_s)
+        # When stopping, run() has already waited for the target once: do not wait again.
+        if not self._stop.is_set():
+            self._producer.flush(self.options.client_timeout_s)
         self.commit()
         with self._lock:
             for tp in partitions:
@@ -486,8 +488,10 @@ class Replicator:
         return self.stats
 
     def _close(self) -> None:
+        # Whatever the target acknowledges from here on is not committed any more: a short last
+        # flush only saves the next run some repeats, and a target that is down must not hold up exit.
         for closing in (lambda: self._consumer.close(), lambda: self._status_producer.flush(self.options.client_timeout_s),
-                        lambda: self._producer.flush(self.options.client_timeout_s)):
+                        lambda: self._producer.flush(min(self.options.client_timeout_s, 1.0))):
             try:
                 closing()
             except (AttributeError, KafkaException) as exc:  # never opened, or the cluster is gone

@@ -206,7 +206,7 @@ def print_table(results: list[Result]) -> None:
         if ours and mm2:
             print(f"{size} B: ours/MM2 msg per CPU-s {ours.per_cpu_s / mm2.per_cpu_s:.2f} (goal >= 1.00), "
                   f"copy phase {ours.copy_per_cpu_s / mm2.copy_per_cpu_s:.2f}; "
-                  f"msg/s {ours.wall_s and mm2.wall_s / ours.wall_s:.2f}, copy phase {mm2.copy_s / ours.copy_s:.2f}")
+                  f"msg/s {mm2.wall_s / ours.wall_s:.2f}, copy phase {mm2.copy_s / ours.copy_s:.2f}")
 
 
 def main() -> None:

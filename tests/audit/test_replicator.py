@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from audit.audit_log import read_audit_topic
 from audit.clients import ensure_topics
@@ -215,6 +216,33 @@ def test_target_down_30_s_loses_nothing_and_is_reported_as_a_stall(tmp_path, uni
         records, _ = read_audit_topic({"bootstrap.servers": source}, "_audit")
         statuses = [r for r in records if r.kind == Kind.STATUS and r.tier == "dst"]
         assert any(r.stalled for r in statuses) and not statuses[-1].stalled
+
+        # Stopped (as by SIGTERM) while the target is down: it exits within a bound and commits
+        # nothing the target did not acknowledge; a later run copies the rest.
+        stopping = Replicator({"bootstrap.servers": source}, {"bootstrap.servers": target},
+                              replace(options, client_timeout_s=5.0), PrefixNaming(frozenset({"src", "dst"})), lambda t: t == "orders")
+        runner = threading.Thread(target=stopping.run, kwargs={"max_seconds": 150})
+        runner.start()
+        time.sleep(3)
+        clusters["dst"].stop()
+        produce(source, "orders", 3000, partitions=3, tag="stopping")
+        time.sleep(3)
+        asked = time.monotonic()
+        stopping.stop()
+        runner.join(60)
+        took_s = time.monotonic() - asked
+        print(f"stopped in {took_s:.1f} s with the target down")
+        # One wait for acknowledgements (client_timeout_s), not one per closing step.
+        assert not runner.is_alive() and took_s < 2 * 5.0, f"stop took {took_s:.1f} s with the target down"
+        clusters["dst"].start()
+        watcher = Consumer({"bootstrap.servers": source, "group.id": options.group})
+        committed = watcher.committed([TopicPartition("orders", p) for p in range(3)], timeout=10)
+        watcher.close()
+        assert sum(tp.offset for tp in committed) == 10_000, "nothing past what the target acknowledged"
+        Replicator({"bootstrap.servers": source}, {"bootstrap.servers": target}, options,
+                   PrefixNaming(frozenset({"src", "dst"})), lambda t: t == "orders").run(until_caught_up=True, max_seconds=120)
+        copies = read_all(target, "src.orders", 13_000)
+        assert len({(dict(m.headers())["tag"], dict(m.headers())["seq"]) for m in copies}) == 13_000
     finally:
         clusters.down()
 
