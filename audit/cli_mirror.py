@@ -21,7 +21,8 @@ def add_command(commands) -> None:
         description="A MirrorMaker-style replicator: copies the selected topics of --from to --to with keys, values, "
         "headers, timestamps and partitions preserved, creating missing target topics with the source's partition "
         "count and configs. At least once: source offsets are committed only after the target acknowledged. "
-        "A provenance header stops cycles. Run several instances with the same clusters to share the load.",
+        "A provenance header stops cycles. Run several instances with the same clusters to "
+        "share the load; SIGTERM stops after delivering and committing what is in flight.",
     )
     parser.add_argument("--from", dest="source", required=True, help="source cluster name from the configuration")
     parser.add_argument("--to", dest="target", required=True, help="target cluster name from the configuration")
