@@ -24,7 +24,7 @@ from prometheus_client import Counter, Gauge
 from audit.audit_time import header_value
 from audit.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 from audit.errors import KafkaClientError
-from audit.faults import DropFault
+from audit.faults import DropFault, PauseFault
 from audit.naming import NamingPolicy
 from audit.record import PROVENANCE_HEADER, PartitionStatus, encode, new_instance_id, record_id, status_record
 
@@ -131,6 +131,7 @@ class Replicator:
         select_topic: Callable[[str], bool],
         *,
         fault: DropFault | None = None,
+        pause: PauseFault | None = None,
     ) -> None:
         self.source_config = dict(source_config)
         self.target_config = dict(target_config)
@@ -138,6 +139,7 @@ class Replicator:
         self.naming = naming
         self.select_topic = select_topic
         self.fault = fault
+        self.pause = pause
         self.stats = MirrorStats()
         self.flows: dict[tuple[str, int], PartitionFlow] = {}
         self.instance_id = new_instance_id(f"{SERVICE}-{options.source}-{options.target}")
@@ -149,8 +151,9 @@ class Replicator:
         self._labels = (options.source, options.target)
         self._copied_metrics: dict[str, object] = {}
         self._quiet = False  # status records paused (only while finishing a run-until-caught-up)
-        if fault is not None:
-            log.warning("FAULT HOOK ON: this replicator drops messages on purpose", extra={"fault": fault.describe()})
+        for hook in (fault, pause):
+            if hook is not None:
+                log.warning("FAULT HOOK ON: this replicator misbehaves on purpose", extra={"fault": hook.describe()})
 
     # -- clients -------------------------------------------------------------------------------
 
@@ -277,7 +280,7 @@ class Replicator:
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             headers = message.headers() or []
             path = provenance(headers)
-            if target in path or (self.fault is not None and self.fault.should_drop(topic)):
+            if target in path or (self.fault is not None and self.fault.should_drop(topic, message.timestamp()[1])):
                 self._resolve_without_sending(topic, partition, offset, message.timestamp()[1], dropped=target not in path)
                 continue
             stamped = [(k, v) for k, v in headers if k != PROVENANCE_HEADER]
@@ -473,6 +476,14 @@ class Replicator:
                 if now >= next_refresh:
                     self._refresh_topics()
                     next_refresh = now + self.options.topic_refresh_s
+                if self.pause is not None and self.pause.paused(time.monotonic()):
+                    self._consumer.pause(self._consumer.assignment())
+                    # Polling paused partitions returns nothing but keeps us in the group; status goes on.
+                    self.copy_batch(self._consumer.consume(self.options.batch_size, timeout=0.5))
+                    self._maybe_housekeep()
+                    continue
+                if self.pause is not None:
+                    self._consumer.resume(self._consumer.assignment())
                 messages = self._consumer.consume(self.options.batch_size, timeout=0.5) if self._subscribed else []
                 self.copy_batch(messages)
                 self._producer.poll(0)

@@ -288,3 +288,28 @@ def test_status_watermark_trails_the_uncopied_messages_and_is_now_once_caught_up
     assert caught_up.partitions[0].last_audit_time_ms == BASE_TS_MS + 999
     assert abs(caught_up.watermark_ms - time.time() * 1000) < 10_000, "caught up: the watermark is now"
     assert caught_up.watermark_ms == caught_up.emitted_at_ms
+
+
+def test_pause_fault_stalls_then_recovers_without_loss(local_clusters, topic_factory, unique_name):
+    from audit.faults import PauseFault
+
+    dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
+    topic = topic_factory("dc1", partitions=2)
+    produce(dc1, topic, 2000, partitions=2)
+    mirror = replicator(dc1, aggregate, options_for(unique_name, stall_after_s=2.0), PREFIX, lambda t: t == topic)
+    mirror.pause = PauseFault(after_s=0.0, for_s=8.0)
+    runner = threading.Thread(target=mirror.run, kwargs={"max_seconds": 60})
+    runner.start()
+    try:
+        deadline = time.monotonic() + 8
+        while not mirror.stats.stalled and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert mirror.stats.stalled and mirror.stats.copied_by_topic[topic] == 0, "paused: lag, no progress, a stall"
+        deadline = time.monotonic() + 40
+        while (mirror.stats.copied_by_topic[topic] < 2000 or mirror.stats.stalled) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert mirror.stats.copied_by_topic[topic] == 2000 and not mirror.stats.stalled
+    finally:
+        mirror.stop()
+        runner.join(60)
+    assert len(read_all(aggregate, f"dc1.{topic}", 2000)) == 2000
