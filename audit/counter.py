@@ -23,7 +23,7 @@ from prometheus_client import Counter, Gauge
 from audit.audit_time import audit_time
 from audit.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 from audit.errors import KafkaClientError
-from audit.record import MAX_AUDIT_TIME_MS, PartitionStatus, count_record, encode, new_instance_id, record_id, status_record
+from audit.record import MAX_AUDIT_TIME_MS, PartitionStatus, count_record, encode, new_instance_id, record_id, status_record, watermark_ms
 from audit.tally import Tally
 
 log = logging.getLogger(__name__)
@@ -279,7 +279,6 @@ class ClusterCounter:
     def _status_records(self) -> list:
         now_ms = int(time.time() * 1000)
         by_topic: dict[str, list[PartitionStatus]] = {}
-        watermark: dict[str, int | None] = {}
         ends = self._list_offsets(list(self.progress), OffsetSpec.latest())
         for (topic, partition), progress in sorted(self.progress.items()):
             end = max(ends.get((topic, partition), progress.position), progress.position)
@@ -290,16 +289,12 @@ class ClusterCounter:
                 PartitionStatus(partition=partition, position=progress.position, end_offset=end, lag=lag,
                                 last_audit_time_ms=progress.last_audit_time_ms)
             )
-            # Caught up: everything produced so far has been seen. Behind: seen up to the last message counted.
-            seen_up_to = now_ms if lag == 0 else progress.last_audit_time_ms
-            current = watermark.get(topic, now_ms)
-            watermark[topic] = None if seen_up_to is None or current is None else min(current, seen_up_to)
         return [
             status_record(
                 **self._identity(),
                 topic=topic,
                 partitions=tuple(partitions),
-                watermark_ms=watermark[topic],
+                watermark_ms=watermark_ms(partitions, now_ms),
             )
             for topic, partitions in by_topic.items()
         ]

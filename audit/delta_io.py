@@ -23,17 +23,23 @@ def spark_schema(table: Table):
     return StructType.fromDDL(table.ddl())
 
 
+_ENSURED: set[str] = set()  # paths this process has created or found, so later runs skip the check
+
+
 def ensure_table(spark, lake_root: str, table: Table) -> str:
     """Create `table` under `lake_root` when it does not exist; returns its path."""
     from delta.tables import DeltaTable
 
     path = table_path(lake_root, table.name)
+    if path in _ENSURED:
+        return path
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(spark_schema(table))
     if table.partition_by:
         builder = builder.partitionedBy(*table.partition_by)
     for key, value in TABLE_PROPERTIES.items():
         builder = builder.property(key, value)
     builder.execute()
+    _ENSURED.add(path)
     return path
 
 

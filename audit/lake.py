@@ -23,7 +23,7 @@ from prometheus_client import Counter, Gauge
 
 from audit import delta_io
 from audit.clients import client_config, ensure_topics, java_client_options, list_offsets
-from audit.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS, PartitionStatus, count_record, encode, status_record
+from audit.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS, PartitionStatus, count_record, encode, status_record, watermark_ms
 from audit.tables import BRONZE
 from audit.windows import MS_PER_MINUTE
 
@@ -197,15 +197,13 @@ class LakeJob:
         self.stats.lag = sum(p.lag for parts in by_topic.values() for p in parts)
         LAG.labels(self.options.cluster).set(self.stats.lag)
         for topic, partitions in by_topic.items():
-            behind = [p.last_audit_time_ms for p in partitions if p.lag > 0]
-            watermark = now_ms if not behind else (None if None in behind else min(behind))
             with self._lock:
                 self._sequence += 1
                 rid = f"{self._instance_id}:status.{self._sequence}.{now_ms}"
             record = status_record(record_id=rid, tier=TIER, cluster=self.options.cluster, service=SERVICE,
                                    host=self.host, instance_id=self._instance_id, topic=topic,
                                    window_minutes=self.settings.window_minutes, partitions=partitions,
-                                   watermark_ms=watermark)
+                                   watermark_ms=watermark_ms(partitions, now_ms))
             self._producer.produce(self.settings.audit_topic, key=topic.encode(), value=encode(record))
         self._producer.flush(self.options.client_timeout_s)
 

@@ -158,7 +158,9 @@ def store_records_and_rejects(spark, settings, checked, report: ReconcileReport)
     checked = checked.localCheckpoint()  # the Python check runs once; records and rejects both come from it
     rejects = checked.where(F.col("reason").isNotNull()).withColumn("date", F.to_date("ingested_at"))
     records = checked.where(F.col("reason").isNull()).dropDuplicates(["record_id"])
-    existing = delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name).select("record_id", "date")
+    dates = [row.date for row in records.select("date").distinct().collect()]
+    existing = (delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name)
+                .where(F.col("date").isin(dates)).select("record_id", "date"))  # only the partitions it can be in
     new_records = records.join(existing, ["record_id", "date"], "left_anti").select(*AUDIT_RECORDS.column_names)
     new_records = new_records.localCheckpoint()  # computed once: it feeds the insert and every update below
     report.records = new_records.count()

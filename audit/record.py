@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import StrEnum
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from audit.errors import RecordError
 from audit.windows import DEFAULT_WINDOW_MINUTES, is_aligned, to_datetime, to_ms, validate_window_minutes
@@ -122,6 +122,22 @@ def status_record(**fields: Any) -> AuditRecord:
     fields.setdefault("emitted_at_ms", now_ms())
     fields["partitions"] = tuple(fields.get("partitions", ()))
     return AuditRecord(kind=Kind.STATUS, **fields)
+
+
+def watermark_ms(partitions: Iterable[PartitionStatus], now_ms: int) -> int | None:
+    """The time up to which a tier has seen everything, the same rule for every tier's status records.
+
+    A caught-up partition (lag 0) has seen everything produced so far: `now_ms`. A lagging one has
+    seen up to its last acknowledged message's time; None when that is unknown, which makes the
+    whole watermark unknown. With no partitions, nothing is behind: `now_ms`.
+    """
+    watermark = now_ms
+    for status in partitions:
+        seen_up_to = now_ms if status.lag == 0 else status.last_audit_time_ms
+        if seen_up_to is None:
+            return None
+        watermark = min(watermark, seen_up_to)
+    return watermark
 
 
 # -- JSON ---------------------------------------------------------------------------------------

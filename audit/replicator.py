@@ -26,7 +26,7 @@ from audit.clients import check_credentials, ensure_topics, group_caught_up, lis
 from audit.errors import KafkaClientError
 from audit.faults import DropFault, PauseFault
 from audit.naming import NamingPolicy
-from audit.record import PROVENANCE_HEADER, PartitionStatus, encode, new_instance_id, record_id, status_record
+from audit.record import PROVENANCE_HEADER, PartitionStatus, encode, new_instance_id, record_id, status_record, watermark_ms
 
 log = logging.getLogger(__name__)
 
@@ -90,22 +90,6 @@ class MirrorStats:
     stalled: bool = False
     stall_episodes: int = 0
     lag: int = 0
-
-
-def watermark_ms(partitions: Iterable[PartitionStatus], now_ms: int) -> int | None:
-    """The time up to which a tier has seen everything, the rule the counter uses for its status.
-
-    A caught-up partition (lag 0) has seen everything produced so far: `now_ms`. A lagging one has
-    seen up to its last acknowledged message's time; None when that is unknown, which makes the
-    whole watermark unknown. With no partitions, nothing is behind: `now_ms`.
-    """
-    watermark = now_ms
-    for status in partitions:
-        seen_up_to = now_ms if status.lag == 0 else status.last_audit_time_ms
-        if seen_up_to is None:
-            return None
-        watermark = min(watermark, seen_up_to)
-    return watermark
 
 
 def provenance(headers) -> list[str]:

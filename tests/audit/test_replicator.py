@@ -16,7 +16,8 @@ from audit.faults import DropFault
 from audit.local_cluster import LocalClusters
 from audit.naming import IdentityNaming, PrefixNaming
 from audit.record import PROVENANCE_HEADER, Kind, PartitionStatus
-from audit.replicator import MirrorOptions, Replicator, watermark_ms
+from audit.record import watermark_ms
+from audit.replicator import MirrorOptions, Replicator
 from tests.conftest import cache_dir
 
 kafka = pytest.mark.kafka
