@@ -24,6 +24,7 @@ from audit.pipeline import (DropPlan, PipelinePlan, StallPlan, backfill, create_
 from audit.services import Supervisor, stop_leftovers
 
 DEMO_RECIPIENTS = '["kafka-sre@example.com"]'
+DEMO_ROUTE = '{ pattern = "orders", recipients = ["orders-team@example.com", "kafka-sre@example.com"] }'
 
 
 def add_command(commands) -> None:
@@ -76,8 +77,8 @@ def write_demo_config(settings) -> Path:
     """The built-in default, with absolute paths and alert recipients for the local mailbox."""
     template = (Path(__file__).with_name("default.toml")).read_text()
     text = (template.replace('state_dir = ".kaudit"', f'state_dir = "{Path(settings.state_dir).resolve()}"')
-            .replace("default_recipients = []", f"default_recipients = {DEMO_RECIPIENTS}"))
-    text += '\n[[alerts.routes]]\npattern = "orders"\nrecipients = ["orders-team@example.com", "kafka-sre@example.com"]\n'
+            .replace("default_recipients = []", f"default_recipients = {DEMO_RECIPIENTS}")
+            .replace("routes = []", f"routes = [{DEMO_ROUTE}]"))
     path = Path(settings.state_dir) / "demo.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
