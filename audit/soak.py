@@ -44,6 +44,7 @@ CATCH_UP_TIMEOUT_S = 600.0
 SOAK_MARKER = "kaudit-soak-state"
 ACKED = re.compile(r"produced ([\d,]+) acked, ([\d,]+) failed")
 RECONCILE_RUN = "audit messages:"
+SPARK_START_S = 30.0  # a Spark job is inside its work this long after start, on 2 loaded cores
 
 
 def add_command(commands) -> None:
@@ -168,6 +169,8 @@ class Soak:
                                           "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)})
         self.began = time.monotonic()
         self.expected_dead: set[str] = set()
+        self.started_at: dict[str, float] = {}  # service -> monotonic time of its last start
+        self.started_at_offset: dict[str, int] = {}  # service -> size of its log at its last start
 
     # -- phases ---------------------------------------------------------------------------------
 
@@ -179,6 +182,8 @@ class Soak:
         self.clusters.up()
         create_topics(self.settings, self.plan)
         start_services(self.supervisor, self.settings, self.plan)
+        for name in self.supervisor.services:
+            self._mark_started(name)
         self.say("services started: " + ", ".join(self.supervisor.services))
 
     def backfill(self) -> None:
@@ -286,23 +291,33 @@ class Soak:
         self._restart(name)
         return FaultDone(fault, began_s, down_s, note)
 
-    def _wait_reconcile_mid_run(self, timeout_s: float = 120.0) -> str:
-        """Until a reconciliation run has just begun: a run line was printed and the interval has passed since."""
+    def _wait_reconcile_mid_run(self, timeout_s: float = 60.0) -> str:
+        """Until the reconciliation is inside a run: its first run (Spark up, no run line yet), or its log quiet
+        for longer than the pause between runs."""
         service = self.supervisor.services["reconcile"]
+        quiet_s = RECONCILE_INTERVAL_S + self.rng.uniform(1.0, 4.0)
         deadline = time.monotonic() + timeout_s
-        runs = _count_lines(service.log_path, RECONCILE_RUN)
         while time.monotonic() < deadline and service.alive:
-            if _count_lines(service.log_path, RECONCILE_RUN) > runs:
-                time.sleep(RECONCILE_INTERVAL_S + self.rng.uniform(1.0, 4.0))
-                return "killed a few seconds into a run"
+            age_s = time.monotonic() - self.started_at.get("reconcile", self.began)
+            runs = _count_lines(service.log_path, RECONCILE_RUN, since=self.started_at_offset.get("reconcile", 0))
+            if runs == 0 and age_s >= SPARK_START_S:
+                return f"killed in its first run, {age_s:.0f} s after start"
+            if runs and time.time() - service.log_path.stat().st_mtime >= quiet_s:
+                return f"killed {quiet_s - RECONCILE_INTERVAL_S:.0f} s into run {runs + 1}"
             time.sleep(0.5)
-        return "killed before its run finished (no run line within the wait)"
+        return "killed at the end of the wait (no run seen in progress)"
+
+    def _mark_started(self, name: str) -> None:
+        self.started_at[name] = time.monotonic()
+        path = self.supervisor.services[name].log_path
+        self.started_at_offset[name] = path.stat().st_size if path.exists() else 0
 
     def _restart(self, name: str) -> None:
         if name.startswith("mirror-"):  # the loss is final; a restarted replicator drops nothing more
             self.supervisor.start(name, *mirror_args(self.plan_after_drop, name.removeprefix("mirror-")))
         else:
             self.supervisor.restart(name)
+        self._mark_started(name)
 
     def watch_services(self) -> None:
         """A long-running service that exited without being killed is logged, counted and restarted."""
@@ -471,9 +486,12 @@ def _iso(ms: int) -> str:
     return iso(ms, millis=False)
 
 
-def _count_lines(path: Path, needle: str) -> int:
+def _count_lines(path: Path, needle: str, since: int = 0) -> int:
+    """Occurrences of `needle` in the file from byte `since` on."""
     try:
-        return path.read_text(errors="replace").count(needle)
+        with open(path, "rb") as handle:
+            handle.seek(since)
+            return handle.read().decode(errors="replace").count(needle)
     except FileNotFoundError:
         return 0
 
