@@ -24,7 +24,7 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 .PHONY: setup
-setup: $(VENV)/.installed $(JARS)/kafka/.done $(JARS)/spark/.done browser ## venv + package + Kafka and Spark jars + headless Chromium (idempotent, offline once cached)
+setup: $(VENV)/.installed $(JARS)/kafka/.done $(JARS)/spark/.done $(JARS)/mirrormaker/.done browser ## venv + package + Kafka, Spark and MirrorMaker 2 jars + headless Chromium (idempotent, offline once cached)
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ $(VENV)/.installed: pyproject.toml
 $(JARS)/kafka/.done: jvm/kafka/pom.xml
 	rm -rf $(JARS)/kafka
 	cd jvm/kafka && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(JARS)/kafka
+	touch $@
+
+# MirrorMaker 2, only for the replicator benchmark (bench/bench_mirror.py).
+$(JARS)/mirrormaker/.done: jvm/mirrormaker/pom.xml
+	rm -rf $(JARS)/mirrormaker
+	cd jvm/mirrormaker && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(JARS)/mirrormaker
 	touch $@
 
 $(JARS)/spark/.done: jvm/spark/pom.xml | $(VENV)/.installed

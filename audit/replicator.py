@@ -15,7 +15,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
@@ -24,7 +24,7 @@ from prometheus_client import Counter, Gauge
 from audit.audit_time import header_value
 from audit.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 from audit.errors import KafkaClientError
-from audit.faults import DropFault
+from audit.faults import DropFault, PauseFault
 from audit.naming import NamingPolicy
 from audit.record import PROVENANCE_HEADER, PartitionStatus, encode, new_instance_id, record_id, status_record
 
@@ -54,6 +54,7 @@ class MirrorOptions:
     audit_topic: str = "_audit"
     window_minutes: int = 10
     group_id: str | None = None  # default kaudit-mirror-<source>-<target>
+    session_timeout_ms: int = 10_000  # a crashed instance's partitions move on after this long
     batch_size: int = 5000
     commit_interval_s: float = 2.0
     status_interval_s: float = 10.0
@@ -74,8 +75,9 @@ class PartitionFlow:
     committed: int
     acked: int  # next offset to commit: every message before it is acknowledged
     sent: deque = field(default_factory=deque)  # offsets in send order, not yet committable
-    done: set = field(default_factory=set)  # offsets acknowledged out of order (rare)
+    done: dict = field(default_factory=dict)  # offset -> timestamp, acknowledged out of order (rare)
     last_progress: float = field(default_factory=time.monotonic)
+    last_audit_time_ms: int | None = None  # Kafka timestamp of the last message acknowledged in order
 
 
 @dataclass
@@ -88,6 +90,22 @@ class MirrorStats:
     stalled: bool = False
     stall_episodes: int = 0
     lag: int = 0
+
+
+def watermark_ms(partitions: Iterable[PartitionStatus], now_ms: int) -> int | None:
+    """The time up to which a tier has seen everything, the rule the counter uses for its status.
+
+    A caught-up partition (lag 0) has seen everything produced so far: `now_ms`. A lagging one has
+    seen up to its last acknowledged message's time; None when that is unknown, which makes the
+    whole watermark unknown. With no partitions, nothing is behind: `now_ms`.
+    """
+    watermark = now_ms
+    for status in partitions:
+        seen_up_to = now_ms if status.lag == 0 else status.last_audit_time_ms
+        if seen_up_to is None:
+            return None
+        watermark = min(watermark, seen_up_to)
+    return watermark
 
 
 def provenance(headers) -> list[str]:
@@ -113,6 +131,7 @@ class Replicator:
         select_topic: Callable[[str], bool],
         *,
         fault: DropFault | None = None,
+        pause: PauseFault | None = None,
     ) -> None:
         self.source_config = dict(source_config)
         self.target_config = dict(target_config)
@@ -120,6 +139,7 @@ class Replicator:
         self.naming = naming
         self.select_topic = select_topic
         self.fault = fault
+        self.pause = pause
         self.stats = MirrorStats()
         self.flows: dict[tuple[str, int], PartitionFlow] = {}
         self.instance_id = new_instance_id(f"{SERVICE}-{options.source}-{options.target}")
@@ -131,8 +151,9 @@ class Replicator:
         self._labels = (options.source, options.target)
         self._copied_metrics: dict[str, object] = {}
         self._quiet = False  # status records paused (only while finishing a run-until-caught-up)
-        if fault is not None:
-            log.warning("FAULT HOOK ON: this replicator drops messages on purpose", extra={"fault": fault.describe()})
+        for hook in (fault, pause):
+            if hook is not None:
+                log.warning("FAULT HOOK ON: this replicator misbehaves on purpose", extra={"fault": hook.describe()})
 
     # -- clients -------------------------------------------------------------------------------
 
@@ -147,6 +168,9 @@ class Replicator:
             # Aborted audit records of the counters must not be copied.
             "isolation.level": "read_committed",
             "client.id": f"{SERVICE}-{self.options.source}-{self.options.target}",
+            # Dynamic membership on purpose: a static member restarted with another topic list is
+            # handed its predecessor's stale assignment by the broker and copies nothing new.
+            "session.timeout.ms": self.options.session_timeout_ms,
         })
         self._producer = Producer({
             **self.target_config,
@@ -233,7 +257,9 @@ class Replicator:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Deliver what is in flight, then commit it, so the next owner repeats as little as possible.
-        self._producer.flush(self.options.client_timeout_s)
+        # When stopping, run() has already waited for the target once: do not wait again.
+        if not self._stop.is_set():
+            self._producer.flush(self.options.client_timeout_s)
         self.commit()
         with self._lock:
             for tp in partitions:
@@ -254,36 +280,45 @@ class Replicator:
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             headers = message.headers() or []
             path = provenance(headers)
-            if target in path or (self.fault is not None and self.fault.should_drop(topic)):
-                self._resolve_without_sending(topic, partition, offset, dropped=target not in path)
+            if target in path or (self.fault is not None and self.fault.should_drop(topic, message.timestamp()[1])):
+                self._resolve_without_sending(topic, partition, offset, message.timestamp()[1], dropped=target not in path)
                 continue
             stamped = [(k, v) for k, v in headers if k != PROVENANCE_HEADER]
             stamped.append((PROVENANCE_HEADER, ",".join([*path, source] if source not in path else path).encode()))
             target_partitions = self._target_partitions.get(topic, 0)
+            timestamp_ms = message.timestamp()[1]
             with self._lock:
                 flow = self.flows.get((topic, partition))
                 if flow is not None:
                     flow.sent.append(offset)
-            self._produce(
+            if not self._produce(
                 self.naming.target_topic(source, topic), message.value(), message.key(), stamped,
-                message.timestamp()[1], partition if partition < target_partitions else -1,
-                self._delivery_callback(topic, partition, offset),
-            )
+                timestamp_ms, partition if partition < target_partitions else -1,
+                self._delivery_callback(topic, partition, offset, timestamp_ms),
+            ):
+                return  # stopping with the target unreachable: the rest is not sent, not committed
 
-    def _produce(self, topic, value, key, headers, timestamp, partition, callback) -> None:
+    def _produce(self, topic, value, key, headers, timestamp, partition, callback) -> bool:
+        """Queue one message; False only when stopping and the queue stayed full for client_timeout_s."""
+        give_up_at = None
         while True:
             try:
                 self._producer.produce(topic, value=value, key=key, headers=headers, partition=partition,
                                        timestamp=timestamp if timestamp > 0 else 0, on_delivery=callback)
-                return
+                return True
             except BufferError:
                 # Target slower than source (or down): wait for acknowledgements, keep reporting.
                 self._producer.poll(0.1)
                 self._maybe_housekeep()
                 if self._stop.is_set():
-                    raise KafkaClientError(f"stopped while the {self.options.target} queue was full") from None
+                    # Finish the batch if the target takes it within the timeout; else leave the rest
+                    # unsent and uncommitted, for the next run to copy.
+                    give_up_at = give_up_at or time.monotonic() + self.options.client_timeout_s
+                    if time.monotonic() >= give_up_at:
+                        log.warning("stopping with the target queue full", extra={"target": self.options.target})
+                        return False
 
-    def _delivery_callback(self, topic: str, partition: int, offset: int):
+    def _delivery_callback(self, topic: str, partition: int, offset: int, timestamp_ms: int):
         def delivered(err: KafkaError | None, _msg) -> None:
             if err is not None:
                 # With no delivery timeout only a fatal producer error gets here; the source offset is
@@ -293,7 +328,7 @@ class Replicator:
                 log.error("delivery failed", extra={"source": self.options.source, "topic": topic,
                                                     "partition": partition, "offset": offset, "error": err.str()})
                 return
-            self._acknowledge(topic, partition, offset)
+            self._acknowledge(topic, partition, offset, timestamp_ms)
             self.stats.copied += 1
             self.stats.copied_by_topic[topic] += 1
             copied_metric.inc()
@@ -303,12 +338,12 @@ class Replicator:
             copied_metric = self._copied_metrics[topic] = COPIED.labels(self.options.source, self.options.target, topic)
         return delivered
 
-    def _resolve_without_sending(self, topic: str, partition: int, offset: int, *, dropped: bool) -> None:
+    def _resolve_without_sending(self, topic: str, partition: int, offset: int, timestamp_ms: int, *, dropped: bool) -> None:
         with self._lock:
             flow = self.flows.get((topic, partition))
             if flow is not None:
                 flow.sent.append(offset)
-        self._acknowledge(topic, partition, offset)
+        self._acknowledge(topic, partition, offset, timestamp_ms)
         if dropped:
             self.stats.dropped += 1
             DROPPED.labels(self.options.source, self.options.target, topic).inc()
@@ -316,20 +351,26 @@ class Replicator:
             self.stats.skipped += 1
             SKIPPED.labels(*self._labels).inc()
 
-    def _acknowledge(self, topic: str, partition: int, offset: int) -> None:
-        """Mark one offset done and move the committable position over every done offset before it."""
+    def _acknowledge(self, topic: str, partition: int, offset: int, timestamp_ms: int) -> None:
+        """Mark one offset done and move the committable position over every done offset before it.
+
+        The time of the message just before the new position becomes the partition's last audit
+        time (the watermark's input); a message without a timestamp (<= 0) keeps the previous one.
+        """
         with self._lock:
             flow = self.flows.get((topic, partition))
             if flow is None or not flow.sent:
                 return
             if flow.sent[0] != offset:  # acknowledged ahead of an earlier message: wait for that one
-                flow.done.add(offset)
+                flow.done[offset] = timestamp_ms
                 return
             flow.sent.popleft()
             flow.acked = offset + 1
             while flow.sent and flow.sent[0] in flow.done:
-                flow.done.discard(flow.sent[0])
+                timestamp_ms = flow.done.pop(flow.sent[0])
                 flow.acked = flow.sent.popleft() + 1
+            if timestamp_ms > 0:
+                flow.last_audit_time_ms = timestamp_ms
             flow.last_progress = time.monotonic()
 
     def commit(self) -> None:
@@ -379,18 +420,19 @@ class Replicator:
 
     def emit_status(self, lags: dict[tuple[str, int], int]) -> None:
         """One status record per topic (tier = the target) into the source's audit topic."""
+        now_ms = time.time_ns() // 1_000_000
         by_topic: dict[str, list[PartitionStatus]] = defaultdict(list)
         with self._lock:
             for (topic, partition), flow in sorted(self.flows.items()):
                 lag = lags.get((topic, partition), 0)
-                by_topic[topic].append(PartitionStatus(partition, flow.acked, flow.acked + lag, lag))
+                by_topic[topic].append(PartitionStatus(partition, flow.acked, flow.acked + lag, lag, flow.last_audit_time_ms))
         for topic, partitions in by_topic.items():
             self._sequence += 1
             record = status_record(
                 record_id=record_id(self.instance_id, self._sequence), tier=self.options.target,
                 cluster=self.options.source, service=SERVICE, instance_id=self.instance_id,
                 topic=topic, window_minutes=self.options.window_minutes, partitions=partitions,
-                stalled=self.stats.stalled,
+                watermark_ms=watermark_ms(partitions, now_ms), stalled=self.stats.stalled, emitted_at_ms=now_ms,
             )
             self._status_producer.produce(self.options.audit_topic, key=topic.encode(), value=encode(record))
         self._status_producer.poll(0)
@@ -434,6 +476,14 @@ class Replicator:
                 if now >= next_refresh:
                     self._refresh_topics()
                     next_refresh = now + self.options.topic_refresh_s
+                if self.pause is not None and self.pause.paused(time.monotonic()):
+                    self._consumer.pause(self._consumer.assignment())
+                    # Polling paused partitions returns nothing but keeps us in the group; status goes on.
+                    self.copy_batch(self._consumer.consume(self.options.batch_size, timeout=0.5))
+                    self._maybe_housekeep()
+                    continue
+                if self.pause is not None:
+                    self._consumer.resume(self._consumer.assignment())
                 messages = self._consumer.consume(self.options.batch_size, timeout=0.5) if self._subscribed else []
                 self.copy_batch(messages)
                 self._producer.poll(0)
@@ -452,8 +502,10 @@ class Replicator:
         return self.stats
 
     def _close(self) -> None:
+        # Whatever the target acknowledges from here on is not committed any more: a short last
+        # flush only saves the next run some repeats, and a target that is down must not hold up exit.
         for closing in (lambda: self._consumer.close(), lambda: self._status_producer.flush(self.options.client_timeout_s),
-                        lambda: self._producer.flush(self.options.client_timeout_s)):
+                        lambda: self._producer.flush(min(self.options.client_timeout_s, 1.0))):
             try:
                 closing()
             except (AttributeError, KafkaException) as exc:  # never opened, or the cluster is gone

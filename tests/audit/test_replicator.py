@@ -1,25 +1,47 @@
-"""The replicator against real clusters: fidelity, the drop hook, new topics, cycles, outages."""
+"""The replicator: its watermark rule as a table; against real clusters: fidelity, the drop hook,
+new topics, cycles, outages, watermarks in its status records."""
 from __future__ import annotations
 
 import threading
 import time
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from audit.audit_log import read_audit_topic
 from audit.clients import ensure_topics
 from audit.faults import DropFault
 from audit.local_cluster import LocalClusters
 from audit.naming import IdentityNaming, PrefixNaming
-from audit.record import PROVENANCE_HEADER, Kind
-from audit.replicator import MirrorOptions, Replicator
+from audit.record import PROVENANCE_HEADER, Kind, PartitionStatus
+from audit.replicator import MirrorOptions, Replicator, watermark_ms
 from tests.conftest import cache_dir
 
-pytestmark = pytest.mark.kafka
+kafka = pytest.mark.kafka
 
 PREFIX = PrefixNaming(frozenset({"dc1", "aggregate"}))
+NOW_MS = 1_800_000_000_000
+BASE_TS_MS = 1_700_000_000_000  # timestamp of message i is BASE_TS_MS + i
+
+
+def status(partition: int, lag: int, last_ms: int | None) -> PartitionStatus:
+    return PartitionStatus(partition=partition, position=100, end_offset=100 + lag, lag=lag, last_audit_time_ms=last_ms)
+
+
+@pytest.mark.parametrize("partitions, expected, why", [
+    ([], NOW_MS, "no partitions: nothing is behind"),
+    ([status(0, 0, None)], NOW_MS, "caught up, nothing ever copied: everything so far is seen"),
+    ([status(0, 0, 5)], NOW_MS, "caught up: now, not the last message's time"),
+    ([status(0, 3, 5)], 5, "behind: the last acknowledged message's time"),
+    ([status(0, 3, None)], None, "behind with no acknowledged message: unknown"),
+    ([status(0, 3, 9), status(1, 2, 7), status(2, 0, 1)], 7, "the slowest partition decides"),
+    ([status(0, 3, 9), status(1, 2, None)], None, "one unknown partition makes the watermark unknown"),
+    ([status(0, 1, NOW_MS + 50)], NOW_MS, "a message from the future never moves it past now"),
+])
+def test_watermark_rule(partitions, expected, why):
+    assert watermark_ms(partitions, NOW_MS) == expected, why
 
 
 def produce(bootstrap: str, topic: str, count: int, *, partitions: int, tag: str = "") -> None:
@@ -63,6 +85,7 @@ def options_for(unique_name, **overrides) -> MirrorOptions:
                          commit_interval_s=0.5, status_interval_s=1.0, topic_refresh_s=1.0, **overrides)
 
 
+@kafka
 def test_copies_200k_messages_byte_identical_with_partitions_timestamps_and_headers(local_clusters, topic_factory, unique_name):
     dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
     topics = [topic_factory("dc1", partitions=4) for _ in range(3)]
@@ -87,6 +110,7 @@ def test_copies_200k_messages_byte_identical_with_partitions_timestamps_and_head
             assert copy.headers() == original.headers() + [(PROVENANCE_HEADER, b"dc1")]
 
 
+@kafka
 def test_drop_hook_loses_exactly_n_messages(local_clusters, topic_factory, unique_name):
     dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
     lossy, intact = topic_factory("dc1", partitions=2), topic_factory("dc1", partitions=2)
@@ -102,6 +126,7 @@ def test_drop_hook_loses_exactly_n_messages(local_clusters, topic_factory, uniqu
     assert len(read_all(aggregate, f"dc1.{intact}", 1000)) == 1000
 
 
+@kafka
 def test_a_topic_created_while_running_is_replicated_within_the_refresh_interval(local_clusters, topic_factory, unique_name):
     dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
     prefix = unique_name("late")
@@ -127,6 +152,7 @@ def test_a_topic_created_while_running_is_replicated_within_the_refresh_interval
     assert configs["retention.ms"].value == "86400000", "the source's topic configs are copied"
 
 
+@kafka
 def test_active_active_with_identity_naming_never_loops(local_clusters, topic_factory, unique_name):
     dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
     topic = unique_name("both")
@@ -156,6 +182,7 @@ def test_active_active_with_identity_naming_never_loops(local_clusters, topic_fa
     assert forward.stats.skipped >= 500 and backward.stats.skipped >= 500  # the copies came round and were refused
 
 
+@kafka
 def test_target_down_30_s_loses_nothing_and_is_reported_as_a_stall(tmp_path, unique_name):
     clusters = LocalClusters(["src", "dst"], state_dir=tmp_path, cache_dir=cache_dir())
     clusters.up()
@@ -189,5 +216,100 @@ def test_target_down_30_s_loses_nothing_and_is_reported_as_a_stall(tmp_path, uni
         records, _ = read_audit_topic({"bootstrap.servers": source}, "_audit")
         statuses = [r for r in records if r.kind == Kind.STATUS and r.tier == "dst"]
         assert any(r.stalled for r in statuses) and not statuses[-1].stalled
+
+        # Stopped (as by SIGTERM) while the target is down: it exits within a bound and commits
+        # nothing the target did not acknowledge; a later run copies the rest.
+        stopping = Replicator({"bootstrap.servers": source}, {"bootstrap.servers": target},
+                              replace(options, client_timeout_s=5.0), PrefixNaming(frozenset({"src", "dst"})), lambda t: t == "orders")
+        runner = threading.Thread(target=stopping.run, kwargs={"max_seconds": 150})
+        runner.start()
+        time.sleep(3)
+        clusters["dst"].stop()
+        produce(source, "orders", 3000, partitions=3, tag="stopping")
+        time.sleep(3)
+        asked = time.monotonic()
+        stopping.stop()
+        runner.join(60)
+        took_s = time.monotonic() - asked
+        print(f"stopped in {took_s:.1f} s with the target down")
+        # One wait for acknowledgements (client_timeout_s), not one per closing step.
+        assert not runner.is_alive() and took_s < 2 * 5.0, f"stop took {took_s:.1f} s with the target down"
+        clusters["dst"].start()
+        watcher = Consumer({"bootstrap.servers": source, "group.id": options.group})
+        committed = watcher.committed([TopicPartition("orders", p) for p in range(3)], timeout=10)
+        watcher.close()
+        assert sum(tp.offset for tp in committed) == 10_000, "nothing past what the target acknowledged"
+        Replicator({"bootstrap.servers": source}, {"bootstrap.servers": target}, options,
+                   PrefixNaming(frozenset({"src", "dst"})), lambda t: t == "orders").run(until_caught_up=True, max_seconds=120)
+        copies = read_all(target, "src.orders", 13_000)
+        assert len({(dict(m.headers())["tag"], dict(m.headers())["seq"]) for m in copies}) == 13_000
     finally:
         clusters.down()
+
+
+def statuses_of(bootstrap: str, audit_topic: str, topic: str) -> list:
+    records, rejects = read_audit_topic({"bootstrap.servers": bootstrap}, audit_topic)
+    assert rejects == []
+    return [r for r in records if r.kind == Kind.STATUS and r.tier == "aggregate" and r.topic == topic]
+
+
+@kafka
+def test_status_watermark_trails_the_uncopied_messages_and_is_now_once_caught_up(local_clusters, topic_factory, unique_name):
+    dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
+    topic = topic_factory("dc1", partitions=2)
+    produce(dc1, topic, 1000, partitions=1)  # everything in partition 0; partition 1 stays empty (lag 0)
+    options = options_for(unique_name, batch_size=100)
+    mirror = replicator(dc1, aggregate, options, PREFIX, lambda t: t == topic)
+    mirror._open()
+    try:
+        mirror._refresh_topics()
+        while mirror.stats.copied == 0:  # copy exactly one batch: offsets 0..99 of partition 0
+            mirror.copy_batch(mirror._consumer.consume(options.batch_size, timeout=1))
+            mirror._producer.flush(30)
+        copied = mirror.stats.copied
+        mirror.emit_status(mirror.check_stall())
+        mirror._status_producer.flush(30)
+        lagging = statuses_of(dc1, options.audit_topic, topic)[-1]
+
+        while mirror.stats.copied < 1000:
+            mirror.copy_batch(mirror._consumer.consume(options.batch_size, timeout=1))
+            mirror._producer.flush(30)
+        mirror.emit_status(mirror.check_stall())
+        mirror._status_producer.flush(30)
+        caught_up = statuses_of(dc1, options.audit_topic, topic)[-1]
+    finally:
+        mirror._close()
+
+    first_uncopied_ms = BASE_TS_MS + copied
+    assert 0 < copied < 1000 and sum(p.lag for p in lagging.partitions) == 1000 - copied
+    assert lagging.watermark_ms == first_uncopied_ms - 1, "the last acknowledged message's time, before every un-copied one"
+    assert {p.partition: p.last_audit_time_ms for p in lagging.partitions} == {0: first_uncopied_ms - 1, 1: None}
+    assert all(p.lag == 0 for p in caught_up.partitions)
+    assert caught_up.partitions[0].last_audit_time_ms == BASE_TS_MS + 999
+    assert abs(caught_up.watermark_ms - time.time() * 1000) < 10_000, "caught up: the watermark is now"
+    assert caught_up.watermark_ms == caught_up.emitted_at_ms
+
+
+def test_pause_fault_stalls_then_recovers_without_loss(local_clusters, topic_factory, unique_name):
+    from audit.faults import PauseFault
+
+    dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
+    topic = topic_factory("dc1", partitions=2)
+    produce(dc1, topic, 2000, partitions=2)
+    mirror = replicator(dc1, aggregate, options_for(unique_name, stall_after_s=2.0), PREFIX, lambda t: t == topic)
+    mirror.pause = PauseFault(after_s=0.0, for_s=8.0)
+    runner = threading.Thread(target=mirror.run, kwargs={"max_seconds": 60})
+    runner.start()
+    try:
+        deadline = time.monotonic() + 8
+        while not mirror.stats.stalled and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert mirror.stats.stalled and mirror.stats.copied_by_topic[topic] == 0, "paused: lag, no progress, a stall"
+        deadline = time.monotonic() + 40
+        while (mirror.stats.copied_by_topic[topic] < 2000 or mirror.stats.stalled) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert mirror.stats.copied_by_topic[topic] == 2000 and not mirror.stats.stalled
+    finally:
+        mirror.stop()
+        runner.join(60)
+    assert len(read_all(aggregate, f"dc1.{topic}", 2000)) == 2000
