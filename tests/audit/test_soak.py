@@ -83,13 +83,13 @@ def test_checker_fails_a_loss_alert_without_a_loss_and_an_unrejected_record():
 
 @pytest.mark.kafka
 @pytest.mark.spark
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(960)  # ~4 min on 2 idle cores; 9 min measured with the machine shared 4 ways
 def test_short_soak_keeps_every_invariant(tmp_path: Path):
     state = tmp_path / "soak"
     result = subprocess.run(
         [sys.executable, "-m", "audit.cli", "soak", "--minutes", "1.5", "--fault-gap-s", "17", "--seed", "11",
          "--backfill-messages", "3000", "--state-dir", str(state)],
-        capture_output=True, text=True, timeout=460)
+        capture_output=True, text=True, timeout=930)
     report = json.loads((state / "report.json").read_text()) if (state / "report.json").exists() else None
     assert report is not None, result.stdout[-4000:] + result.stderr[-4000:]
     failed = [c for c in report["checks"] if not c["ok"]]
