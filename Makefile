@@ -9,6 +9,7 @@ JARS := $(KAUDIT_CACHE_DIR)/jars
 MVN := mvn -q -B -Dmaven.repo.local=$(KAUDIT_CACHE_DIR)/m2
 PYTEST_ARGS ?=
 FUZZ_SECONDS ?= 60
+SOAK_MINUTES ?= 10
 FUZZ_TARGETS := record settings headers
 
 export KAUDIT_CACHE_DIR
@@ -68,6 +69,10 @@ fuzz: setup ## coverage-guided fuzzing (atheris) of the record parser, config lo
 	     > $$target.log 2>&1) || { tail -40 .kaudit/fuzz/$$target.log; echo "fuzz $$target: finding in .kaudit/fuzz"; exit 1; }; \
 	  grep -E "^(Done|stat::number_of_executed_units)" .kaudit/fuzz/$$target.log | head -1; \
 	done
+
+.PHONY: soak
+soak: setup ## fault-injection soak on its own local clusters: SOAK_MINUTES of load (10) with random kills, then every invariant checked
+	$(KAUDIT) soak --minutes $(SOAK_MINUTES)
 
 .PHONY: demo
 demo: setup ## run the pipeline on the embedded local default

@@ -20,7 +20,7 @@ default (three local clusters dc1, dc2 -> aggregate). `kaudit config show` print
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from audit import cli_alert, cli_clusters, cli_config, cli_count, cli_mirror, cli_spark_jobs, cli_ui, demo, mailbox
+    from audit import cli_alert, cli_clusters, cli_config, cli_count, cli_mirror, cli_spark_jobs, cli_ui, demo, mailbox, soak
     from producers import loadgen
 
     parser = argparse.ArgumentParser(prog="kaudit", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
     parser.add_argument("--log-format", choices=["kv", "json"], default=None, help="log lines as key=value (default) or JSON")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for module in (cli_clusters, cli_config, loadgen, cli_count, cli_mirror, cli_spark_jobs, cli_alert, cli_ui, mailbox, demo):
+    for module in (cli_clusters, cli_config, loadgen, cli_count, cli_mirror, cli_spark_jobs, cli_alert, cli_ui, mailbox, demo, soak):
         module.add_command(commands)
     return parser
 

@@ -93,7 +93,11 @@ def group_caught_up(consumer: Consumer, admin: AdminClient, topics: list[str], *
     ends = list_offsets(admin, partitions, OffsetSpec.latest(), timeout_s=timeout_s)
     if len(ends) != len(partitions):
         return False
-    committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
+    try:
+        committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
+    except KafkaException as exc:  # a coordinator that is slow or moving (a broker restart): not known to be caught up yet
+        log.warning("committed offsets unknown", extra={"group_topics": len(topics), "error": exc.args[0].str()})
+        return False
     return all(max(tp.offset, 0) >= ends[(tp.topic, tp.partition)] for tp in committed)
 
 

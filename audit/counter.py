@@ -322,6 +322,10 @@ class ClusterCounter:
                 producer.produce(self.options.audit_topic, key=record.topic.encode(), value=encode(record))
             if offsets:
                 producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), self.options.client_timeout_s)
+        except KafkaException as exc:  # nothing was committed: the open transaction must be aborted, whatever the error
+            self._abort(exc.args[0], open_transaction=True)
+            return False
+        try:
             self._commit_transaction()
         except KafkaException as exc:
             self._abort(exc.args[0])
@@ -344,16 +348,24 @@ class ClusterCounter:
                 if not exc.args[0].retriable() or attempt == 2:
                     raise
 
-    def _abort(self, error: KafkaError) -> None:
-        """Throw away this flush and rewind to the last commit, so its messages are counted again."""
+    def _abort(self, error: KafkaError, *, open_transaction: bool = False) -> None:
+        """Throw away this flush and rewind to the last commit, so its messages are counted again.
+
+        `open_transaction`: the error came before the commit (a broker gone while adding the offsets, say),
+        so the transaction is still open and must be aborted even when the error itself does not demand it;
+        left open, every later begin_transaction fails and the counter never commits again."""
         self.stats.aborts += 1
         ABORTS.labels(self.options.cluster).inc()
         log.warning("transaction aborted; recounting from the last commit",
                     extra={"cluster": self.options.cluster, "error": error.str(), "code": error.code()})
         if error.fatal():
             raise KafkaClientError(f"counter {self.options.cluster}: fenced or fatal: {error.str()}", code=error.code())
-        if error.txn_requires_abort():
-            self._producer.abort_transaction(self.options.client_timeout_s)
+        if error.txn_requires_abort() or open_transaction:
+            try:
+                self._producer.abort_transaction(self.options.client_timeout_s)
+            except KafkaException as exc:  # the broker is still away: the next flush's begin fails and aborts again
+                log.warning("abort failed; retried at the next flush", extra={"cluster": self.options.cluster,
+                                                                             "error": exc.args[0].str()})
         self.tally.drain()
         for (topic, partition), progress in self.progress.items():
             progress.position = progress.committed
