@@ -58,6 +58,7 @@ class Findings:
     stall_seen: bool = False  # the stalled replicator showed as stalled/lagging
     stall_counted_as_loss: bool = False  # never: a final incomplete row for the stalled cluster's topics
     stall_recovered: bool = False
+    lagging_keys: set[str] = field(default_factory=set)  # topic|window|tier seen lagging while stalled
     emails: list[tuple[Path, str]] = field(default_factory=list)
     statuses: dict[str, int] = field(default_factory=dict)
 
@@ -99,13 +100,16 @@ def observe(settings, plan: PipelinePlan, findings: Findings) -> None:
     dropped = completeness[(completeness["logical_topic"] == f"{drop.cluster}.{drop.topic}") & (window == drop.window_start_ms)]
     findings.loss_rows = [(r.tier, int(r.expected), int(r.missing)) for r in dropped.itertuples() if r.status == "incomplete"]
     stalled = completeness[completeness["origin_cluster"] == plan.stall.cluster]
-    behind = stalled[stalled["status"].isin(["lagging", "pending"]) & (stalled["observed"] < stalled["expected"])]
+    keys = stalled["logical_topic"] + "|" + window.loc[stalled.index].astype(str) + "|" + stalled["tier"]
+    findings.lagging_keys |= set(keys[stalled["status"] == "lagging"])
     tier_status = read_frame(settings.lake_root, "tier_status")
     stalled_now = (not tier_status.empty and bool(tier_status[(tier_status["origin_cluster"] == plan.stall.cluster)
                                                              & (tier_status["tier"] == plan.hub)]["stalled"].fillna(False).any()))
-    findings.stall_seen = findings.stall_seen or stalled_now or len(behind) > 0
+    findings.stall_seen = findings.stall_seen or stalled_now or bool(findings.lagging_keys)
     findings.stall_counted_as_loss = bool((stalled["status"] == "incomplete").any())
-    findings.stall_recovered = findings.stall_seen and not stalled_now and len(behind) == 0
+    complete_now = set(keys[stalled["status"] == "complete"])
+    # Recovered: no stall reported, and every window that lagged during the stall is complete now.
+    findings.stall_recovered = findings.stall_seen and not stalled_now and findings.lagging_keys <= complete_now
 
 
 def progress_line(began: float, findings: Findings, plan: PipelinePlan) -> str:

@@ -159,7 +159,7 @@ def test_kill_minus_nine_at_random_moments_changes_no_count(local_clusters, topi
     )
     producing.start()
     command = [sys.executable, "-m", "audit.cli", "--config", str(config), "count", "--cluster", "dc1",
-               "--topic-refresh-s", "1", "--by-partition"]
+               "--topic-refresh-s", "1"]
     rng = random.Random(7)
     kills = 0
     while kills < 5 or producing.is_alive():

@@ -14,6 +14,7 @@ from tests.conftest import cache_dir
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
+@pytest.mark.timeout(1200)
 def test_short_demo_finds_the_loss_exactly_and_shows_the_stall_as_lag(tmp_path):
     env = {**os.environ, "KAUDIT_STATE_DIR": str(tmp_path / "state"), "KAUDIT_CACHE_DIR": str(cache_dir()),
            "KAUDIT_SMTP_PORT": str(free_port())}
