@@ -40,7 +40,7 @@ def add_command(commands) -> None:
     parser.add_argument("--messages", type=int, default=50_000, help="backfilled messages per regional cluster (default 50000)")
     parser.add_argument("--backfill-hours", type=float, default=3.0, help="hours of event time they cover (default 3)")
     parser.add_argument("--drop-count", type=int, default=25, help="messages the dc1 replicator loses (default 25)")
-    parser.add_argument("--stall-for-s", type=float, default=180.0, help="how long the dc2 replicator stalls (default 180)")
+    parser.add_argument("--stall-for-s", type=float, default=240.0, help="how long the dc2 replicator stalls (default 240)")
     parser.add_argument("--rate", type=float, default=20.0, help="live messages per second per cluster (default 20)")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="give up waiting for the faults after this long (default 900)")
     parser.add_argument("--short", action="store_true", help="a quick run for tests: fewer messages, shorter stall, faster loops")
@@ -160,7 +160,7 @@ def run(args: argparse.Namespace, settings) -> int:
     plan = PipelinePlan(
         regional=regional, hub=hub,
         drop=DropPlan(regional[0], "orders", drop_window(hours, window_minutes=settings.window_minutes), args.drop_count),
-        stall=StallPlan(regional[-1], after_s=5.0, for_s=60.0 if short else args.stall_for_s),
+        stall=StallPlan(regional[-1], after_s=5.0, for_s=150.0 if short else args.stall_for_s),
         reconcile_interval_s=15.0 if short else 30.0, lake_trigger_s=5.0 if short else 10.0,
         stall_after_s=10.0 if short else 20.0, with_ui=not args.no_ui)
     supervisor = Supervisor(settings.state_dir, config=config)
