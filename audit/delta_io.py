@@ -49,12 +49,21 @@ def ensure_tables(spark, lake_root: str, names: tuple[str, ...] | None = None) -
     return {name: ensure_table(spark, lake_root, known[name]) for name in (names or tuple(known))}
 
 
-def _key_condition(table: Table, prune: bool = True) -> str:
+def _key_condition(table: Table, rows, prune: bool = True) -> str:
     conditions = [f"t.`{name}` <=> s.`{name}`" for name in table.key]
     if prune:
-        # Where the partition column follows from the key, naming it lets Delta skip other dates' files.
-        conditions += [f"t.`{name}` = s.`{name}`" for name in table.partition_by if name not in table.key]
+        # Where the partition column follows from the key, naming its values as literals lets Delta
+        # read only those partitions' files of the target: an increment touches a few dates, not all.
+        for name in (p for p in table.partition_by if p not in table.key):
+            values = sorted({str(row[0]) for row in rows.select(name).distinct().collect() if row[0] is not None})
+            conditions.append(f"t.`{name}` = s.`{name}`")
+            if values:
+                conditions.append(f"t.`{name}` IN ({', '.join(repr(v) for v in values)})")
     return " AND ".join(conditions)
+
+
+def _is_empty(target) -> bool:
+    return target.detail().select("numFiles").first()[0] == 0
 
 
 def insert_new(spark, lake_root: str, table: Table, rows, *, prune: bool = True) -> None:
@@ -65,7 +74,11 @@ def insert_new(spark, lake_root: str, table: Table, rows, *, prune: bool = True)
     from delta.tables import DeltaTable
 
     target = DeltaTable.forPath(spark, table_path(lake_root, table.name))
-    (target.alias("t").merge(rows.select(*table.column_names).alias("s"), _key_condition(table, prune))
+    rows = rows.select(*table.column_names)
+    if _is_empty(target):  # nothing to match against: a plain append writes the same rows, much faster
+        rows.write.format("delta").mode("append").save(table_path(lake_root, table.name))
+        return
+    (target.alias("t").merge(rows.alias("s"), _key_condition(table, rows, prune))
      .whenNotMatchedInsertAll().execute())
 
 
@@ -73,10 +86,14 @@ def upsert(spark, lake_root: str, table: Table, rows, *, ignore: tuple[str, ...]
     """Insert new keys; update existing ones only where a column other than `ignore` changed."""
     from delta.tables import DeltaTable
 
+    target = DeltaTable.forPath(spark, table_path(lake_root, table.name))
+    rows = rows.select(*table.column_names)
+    if _is_empty(target):
+        rows.write.format("delta").mode("append").save(table_path(lake_root, table.name))
+        return
     compared = [c for c in table.columns if c.name not in table.key and c.name not in ignore]
     changed = reduce(lambda a, b: f"{a} OR {b}", [f"NOT ({_comparable('t', c)} <=> {_comparable('s', c)})" for c in compared])
-    target = DeltaTable.forPath(spark, table_path(lake_root, table.name))
-    (target.alias("t").merge(rows.select(*table.column_names).alias("s"), _key_condition(table))
+    (target.alias("t").merge(rows.alias("s"), _key_condition(table, rows))
      .whenMatchedUpdateAll(condition=changed).whenNotMatchedInsertAll().execute())
 
 

@@ -206,7 +206,7 @@ def update_tier_counts(spark, settings, new_records):
             # Partition counts are only comparable when every record of the window reported them.
             .withColumn("by_partition", F.when(F.col("with_partitions") == F.col("records"), F.col("by_partition")))
             .withColumn("updated_at", F.current_timestamp())
-            .withColumn("date", F.to_date("window_start")))
+            .withColumn("date", F.to_date("window_start"))).localCheckpoint()
     delta_io.upsert(spark, settings.lake_root, TIER_COUNTS, rows)
     return touched
 
@@ -367,6 +367,19 @@ def store_offsets(spark, settings, sources: list[AuditSource]) -> None:
 # -- the run -------------------------------------------------------------------------------------
 
 
+class _Steps:
+    """Logs each step of a run with its duration, so a slow run says where its time went."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+
+    def done(self, step: str, **fields) -> None:
+        now = time.monotonic()
+        log.info("reconcile step done", extra={"step": step, "seconds": round(now - self._last, 1), **fields})
+        self._last = now
+
+
+
 def reconcile(spark, settings, *, now_ms: int | None = None) -> ReconcileReport:
     """One reconciliation run over everything new since the last one (see the module doc)."""
     began = time.monotonic()
@@ -375,18 +388,24 @@ def reconcile(spark, settings, *, now_ms: int | None = None) -> ReconcileReport:
     delta_io.ensure_tables(spark, settings.lake_root, (AUDIT_RECORDS.name, AUDIT_REJECTS.name, TIER_COUNTS.name,
                                                        TIER_STATUS.name, COMPLETENESS.name, PARTITION_STATUS.name,
                                                        SOURCE_OFFSETS.name))
+    step = _Steps()
     sources = audit_sources(settings, stored_offsets(spark, settings), report=report)
     report.read = sum(source.pending for source in sources)
+    step.done("offsets", messages=report.read)
     messages = read_new_messages(spark, settings, sources)
     touched = None
     if messages is not None:
         checked = check_messages(messages, RecordChecker.from_settings(settings, now_ms))
         new_records = store_records_and_rejects(spark, settings, checked, report)
+        step.done("records checked and stored", records=report.records, rejects=report.rejects)
         touched = update_tier_counts(spark, settings, new_records)
+        step.done("tier_counts")
         update_tier_status(spark, settings, new_records)
+        step.done("tier_status")
     if touched is None:
         touched = spark.createDataFrame([], "origin_cluster STRING, topic STRING, window_start TIMESTAMP")
     report.windows = update_completeness(spark, settings, touched, now_ms=now_ms)
+    step.done("completeness", windows=report.windows)
     store_offsets(spark, settings, sources)
     report.seconds = time.monotonic() - began
     log.info("reconciled", extra={"read": report.read, "records": report.records, "rejects": report.rejects,

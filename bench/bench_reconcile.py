@@ -25,8 +25,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from audit.clients import ensure_topics
 from audit.completeness import classify
 from audit.local_cluster import LocalClusters
+from audit.logs import setup_logging
 from audit.reconcile import reconcile
-from audit.record import count_record, encode, parse
+from audit.record import PartitionStatus, count_record, encode, parse, status_record
 from audit.settings import ClusterSettings, Settings, load_settings
 from audit.spark import spark_session
 from audit.windows import window_start
@@ -37,8 +38,19 @@ MINUTE = 60_000
 
 
 def records(topics: int, windows: int, *, first_window: int, sequence: str, late: bool = False):
-    """Count records: for each topic and window one per tier; the lake loses 1 in every 100th window."""
+    """Count records: for each topic and window one per tier; the lake loses 1 in every 100th window.
+    Then a caught-up status record per topic and tier, so every window is final."""
     now = time.time_ns() // 1_000_000
+    yield from _counts(topics, windows, first_window, sequence, late, now)
+    for t in range(topics):
+        for tier in TIERS[1:]:
+            cluster = "aggregate" if tier == "lake" else tier
+            seen = f"topic{t:05d}" if cluster == "dc1" else f"dc1.topic{t:05d}"
+            yield encode(status_record(record_id=f"{tier}-{sequence}-status:{t}", tier=tier, cluster=cluster, topic=seen,
+                                       partitions=[PartitionStatus(0, 1000, 1000, 0, now)], emitted_at_ms=now))
+
+
+def _counts(topics: int, windows: int, first_window: int, sequence: str, late: bool, now: int):
     for t in range(topics):
         for w in range(windows):
             start = first_window + w * 10 * MINUTE
@@ -109,7 +121,8 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=100, help="windows per topic (default 100)")
     parser.add_argument("--increment", type=int, default=10_000, help="records in the increment (default 10000)")
     args = parser.parse_args()
-    total = args.topics * args.windows * len(TIERS)
+    setup_logging("INFO", "kv")  # the reconciliation logs each step with its seconds
+    total = args.topics * args.windows * len(TIERS) + args.topics * (len(TIERS) - 1)
     cache = load_settings().cache_dir
     with tempfile.TemporaryDirectory() as state:
         clusters = LocalClusters(["dc1", "other"], state_dir=Path(state), cache_dir=cache)
@@ -140,7 +153,7 @@ def main() -> None:
             consumer = Consumer({"bootstrap.servers": dc1, "group.id": "offsets"})
             starts = {p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in range(PARTITIONS)}
             consumer.close()
-            increment = increment_topics * 10 * len(TIERS)
+            increment = increment_topics * 10 * len(TIERS) + increment_topics * (len(TIERS) - 1)
             produce(dc1, topic, records(increment_topics, 10, first_window=first, sequence="late", late=True), increment)
             began = time.monotonic()
             again = reconcile(spark, settings, now_ms=now)
