@@ -131,8 +131,6 @@ class ClusterCounter:
             "session.timeout.ms": SESSION_TIMEOUT_MS,
         })
         self._admin = AdminClient(self.config)
-        # Without its audit topic every transaction would wait for a topic that never comes.
-        ensure_topics(self.config, {self.options.audit_topic: 1}, timeout_s=self.options.client_timeout_s)
         self._producer = Producer({
             **self.config,
             "transactional.id": self.options.transactional_id,
@@ -144,6 +142,8 @@ class ClusterCounter:
         try:
             # Fences an earlier incarnation of this slot and aborts its open transaction.
             self._producer.init_transactions(self.options.client_timeout_s)
+            # Without its audit topic every transaction would wait for a topic that never comes.
+            ensure_topics(self.config, {self.options.audit_topic: 1}, timeout_s=self.options.client_timeout_s)
         except KafkaException as exc:
             error = exc.args[0]
             raise KafkaClientError(
