@@ -163,7 +163,10 @@ def lag_alerts(tier_status: pd.DataFrame, *, now: datetime, lag_minutes: float, 
     alerts = []
     for row in behind.itertuples(index=False):
         minutes = (pd.Timestamp(now) - row.watermark) / pd.Timedelta(minutes=1)
-        parts = [f"{row.tier} is {minutes:.0f} min behind (watermark {row.watermark.strftime(WINDOW_FORMAT)})"]
+        if row.watermark.year == 1970:  # the epoch: a reporter with lag that has not delivered anything yet
+            parts = [f"{row.tier} has received nothing yet of what is waiting for it"]
+        else:
+            parts = [f"{row.tier} is {minutes:.0f} min behind (watermark {row.watermark.strftime(WINDOW_FORMAT)})"]
         if _int(row.lag):
             parts.append(f"lag {int(row.lag):,} messages")
         if bool(row.stalled):

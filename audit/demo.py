@@ -69,6 +69,10 @@ class Findings:
     def loss_email(self, plan: PipelinePlan) -> bool:
         return any(f"{plan.drop.cluster}.{plan.drop.topic}" in subject for _path, subject in self.emails)
 
+    def visible(self, plan: PipelinePlan) -> bool:
+        """Both faults show: the loss exactly (and its email), the stall as lag."""
+        return self.loss_found(plan) and self.loss_email(plan) and self.stall_seen and not self.stall_counted_as_loss
+
     def done(self, plan: PipelinePlan) -> bool:
         return (self.loss_found(plan) and self.loss_email(plan) and self.stall_seen and self.stall_recovered
                 and not self.stall_counted_as_loss)
@@ -177,17 +181,20 @@ def run(args: argparse.Namespace, settings) -> int:
         start_live_traffic(supervisor, plan, rate=args.rate, duration_s=24 * 3600)
         findings = Findings()
         deadline = time.monotonic() + args.timeout_s
+        # Interactive: the summary comes once both faults are visible; the stall's recovery follows live.
+        ready = findings.done if args.exit_when_found else findings.visible
         while not stop.is_set() and time.monotonic() < deadline:
             observe(settings, plan, findings)
             print(progress_line(began, findings, plan), flush=True)
-            if findings.done(plan):
+            if ready(plan):
                 break
             stop.wait(10.0)
         print(summary(settings, plan, supervisor, findings, began), flush=True)
-        found = findings.done(plan)
         if args.exit_when_found or stop.is_set():
-            return 0 if found else 1
-        stop.wait()
+            return 0 if findings.done(plan) else 1
+        while not stop.wait(30.0):  # keep showing progress (the stall's recovery, live windows) until Ctrl-C
+            observe(settings, plan, findings)
+            print(progress_line(began, findings, plan), flush=True)
         return 0
     finally:
         if args.exit_when_found or stop.is_set():
