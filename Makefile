@@ -60,6 +60,10 @@ browser: ## headless Chromium + chromedriver (Debian packages) for the UI's brow
 test: setup ## run the test suite (starts real Kafka clusters and Spark on loopback)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
+.PHONY: test-open-bugs
+test-open-bugs: setup ## run only the tests that expose known open bugs (the short soak)
+	$(VENV)/bin/pytest -m open_bug $(PYTEST_ARGS)
+
 .PHONY: fuzz
 fuzz: setup ## coverage-guided fuzzing (atheris) of the record parser, config loader, header readers: FUZZ_SECONDS each (60)
 	@for target in $(FUZZ_TARGETS); do \
