@@ -131,6 +131,7 @@ class Replicator:
         self._subscribed: list[str] = []
         self._target_partitions: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._released: dict[tuple[str, int], int] = {}  # acknowledged position of partitions given up
         self._stop = threading.Event()
         self._labels = (options.source, options.target)
         self._copied_metrics: dict[str, object] = {}
@@ -234,10 +235,16 @@ class Replicator:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         committed = consumer.committed(partitions, timeout=self.options.client_timeout_s)
         earliest = self._list_offsets([(tp.topic, tp.partition) for tp in committed if tp.offset < 0], OffsetSpec.earliest())
+        starts = []
         with self._lock:
             for tp in committed:
                 start = tp.offset if tp.offset >= 0 else earliest.get((tp.topic, tp.partition), 0)
-                self.flows[(tp.topic, tp.partition)] = PartitionFlow(committed=start, acked=start)
+                # A partition this process copied before the rebalance: resume after what the target
+                # acknowledged, even when the commit in _on_revoke did not land (it can fail mid-rebalance).
+                resume = max(start, self._released.pop((tp.topic, tp.partition), -1))
+                self.flows[(tp.topic, tp.partition)] = PartitionFlow(committed=start, acked=resume)
+                starts.append(TopicPartition(tp.topic, tp.partition, resume))
+        consumer.assign(starts)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Deliver what is in flight, then commit it, so the next owner repeats as little as possible.
@@ -247,7 +254,9 @@ class Replicator:
         self.commit()
         with self._lock:
             for tp in partitions:
-                self.flows.pop((tp.topic, tp.partition), None)
+                flow = self.flows.pop((tp.topic, tp.partition), None)
+                if flow is not None:
+                    self._released[(tp.topic, tp.partition)] = flow.acked
 
     def _list_offsets(self, partitions: list[tuple[str, int]], spec: OffsetSpec) -> dict[tuple[str, int], int]:
         return list_offsets(self._source_admin, partitions, spec, timeout_s=self.options.client_timeout_s)
