@@ -12,6 +12,7 @@ from typing import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from audit.clients import watermarks
 from audit.record import AuditRecord, Kind, parse
 
 
@@ -35,7 +36,7 @@ def read_audit_topic(
             return [], []
         ends = {}
         for partition in metadata.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(audit_topic, partition), timeout=timeout_s)
+            low, high = watermarks(consumer, audit_topic, partition, timeout_s=timeout_s)
             if high > low:
                 ends[partition] = high
         consumer.assign([TopicPartition(audit_topic, p, 0) for p in ends])

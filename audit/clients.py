@@ -84,6 +84,26 @@ def list_offsets(admin: AdminClient, partitions: list[tuple[str, int]], spec: Of
     return offsets
 
 
+# Answers of a partition whose leader is being elected or moved (librdkafka does not flag them all retriable).
+_LEADERSHIP_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                      KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
+
+
+def watermarks(consumer: Consumer, topic: str, partition: int, *,
+               timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S) -> tuple[int, int]:
+    """(low, high) offsets of one partition, retried while its leadership is moving: a topic
+    created a moment ago or a broker restart answers "not leader" for a while, not for ever."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
+        except KafkaException as exc:
+            moving = exc.args[0].retriable() or exc.args[0].code() in _LEADERSHIP_MOVING
+            if not moving or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
 def group_caught_up(consumer: Consumer, admin: AdminClient, topics: list[str], *,
                     timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S) -> bool:
     """True when the consumer's group has committed up to the end of EVERY partition of `topics`:

@@ -23,7 +23,7 @@ from prometheus_client import Counter, Gauge
 from audit.audit_time import audit_time
 from audit.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 from audit.errors import KafkaClientError
-from audit.record import MAX_AUDIT_TIME_MS, PartitionStatus, count_record, encode, new_instance_id, record_id, status_record, watermark_ms
+from audit.record import MAX_AUDIT_TIME_MS, count_record, encode, new_instance_id, record_id, status_record, topic_statuses, watermark_ms
 from audit.tally import Tally
 
 log = logging.getLogger(__name__)
@@ -278,17 +278,16 @@ class ClusterCounter:
 
     def _status_records(self) -> list:
         now_ms = int(time.time() * 1000)
-        by_topic: dict[str, list[PartitionStatus]] = {}
         ends = self._list_offsets(list(self.progress), OffsetSpec.latest())
-        for (topic, partition), progress in sorted(self.progress.items()):
-            end = max(ends.get((topic, partition), progress.position), progress.position)
-            lag = end - progress.position
-            self.stats.lag[(topic, partition)] = lag
-            LAG.labels(self.options.cluster, topic, str(partition)).set(lag)
-            by_topic.setdefault(topic, []).append(
-                PartitionStatus(partition=partition, position=progress.position, end_offset=end, lag=lag,
-                                last_audit_time_ms=progress.last_audit_time_ms)
-            )
+        positions = {key: progress.position for key, progress in self.progress.items()}
+        audit_times = {key: progress.last_audit_time_ms for key, progress in self.progress.items()}
+        by_topic, withheld = topic_statuses(positions, ends, audit_times)
+        if withheld:
+            log.warning("status withheld: end offsets unknown", extra={"cluster": self.options.cluster, "topics": ",".join(withheld)})
+        for topic, partitions in by_topic.items():
+            for status in partitions:
+                self.stats.lag[(topic, status.partition)] = status.lag
+                LAG.labels(self.options.cluster, topic, str(status.partition)).set(status.lag)
         return [
             status_record(
                 **self._identity(),

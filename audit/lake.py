@@ -23,7 +23,7 @@ from prometheus_client import Counter, Gauge
 
 from audit import delta_io
 from audit.clients import client_config, ensure_topics, java_client_options, list_offsets
-from audit.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS, PartitionStatus, count_record, encode, status_record, watermark_ms
+from audit.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS, count_record, encode, status_record, topic_statuses, watermark_ms
 from audit.tables import BRONZE
 from audit.windows import MS_PER_MINUTE
 
@@ -189,11 +189,9 @@ class LakeJob:
             return
         ends = list_offsets(self._admin, list(positions), OffsetSpec.latest(), timeout_s=self.options.client_timeout_s)
         now_ms = time.time_ns() // 1_000_000
-        by_topic: dict[str, list[PartitionStatus]] = {}
-        for (topic, partition), position in sorted(positions.items()):
-            end = max(ends.get((topic, partition), position), position)
-            by_topic.setdefault(topic, []).append(PartitionStatus(partition, position, end, end - position,
-                                                                  self.stats.last_audit_time_ms.get((topic, partition))))
+        by_topic, withheld = topic_statuses(positions, ends, dict(self.stats.last_audit_time_ms))
+        if withheld:
+            log.warning("status withheld: end offsets unknown", extra={"cluster": self.options.cluster, "topics": ",".join(withheld)})
         self.stats.lag = sum(p.lag for parts in by_topic.values() for p in parts)
         LAG.labels(self.options.cluster).set(self.stats.lag)
         for topic, partitions in by_topic.items():

@@ -140,6 +140,31 @@ def watermark_ms(partitions: Iterable[PartitionStatus], now_ms: int) -> int | No
     return watermark
 
 
+def topic_statuses(
+    positions: Mapping[tuple[str, int], int],
+    ends: Mapping[tuple[str, int], int],
+    last_audit_times: Mapping[tuple[str, int], int | None],
+) -> tuple[dict[str, list[PartitionStatus]], list[str]]:
+    """Each topic's partition statuses from a reporter's positions and the broker's end offsets, and
+    the topics left out because an end offset is unknown (its broker down or its leader moving).
+
+    A partition whose end is unknown must not be reported as lag 0: that would move the tier's
+    watermark to now past messages the reporter has not seen, and the windows they belong to would
+    turn final and short (a false loss). The reporter's previous status stays the newest instead.
+    """
+    by_topic: dict[str, list[PartitionStatus]] = {}
+    unknown: set[str] = set()
+    for (topic, partition), position in sorted(positions.items()):
+        end = ends.get((topic, partition))
+        if end is None:
+            unknown.add(topic)
+            continue
+        end = max(end, position)
+        by_topic.setdefault(topic, []).append(
+            PartitionStatus(partition, position, end, end - position, last_audit_times.get((topic, partition))))
+    return {topic: parts for topic, parts in by_topic.items() if topic not in unknown}, sorted(unknown)
+
+
 # -- JSON ---------------------------------------------------------------------------------------
 
 

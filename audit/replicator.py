@@ -26,7 +26,7 @@ from audit.clients import check_credentials, ensure_topics, group_caught_up, lis
 from audit.errors import KafkaClientError
 from audit.faults import DropFault, PauseFault
 from audit.naming import NamingPolicy
-from audit.record import PROVENANCE_HEADER, PartitionStatus, encode, new_instance_id, record_id, status_record, watermark_ms
+from audit.record import PROVENANCE_HEADER, encode, new_instance_id, record_id, status_record, topic_statuses, watermark_ms
 
 log = logging.getLogger(__name__)
 
@@ -392,7 +392,8 @@ class Replicator:
         ends = self._list_offsets(list(self.flows), OffsetSpec.latest())
         now = time.monotonic()
         with self._lock:
-            lags = {key: max(ends.get(key, flow.acked) - flow.acked, 0) for key, flow in self.flows.items()}
+            # A partition whose end is unknown (source broker down) is left out: not idle, not lag 0.
+            lags = {key: max(ends[key] - flow.acked, 0) for key, flow in self.flows.items() if key in ends}
             stalled = any(lag > 0 and now - self.flows[key].last_progress > self.options.stall_after_s
                           for key, lag in lags.items() if key in self.flows)
             for key, lag in lags.items():
@@ -414,11 +415,14 @@ class Replicator:
     def emit_status(self, lags: dict[tuple[str, int], int]) -> None:
         """One status record per topic (tier = the target) into the source's audit topic."""
         now_ms = time.time_ns() // 1_000_000
-        by_topic: dict[str, list[PartitionStatus]] = defaultdict(list)
         with self._lock:
-            for (topic, partition), flow in sorted(self.flows.items()):
-                lag = lags.get((topic, partition), 0)
-                by_topic[topic].append(PartitionStatus(partition, flow.acked, flow.acked + lag, lag, flow.last_audit_time_ms))
+            positions = {key: flow.acked for key, flow in self.flows.items()}
+            audit_times = {key: flow.last_audit_time_ms for key, flow in self.flows.items()}
+        ends = {key: positions[key] + lag for key, lag in lags.items() if key in positions}
+        by_topic, withheld = topic_statuses(positions, ends, audit_times)
+        if withheld:
+            log.warning("status withheld: end offsets unknown", extra={
+                "source": self.options.source, "target": self.options.target, "topics": ",".join(withheld)})
         for topic, partitions in by_topic.items():
             self._sequence += 1
             record = status_record(

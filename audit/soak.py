@@ -224,14 +224,14 @@ class Soak:
         """Until the drop replicator committed past the backfill of its topic, so a kill cannot re-copy what it lost."""
         from confluent_kafka import Consumer, TopicPartition
 
-        from audit.clients import client_config
+        from audit.clients import client_config, watermarks
 
         topic, config = self.drop.topic, client_config(self.settings, self.drop.cluster)
         group = f"kaudit-mirror-{self.drop.cluster}-{self.hub}"
         consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False})
         try:
             partitions = [TopicPartition(topic, p) for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions]
-            ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in partitions}
+            ends = {tp.partition: watermarks(consumer, topic, tp.partition)[1] for tp in partitions}
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=30)}

@@ -17,6 +17,7 @@ from typing import Iterable, Mapping
 
 import pandas as pd
 
+from audit.clients import watermarks
 from audit.completeness import partition_gaps
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ def topic_truth(consumer_config: Mapping[str, str], topic: str, window_minutes: 
         partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
         ends, assigned = {}, []
         for partition in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+            low, high = watermarks(consumer, topic, partition)
             if high > low:
                 ends[partition] = high
                 assigned.append(TopicPartition(topic, partition, low))

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from audit.audit_log import counts_by_window, read_audit_topic
+from audit.clients import watermarks
 from audit.counter import ClusterCounter, CounterOptions
 from audit.record import AUDIT_TIME_HEADER, Kind
 from audit.windows import window_start
@@ -196,7 +197,7 @@ def diagnose(bootstrap: str, audit_topic: str, topics: list[str], group: str) ->
     for topic in topics:
         tps = [TopicPartition(topic, p) for p in range(6)]
         for tp in consumer.committed(tps, timeout=10):
-            end = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)[1]
+            end = watermarks(consumer, topic, tp.partition)[1]
             lines.append(f"{topic}[{tp.partition}] end={end} committed={tp.offset} counted={per_partition[(topic, tp.partition)]}")
     consumer.close()
     return "\n".join(lines)

@@ -21,6 +21,7 @@ from audit.record import (
     record_id,
     status_record,
     to_json,
+    topic_statuses,
 )
 
 WINDOW_MS = 600_000
@@ -178,3 +179,30 @@ def test_parse_never_raises_when_any_field_holds_any_json_value(key, value):
 def test_audit_time_header(header, expected):
     assert parse_audit_time_header(header) == expected
     assert AUDIT_TIME_HEADER == "kaudit-time"
+
+
+def test_topic_statuses_withhold_a_topic_whose_end_offset_is_unknown():
+    positions = {("a", 0): 10, ("a", 1): 4, ("b", 0): 7}
+    ends = {("a", 0): 12, ("b", 0): 7}  # a/1's broker did not answer
+    by_topic, withheld = topic_statuses(positions, ends, {("a", 0): 111, ("b", 0): 222})
+    assert withheld == ["a"], "a status for `a` would claim partition 1 caught up"
+    assert by_topic == {"b": [PartitionStatus(0, 7, 7, 0, 222)]}
+
+
+def test_topic_statuses_never_report_an_end_below_the_position():
+    by_topic, withheld = topic_statuses({("a", 0): 10}, {("a", 0): 8}, {})
+    assert withheld == [] and by_topic == {"a": [PartitionStatus(0, 10, 10, 0, None)]}
+
+
+@given(st.dictionaries(st.tuples(st.sampled_from("abc"), st.integers(0, 3)), st.integers(0, 1000), max_size=12),
+       st.dictionaries(st.tuples(st.sampled_from("abc"), st.integers(0, 3)), st.integers(0, 1000), max_size=12))
+def test_topic_statuses_report_a_topic_only_when_every_partition_end_is_known(positions, ends):
+    by_topic, withheld = topic_statuses(positions, ends, {})
+    topics = {topic for topic, _ in positions}
+    assert set(by_topic) | set(withheld) == topics and not set(by_topic) & set(withheld)
+    for topic in withheld:
+        assert any((topic, p) not in ends for t, p in positions if t == topic)
+    for topic, statuses in by_topic.items():
+        assert sorted(s.partition for s in statuses) == sorted(p for t, p in positions if t == topic)
+        for s in statuses:
+            assert s.end_offset == max(ends[(topic, s.partition)], s.position) and s.lag == s.end_offset - s.position >= 0

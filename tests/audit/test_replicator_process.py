@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from audit.audit_log import read_audit_topic
+from audit.clients import watermarks
 from audit.counter import ClusterCounter, CounterOptions
 from audit.record import Kind
 
@@ -68,7 +69,7 @@ def seqs_at(bootstrap: str, topic: str) -> Counter:
     """How often each `seq` is in `topic`, read to its current end."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
+    ends = {p: watermarks(consumer, topic, p)[1] for p in range(PARTITIONS)}
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     seen: Counter = Counter()
     positions = {p: 0 for p in range(PARTITIONS)}
@@ -89,7 +90,7 @@ def target_end(bootstrap: str, topic: str) -> int:
     try:
         if topic not in consumer.list_topics(timeout=10).topics:
             return 0
-        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1] for p in range(PARTITIONS))
+        return sum(watermarks(consumer, topic, p)[1] for p in range(PARTITIONS))
     finally:
         consumer.close()
 

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from audit import jvm
 from audit.audit_log import counts_by_window, read_audit_topic
-from audit.clients import java_client_options
+from audit.clients import java_client_options, watermarks
 from audit.local_cluster import ClusterSecurity, LocalCluster
 from audit.settings import load_settings
 from tests.conftest import cache_dir
@@ -87,7 +87,7 @@ def test_producer_counter_and_replicator_work_through_configuration_only(tmp_pat
     assert any(r.kind == "status" and r.service == "kaudit-mirror" for r in records)  # the replicator's status
 
     copied = Consumer({"bootstrap.servers": local_clusters["aggregate"].bootstrap_servers, "group.id": "probe"})
-    ends = sum(copied.get_watermark_offsets(TopicPartition(f"secure.{topic}", p), timeout=10)[1] for p in (0, 1))
+    ends = sum(watermarks(copied, f"secure.{topic}", p)[1] for p in (0, 1))
     copied.close()
     assert ends == 3000
 
