@@ -152,17 +152,22 @@ def check_messages(messages, checker: RecordChecker):
 
 
 def store_records_and_rejects(spark, settings, checked, report: ReconcileReport):
-    """Insert new records (once per record_id) and rejects (once per audit-topic offset); returns the new records."""
+    """Insert new records (once per record_id) and rejects (once per audit-topic offset).
+
+    Returns every valid record read, not only the new ones: the updates after this step must see the
+    records of a run that was killed after inserting them (its offsets were not stored, so this run
+    read them again), else their windows would never be re-summed. Re-summing a window is idempotent.
+    """
     from pyspark.sql import functions as F
 
     checked = checked.localCheckpoint()  # the Python check runs once; records and rejects both come from it
     rejects = checked.where(F.col("reason").isNotNull()).withColumn("date", F.to_date("ingested_at"))
-    records = checked.where(F.col("reason").isNull()).dropDuplicates(["record_id"])
+    records = (checked.where(F.col("reason").isNull()).dropDuplicates(["record_id"])
+               .select(*AUDIT_RECORDS.column_names).localCheckpoint())  # computed once: it feeds every step below
     dates = [row.date for row in records.select("date").distinct().collect()]
     existing = (delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name)
                 .where(F.col("date").isin(dates)).select("record_id", "date"))  # only the partitions it can be in
-    new_records = records.join(existing, ["record_id", "date"], "left_anti").select(*AUDIT_RECORDS.column_names)
-    new_records = new_records.localCheckpoint()  # computed once: it feeds the insert and every update below
+    new_records = records.join(existing, ["record_id", "date"], "left_anti").localCheckpoint()
     report.records = new_records.count()
     report.rejects = rejects.count()
     delta_io.insert_new(spark, settings.lake_root, AUDIT_RECORDS, new_records)
@@ -171,7 +176,7 @@ def store_records_and_rejects(spark, settings, checked, report: ReconcileReport)
         for row in rejects.select("read_from_cluster", "read_from_offset", "reason").limit(5).collect():
             log.warning("audit record rejected", extra={"cluster": row.read_from_cluster, "offset": row.read_from_offset,
                                                         "reason": row.reason})
-    return new_records
+    return records
 
 
 # -- 3a. tier counts ---------------------------------------------------------------------------
@@ -251,7 +256,7 @@ def update_tier_status(spark, settings, new_records) -> None:
 # -- 3c. completeness --------------------------------------------------------------------------
 
 
-def tier_paths(spark, settings, now_ms: int):
+def tier_paths(spark, settings):
     """Per (logical topic, tier on its path): reference tier, threshold and the tier's effective watermark.
 
     A tier's effective watermark is the lowest of its own and of every cluster tier upstream of it on
@@ -291,7 +296,7 @@ def update_completeness(spark, settings, touched, *, now_ms: int) -> int:
     """Judge every touched window and every window not yet final; returns how many rows were judged."""
     from pyspark.sql import functions as F
 
-    paths = tier_paths(spark, settings, now_ms)
+    paths = tier_paths(spark, settings)
     if paths is None:
         return 0
     current = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
@@ -379,28 +384,37 @@ class _Steps:
         self._last = now
 
 
+def read_and_store(spark, settings, report: ReconcileReport, *, now_ms: int, step: _Steps | None = None):
+    """The first steps of a run: read every audit topic from the stored offsets, check each message,
+    store records and rejects. Returns (sources, the valid records read or None when nothing was new)."""
+    step = step or _Steps()
+    delta_io.ensure_tables(spark, settings.lake_root, (AUDIT_RECORDS.name, AUDIT_REJECTS.name, TIER_COUNTS.name,
+                                                       TIER_STATUS.name, COMPLETENESS.name, PARTITION_STATUS.name,
+                                                       SOURCE_OFFSETS.name))
+    sources = audit_sources(settings, stored_offsets(spark, settings), report=report)
+    report.read = sum(source.pending for source in sources)
+    step.done("offsets", messages=report.read)
+    messages = read_new_messages(spark, settings, sources)
+    if messages is None:
+        return sources, None
+    checked = check_messages(messages, RecordChecker.from_settings(settings, now_ms))
+    records = store_records_and_rejects(spark, settings, checked, report)
+    step.done("records checked and stored", records=report.records, rejects=report.rejects)
+    return sources, records
+
 
 def reconcile(spark, settings, *, now_ms: int | None = None) -> ReconcileReport:
     """One reconciliation run over everything new since the last one (see the module doc)."""
     began = time.monotonic()
     now_ms = now_ms if now_ms is not None else time.time_ns() // 1_000_000
     report = ReconcileReport()
-    delta_io.ensure_tables(spark, settings.lake_root, (AUDIT_RECORDS.name, AUDIT_REJECTS.name, TIER_COUNTS.name,
-                                                       TIER_STATUS.name, COMPLETENESS.name, PARTITION_STATUS.name,
-                                                       SOURCE_OFFSETS.name))
     step = _Steps()
-    sources = audit_sources(settings, stored_offsets(spark, settings), report=report)
-    report.read = sum(source.pending for source in sources)
-    step.done("offsets", messages=report.read)
-    messages = read_new_messages(spark, settings, sources)
+    sources, records = read_and_store(spark, settings, report, now_ms=now_ms, step=step)
     touched = None
-    if messages is not None:
-        checked = check_messages(messages, RecordChecker.from_settings(settings, now_ms))
-        new_records = store_records_and_rejects(spark, settings, checked, report)
-        step.done("records checked and stored", records=report.records, rejects=report.rejects)
-        touched = update_tier_counts(spark, settings, new_records)
+    if records is not None:
+        touched = update_tier_counts(spark, settings, records)
         step.done("tier_counts")
-        update_tier_status(spark, settings, new_records)
+        update_tier_status(spark, settings, records)
         step.done("tier_status")
     if touched is None:
         touched = spark.createDataFrame([], "origin_cluster STRING, topic STRING, window_start TIMESTAMP")

@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 
 from audit import delta_io
 from audit.clients import ensure_topics
-from audit.reconcile import reconcile
+from audit.reconcile import ReconcileReport, read_and_store, reconcile
 from audit.record import PartitionStatus, count_record, encode, status_record
 from audit.tables import AUDIT_RECORDS, AUDIT_REJECTS, COMPLETENESS, SOURCE_OFFSETS, TIER_COUNTS, TIER_STATUS
 from audit.windows import window_start
@@ -163,6 +163,25 @@ def test_the_books_balance_per_topic_window_and_tier(spark, settings_factory):
     assert books[("dc1.payments", W1, "aggregate")] == ("complete", 30, 30, 0, 0)
     assert books[("dc1.payments", W1, "lake")] == ("complete", 30, 30, 0, 0)
     assert books[("dc1.orders", W2, "aggregate")] == ("incomplete", 80, 77, 3, 0), "untouched windows keep their verdict"
+
+
+def test_a_run_killed_after_storing_its_records_is_completed_by_the_next(spark, settings_factory):
+    """The soak found it: the rerun took the stored records for old ones and never summed their windows."""
+    settings = settings_factory()
+    writer = AuditWriter(settings)
+    seed_books(writer)
+    read_and_store(spark, settings, ReconcileReport(), now_ms=NOW)  # then killed: nothing derived, no offsets stored
+
+    report = reconcile(spark, settings, now_ms=NOW)
+
+    assert report.read > 0 and report.records == 0, "the rerun reads the same records and finds them stored"
+    books = completeness(spark, settings)
+    assert books[("dc1.orders", W1, "aggregate")] == ("complete", 100, 100, 0, 0)
+    assert books[("dc1.orders", W2, "aggregate")] == ("incomplete", 80, 77, 3, 0)
+    assert books[("dc1.orders", W1, "lake")] == ("over", 100, 105, 0, 5)
+    assert books[("dc1.payments", W1, "lake")] == ("lagging", 30, 10, 20, 0)
+    status = {(r["logical_topic"], r["tier"]): r["lag"] for r in rows(spark, settings, TIER_STATUS)}
+    assert status[("dc1.payments", "aggregate")] == 20
 
 
 MALFORMED = {
