@@ -125,9 +125,10 @@ class ClusterCounter:
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
             "client.id": f"{SERVICE}-{self.options.cluster}-{self.options.instance}",
-            # Static membership: a restarted slot takes its partitions back at once, no rebalance;
-            # a slot that is gone for good releases them after the session timeout.
-            "group.instance.id": self.options.transactional_id,
+            # Dynamic membership on purpose: a static member (group.instance.id) was fenced by its own
+            # rejoin after a broker restart (a fatal error that hung the counter in the soak), and is
+            # handed its predecessor's assignment even when its topic list changed. A dead member's
+            # partitions move after the session timeout; the transactional id still fences zombies.
             "session.timeout.ms": SESSION_TIMEOUT_MS,
         })
         self._admin = AdminClient(self.config)

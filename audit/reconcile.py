@@ -242,9 +242,14 @@ def update_tier_status(spark, settings, new_records) -> None:
         (target.alias("t").merge(newest.select(*PARTITION_STATUS.column_names).alias("s"), condition)
          .whenMatchedUpdateAll(condition="s.emitted_at > t.emitted_at").whenNotMatchedInsertAll().execute())
     partitions = delta_io.read_table(spark, settings.lake_root, PARTITION_STATUS.name)
+    # A replicator into a cluster tier says what has arrived there, not what the tier's counter has
+    # counted: without a status of the tier's own counter (a counter not started or hung) the tier
+    # has seen nothing for sure, else its windows would turn final with nothing counted.
+    hop_into_tier = F.col("tier").isin(list(settings.cluster_names)) & (F.col("cluster") != F.col("tier"))
     rows = partitions.groupBy("tier", "origin_cluster", "topic").agg(
         F.first("logical_topic").alias("logical_topic"),
-        F.min("partition_watermark").alias("watermark"),
+        F.when(F.max((~hop_into_tier).cast("int")) == 1, F.min("partition_watermark"))
+        .otherwise(F.timestamp_millis(F.lit(0))).alias("watermark"),
         F.sum("lag").alias("lag"),
         F.max(F.col("stalled").cast("int")).cast("boolean").alias("stalled"),
         F.concat_ws(", ", F.array_sort(F.collect_set(F.concat("service", F.lit("@"), "cluster")))).alias("reporters"),
@@ -301,7 +306,7 @@ def update_completeness(spark, settings, touched, *, now_ms: int) -> int:
         return 0
     current = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
     open_windows = current.where(~F.col("final") | F.col("status").isin("pending", "lagging")).select(*WINDOW_KEY)
-    windows = touched.select(*WINDOW_KEY).unionByName(open_windows).distinct()
+    windows = touched.select(*WINDOW_KEY).unionByName(open_windows).unionByName(_windows_missing_a_tier(current, paths)).distinct()
     counts = delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name).join(
         windows.withColumn("date", F.to_date("window_start")), [*WINDOW_KEY, "date"], "left_semi")
     grid = windows.join(F.broadcast(paths), ["origin_cluster", "topic"])
@@ -332,6 +337,16 @@ def update_completeness(spark, settings, touched, *, now_ms: int) -> int:
               .withColumn("date", F.to_date("window_start"))).localCheckpoint()
     delta_io.upsert(spark, settings.lake_root, COMPLETENESS, result)
     return result.count()
+
+
+def _windows_missing_a_tier(current, paths):
+    """Windows judged before a tier joined their topic's path (the lake's first count of a topic, say):
+    a window the new tier holds nothing of gets no count record from it, so nothing else touches it."""
+    from pyspark.sql import functions as F
+
+    tiers = paths.groupBy("origin_cluster", "topic").agg(F.count("*").alias("tiers"))
+    judged = current.groupBy(*WINDOW_KEY).agg(F.count("*").alias("rows"))
+    return judged.join(F.broadcast(tiers), ["origin_cluster", "topic"]).where("rows < tiers").select(*WINDOW_KEY)
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,8 @@ TIER_STATUS = Table(
         _c("tier", "STRING", "counting point"),
         *LOGICAL_TOPIC,
         _c("watermark", "TIMESTAMP", "time up to which the tier has seen everything of the topic; a window is "
-           "final for the tier once this passes window end + grace"),
+           "final for the tier once this passes window end + grace; the epoch until the tier's own counter (or the lake "
+           "job) has reported on the topic, whatever the replicators into it say"),
         _c("lag", "BIGINT", "messages behind, over every reporter and partition of the tier"),
         _c("stalled", "BOOLEAN", "a replicator into this tier reports a stall"),
         _c("reporters", "STRING", "who reported, e.g. `kaudit-counter@aggregate, kaudit-mirror@dc1`"),
