@@ -38,9 +38,27 @@ def ensure_table(spark, lake_root: str, table: Table) -> str:
         builder = builder.partitionedBy(*table.partition_by)
     for key, value in TABLE_PROPERTIES.items():
         builder = builder.property(key, value)
-    builder.execute()
+    try:
+        builder.execute()
+    except Exception as exc:
+        if "DELTA_TABLE_NOT_FOUND" not in str(exc) or not _remove_interrupted_creation(spark, path):
+            raise
+        builder.execute()
     _ENSURED.add(path)
     return path
+
+
+def _remove_interrupted_creation(spark, path: str) -> bool:
+    """A creation killed before its first commit leaves a `_delta_log` folder with no commit in it,
+    and Delta then takes the folder for a table that does not exist, for ever. Such a folder holds
+    no data: remove it (any Hadoop file system) so the creation can run again. True when removed."""
+    jvm = spark.sparkContext._jvm
+    log_dir = jvm.org.apache.hadoop.fs.Path(path, "_delta_log")
+    fs = log_dir.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(log_dir) or any(status.getPath().getName().endswith(".json") for status in fs.listStatus(log_dir)):
+        return False
+    log.warning("removing the log of a table creation that was interrupted", extra={"path": path})
+    return bool(fs.delete(log_dir, True))
 
 
 def ensure_tables(spark, lake_root: str, names: tuple[str, ...] | None = None) -> dict[str, str]:
