@@ -61,7 +61,7 @@ test: setup ## run the test suite (starts real Kafka clusters and Spark on loopb
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 .PHONY: test-open-bugs
-test-open-bugs: setup ## run only the tests that expose known open bugs (the short soak)
+test-open-bugs: setup ## run only the tests that expose known open bugs (marked open_bug; none today)
 	$(VENV)/bin/pytest -m open_bug $(PYTEST_ARGS)
 
 .PHONY: fuzz
