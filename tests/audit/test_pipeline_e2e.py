@@ -145,13 +145,14 @@ def test_lake_job_killed_at_random_moments_lands_every_row_and_count_once(spark,
                "--max-offsets-per-trigger", "4000", "--until-caught-up"]
     rng = random.Random(7)
     kills = 0
-    for _ in range(2):
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(25, 40))  # Spark needs ~15 s to start: kill it mid-stream
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-            kills += 1
-        process.wait(30)
+    # One kill here (the soak kills the lake job again at random moments under load, and checks bronze
+    # against the hub the same way): each run costs a Spark start.
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(rng.uniform(25, 40))  # Spark needs ~15 s to start: kill it mid-stream
+    if process.poll() is None:
+        process.send_signal(signal.SIGKILL)
+        kills += 1
+    process.wait(30)
     finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert kills >= 1

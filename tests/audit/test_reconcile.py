@@ -184,47 +184,37 @@ def test_a_run_killed_after_storing_its_records_is_completed_by_the_next(spark, 
     assert status[("dc1.payments", "aggregate")] == 20
 
 
-def test_a_cluster_tier_is_not_final_until_its_own_counter_reports(spark, settings_factory):
-    """The soak found it: a hung aggregate counter, a replicator saying all had arrived, and every window
-    of the aggregate judged final with nothing counted (false loss alerts)."""
+def test_a_tier_is_final_only_once_its_own_counter_reports_and_a_tier_that_joins_later_is_judged(spark, settings_factory):
+    """Two bugs the soak found. payments: a hung aggregate counter, a replicator saying all had arrived,
+    and the aggregate's windows judged final with nothing counted (false loss alerts). orders: every
+    message of one window was lost on the way, the lake never counted that window, and it got no lake
+    verdict at all."""
     settings = settings_factory()
     writer = AuditWriter(settings)
-    writer.count("producer", "dc1", "orders", W1, 10, to=("dc1",))
-    writer.count("dc1", "dc1", "orders", W1, 10)
-    writer.status("dc1", "dc1", "orders")
-    writer.status("aggregate", "dc1", "orders", service="kaudit-mirror")  # arrived; nobody has counted it
-    writer.flush()
-    reconcile(spark, settings, now_ms=NOW)
-    assert completeness(spark, settings)[("dc1.orders", W1, "aggregate")] == ("lagging", 10, 0, 10, 0)
-
-    writer.count("aggregate", "aggregate", "dc1.orders", W1, 10)
-    writer.status("aggregate", "aggregate", "dc1.orders")
-    writer.flush()
-    reconcile(spark, settings, now_ms=NOW)
-    assert completeness(spark, settings)[("dc1.orders", W1, "aggregate")] == ("complete", 10, 10, 0, 0)
-
-
-def test_a_tier_that_joins_a_topic_later_is_judged_in_windows_it_holds_nothing_of(spark, settings_factory):
-    """The soak found it: every message of the injected-loss window was dropped, the lake never counted
-    that window, and it had no lake verdict at all."""
-    settings = settings_factory()
-    writer = AuditWriter(settings)
+    writer.count("producer", "dc1", "payments", W1, 10, to=("dc1",))
+    writer.count("dc1", "dc1", "payments", W1, 10)
     for window, count in ((W1, 10), (W2, 20)):
         writer.count("producer", "dc1", "orders", window, count, to=("dc1",))
         writer.count("dc1", "dc1", "orders", window, count)
     writer.count("aggregate", "aggregate", "dc1.orders", W2, 20)  # all 10 of W1 lost on the way
-    writer.status("dc1", "dc1", "orders")
-    writer.status("aggregate", "dc1", "orders", service="kaudit-mirror")
-    writer.status("aggregate", "aggregate", "dc1.orders")
+    for topic in ("payments", "orders"):
+        writer.status("dc1", "dc1", topic)
+        writer.status("aggregate", "dc1", topic, service="kaudit-mirror")  # arrived at the aggregate
+    writer.status("aggregate", "aggregate", "dc1.orders")  # counted there: only orders
     writer.flush()
     reconcile(spark, settings, now_ms=NOW)
-    assert completeness(spark, settings)[("dc1.orders", W1, "aggregate")] == ("incomplete", 10, 0, 10, 0)
+    books = completeness(spark, settings)
+    assert books[("dc1.payments", W1, "aggregate")] == ("lagging", 10, 0, 10, 0), "arrived is not counted"
+    assert books[("dc1.orders", W1, "aggregate")] == ("incomplete", 10, 0, 10, 0)
 
+    writer.count("aggregate", "aggregate", "dc1.payments", W1, 10)  # the counter is back
+    writer.status("aggregate", "aggregate", "dc1.payments")
     writer.count("lake", "aggregate", "dc1.orders", W2, 20)  # the lake job starts: nothing of W1 to count
     writer.status("lake", "aggregate", "dc1.orders", service="kaudit-lake")
     writer.flush()
     reconcile(spark, settings, now_ms=NOW)
     books = completeness(spark, settings)
+    assert books[("dc1.payments", W1, "aggregate")] == ("complete", 10, 10, 0, 0)
     assert books[("dc1.orders", W1, "lake")] == ("incomplete", 10, 0, 10, 0)
     assert books[("dc1.orders", W2, "lake")] == ("complete", 20, 20, 0, 0)
 
