@@ -1,6 +1,8 @@
 """Topic: producer vs each tier per window (the correlation graph), completeness, missing and duplicated, latency."""
 from __future__ import annotations
 
+from urllib.parse import parse_qs
+
 import dash
 from dash import Input, Output, State, callback, dcc, html
 
@@ -52,8 +54,12 @@ def layout(topic: str | None = None, window: str | None = None, range: str | Non
 
 
 @callback(Output(ids.NAV, "href", allow_duplicate=True), Input(ids.TOPIC, "value"), State(ids.RANGE, "value"),
-          prevent_initial_call=True)
-def _pick_topic(topic, range_key):
+          State(ids.NAV, "search"), prevent_initial_call=True)
+def _pick_topic(topic, range_key, search):
+    # The dropdown can report its value again as it mounts; navigating then would drop the window of
+    # a deep link (an email's), so only a different topic navigates.
+    if topic == parse_qs((search or "").lstrip("?")).get("topic", [None])[0]:
+        return dash.no_update
     return href("/topic", topic=topic, range=range_key)
 
 

@@ -106,6 +106,22 @@ def test_an_email_deep_link_opens_the_topic_and_window(ui):
     assert "aggregate" in cells and "incomplete" in cells and "40" in cells
 
 
+def test_the_deep_link_keeps_its_window_and_picking_another_topic_navigates(ui):
+    base, driver = ui
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{base}/topic?topic=dc1.orders&window={LOSS_WINDOW:%Y-%m-%dT%H:%M}Z")
+    wait(lambda: plot_data(driver, ids.CORRELATION), what="the correlation graph")
+    time.sleep(2)  # the dropdown has mounted and reported its value: the window must still be there
+    assert parse_qs(urlparse(driver.current_url).query).get("window"), driver.current_url
+    driver.find_element(By.ID, ids.TOPIC).click()  # opens the list of topics
+    option = wait(lambda: next(o for o in driver.find_elements(By.CSS_SELECTOR, "[role=option]") if o.text == "dc1.payments"),
+                  what="the dc1.payments option")
+    option.click()
+    wait(lambda: parse_qs(urlparse(driver.current_url).query).get("topic") == ["dc1.payments"], what="topic=dc1.payments")
+    wait(lambda: driver.find_element(By.TAG_NAME, "h2").text == "Topic dc1.payments", what="the payments page")
+
+
 def test_the_topic_search_filters_the_heatmap_and_stays_in_the_url(ui):
     base, driver = ui
     from selenium.webdriver.common.by import By
