@@ -46,7 +46,7 @@ $(JARS)/mirrormaker/.done: jvm/mirrormaker/pom.xml
 $(JARS)/spark/.done: jvm/spark/pom.xml | $(VENV)/.installed
 	rm -rf $(JARS)/spark
 	cd jvm/spark && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(JARS)/spark
-	$(PY) -m audit.jvm prune-provided $(JARS)/spark
+	$(PY) -m audit.io.jvm prune-provided $(JARS)/spark
 	touch $@
 
 # The UI's browser tests drive Debian's Chromium through its chromedriver; installed only when missing.
@@ -59,6 +59,11 @@ browser: ## headless Chromium + chromedriver (Debian packages) for the UI's brow
 .PHONY: test
 test: setup ## run the test suite (starts real Kafka clusters and Spark on loopback)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+FAST_TESTS := not kafka and not spark and not browser and not open_bug
+.PHONY: test-fast
+test-fast: $(VENV)/.installed ## the tests that need no broker, Spark or browser: pure logic, property tests, CLI errors (under 2 minutes)
+	$(VENV)/bin/pytest -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
 .PHONY: test-open-bugs
 test-open-bugs: setup ## run only the tests that expose known open bugs (marked open_bug; none today)

@@ -15,8 +15,8 @@ import uuid
 
 from confluent_kafka import Consumer, Producer
 
-from audit.clients import ensure_topics
-from audit.counter import ClusterCounter, CounterOptions
+from audit.io.clients import ensure_topics
+from audit.hops.counter import ClusterCounter, CounterOptions
 from bench.harness import bench_cluster, compare, parse_args
 
 PARTITIONS = 6

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from audit import jvm
-from audit.clients import ensure_topics
-from audit.local_cluster import JVM_OPTIONS, LocalClusters
+from audit.io import jvm
+from audit.io.clients import ensure_topics
+from audit.local.clusters import JVM_OPTIONS, LocalClusters
 from audit.settings import load_settings
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

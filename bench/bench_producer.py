@@ -12,7 +12,7 @@ import time
 
 from confluent_kafka import Producer
 
-from audit.clients import ensure_topics
+from audit.io.clients import ensure_topics
 from bench.harness import bench_cluster, compare, parse_args
 from producers.audited import AuditedProducer
 

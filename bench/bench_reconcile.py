@@ -22,15 +22,15 @@ from pathlib import Path
 import pandas as pd
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from audit.clients import ensure_topics
-from audit.completeness import classify
-from audit.local_cluster import LocalClusters
-from audit.logs import setup_logging
-from audit.reconcile import reconcile
-from audit.record import PartitionStatus, count_record, encode, parse, status_record
+from audit.io.clients import ensure_topics
+from audit.contract.completeness import classify
+from audit.local.clusters import LocalClusters
+from audit.io.logs import setup_logging
+from audit.books.reconcile import reconcile
+from audit.contract.record import PartitionStatus, count_record, encode, parse, status_record
 from audit.settings import ClusterSettings, Settings, load_settings
-from audit.spark import spark_session
-from audit.windows import window_start
+from audit.io.spark import spark_session
+from audit.contract.windows import window_start
 
 TIERS = ("producer", "dc1", "dc2", "aggregate", "lake")
 PARTITIONS = 4

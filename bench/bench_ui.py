@@ -47,7 +47,7 @@ def main() -> int:
     args = parse_args()
     from deltalake import write_deltalake
 
-    from audit.tables import table_path
+    from audit.contract.tables import table_path
     from dashboards.sample import bulk_completeness
 
     now = datetime.now(timezone.utc).replace(second=0, microsecond=0)
@@ -102,7 +102,7 @@ def spark_overview(path: str, rounds: int) -> tuple[int, list[float]]:
     """The overview cells by Spark from the same Delta table: read, filter, group, collect to pandas."""
     from pyspark.sql import functions as F
 
-    from audit.spark import spark_session
+    from audit.io.spark import spark_session
     from dashboards.data import STATUS_RANK
 
     spark = spark_session(app_name="bench-ui", cache_dir=load_settings().cache_dir,

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from audit.local_cluster import LocalCluster
+from audit.local.clusters import LocalCluster
 from audit.settings import load_settings
 
 

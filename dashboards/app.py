@@ -1,6 +1,6 @@
 """The audit UI's shell: a Dash multi-page app (pages under dashboards/pages/), navigation, optional login.
 
-`create_app(settings)` builds it; `kaudit ui` serves it (audit/cli_ui.py). Pages read the Delta tables
+`create_app(settings)` builds it; `kaudit ui` serves it (audit/cli/ui.py). Pages read the Delta tables
 through one `LakeCache` (deltalake, no JVM), reread at most every `ui.refresh_s` seconds. Every page's
 state is in its URL (`/topic?topic=dc1.orders&window=2025-03-04T10:40Z&range=24h`), so an alert email
 links straight to a topic and window.

@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from audit.lake_read import read_arrow, table_version
+from audit.io.lake_read import read_arrow, table_version
 
 STATUS_RANK = {"complete": 1, "pending": 2, "lagging": 3, "over": 4, "incomplete": 5}
 RANK_STATUS = {rank: status for status, rank in STATUS_RANK.items()}

@@ -1,8 +1,8 @@
-"""Sample Delta tables shaped exactly like the reconciliation's (audit/tables.py), written with deltalake.
+"""Sample Delta tables shaped exactly like the reconciliation's (audit/contract/tables.py), written with deltalake.
 
 Used by the alert and UI tests, the UI benchmark, the screenshots and `kaudit ui --sample` for a look
 without a pipeline. Nothing here decides what the real tables hold: the columns and types come from
-audit/tables.py, the statuses follow its rules (complete | incomplete | over | lagging | pending).
+audit/contract/tables.py, the statuses follow its rules (complete | incomplete | over | lagging | pending).
 
     frames = sample_frames(now=..., topics=["orders"], faults=[Loss("orders", "aggregate", 3, 40)])
     write_frames(lake_root, frames)
@@ -18,7 +18,7 @@ import zlib
 import numpy as np
 import pandas as pd
 
-from audit.tables import TABLES, arrow_schema, arrow_table, table_path
+from audit.contract.tables import TABLES, arrow_schema, arrow_table, table_path
 
 DEFAULT_TIERS = ("producer", "dc1", "aggregate", "lake")
 TIER_SERVICES = {"producer": "app", "lake": "kaudit-lake"}

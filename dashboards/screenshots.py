@@ -69,7 +69,7 @@ def main(out: str = "docs/img") -> int:
 
 def _sample_alerts(lake: str) -> None:
     """Fill the alert log by a real alert run with no SMTP server: the alerts are recorded, then pending."""
-    from audit.alerts import run_alerts
+    from audit.books.alerts import run_alerts
     from audit.settings import AlertSettings, SmtpSettings
 
     settings = replace(Settings.default(), state_dir=Path(lake), lake_path=lake,

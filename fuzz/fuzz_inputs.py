@@ -18,9 +18,12 @@ from pathlib import Path
 import atheris
 
 with atheris.instrument_imports():
-    from audit import audit_time, record, settings, windows
-    from audit.errors import ConfigError
-    from audit.replicator import provenance
+    from audit.contract import audit_time
+    from audit.contract import record
+    from audit import settings
+    from audit.contract import windows
+    from audit.contract.errors import ConfigError
+    from audit.hops.replicator import provenance
 
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE
 

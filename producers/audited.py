@@ -24,10 +24,10 @@ from typing import Any, Callable, Mapping
 from confluent_kafka import KafkaError, Producer
 from prometheus_client import Counter
 
-from audit.errors import KafkaClientError
-from audit.record import AUDIT_TIME_HEADER, count_record, encode, new_instance_id, record_id
-from audit.tally import Tally
-from audit.windows import DEFAULT_WINDOW_MINUTES
+from audit.contract.errors import KafkaClientError
+from audit.contract.record import AUDIT_TIME_HEADER, count_record, encode, new_instance_id, record_id
+from audit.contract.tally import Tally
+from audit.contract.windows import DEFAULT_WINDOW_MINUTES
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from typing import Mapping, TextIO
 
 from confluent_kafka import Producer
 
-from audit.clients import check_credentials, client_config, ensure_topics
-from audit.windows import window_start
+from audit.io.clients import check_credentials, client_config, ensure_topics
+from audit.contract.windows import window_start
 from producers.audited import AuditedProducer
 
 PROGRESS_INTERVAL_S = 1.0

@@ -11,10 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from audit.local_cluster import LocalClusters
-from audit.clients import ensure_topics
+from audit.io.clients import ensure_topics
+from audit.local.clusters import LocalClusters
 
 SESSION_CLUSTERS = ("dc1", "aggregate")
+
+# A test that uses one of these fixtures needs that infrastructure: it is marked so, and `make
+# test-fast` (-m "not kafka and not spark and not browser") leaves it out without a marker by hand.
+INFRASTRUCTURE_FIXTURES = {
+    "local_clusters": "kafka", "topic_factory": "kafka", "settings_factory": "kafka", "spark": "spark",
+}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        for fixture in set(item.fixturenames) & INFRASTRUCTURE_FIXTURES.keys():
+            item.add_marker(INFRASTRUCTURE_FIXTURES[fixture])
 
 
 def cache_dir() -> Path:
@@ -64,7 +76,7 @@ def topic_factory(local_clusters, unique_name):
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """One local Spark session with Delta and the Kafka source for the whole test session."""
-    from audit.spark import spark_session
+    from audit.io.spark import spark_session
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = spark_session(app_name="kaudit-tests", cache_dir=cache_dir(),

@@ -14,6 +14,7 @@ from dashboards import ids
 from dashboards.sample import demo_frames, window_starts, write_frames
 from dashboards.screenshots import recent_now
 
+pytestmark = pytest.mark.browser
 
 NOW = recent_now()
 LOSS_WINDOW = pd.Timestamp(window_starts(NOW, 24, 10)[8])  # DEMO_FAULTS: Loss("orders", "aggregate", 8, 40)

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from audit.settings import Settings, UiSettings
-from audit.tables import COMPLETENESS, arrow_table
+from audit.contract.tables import COMPLETENESS, arrow_table
 from dashboards import figures
 from dashboards.data import LakeCache, latest_window, overview_cells, overview_data, tier_health, time_range
 from dashboards.sample import Duplicate, Lagging, Loss, SampleSpec, bulk_completeness, sample_frames, write_frames

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from audit.local_cluster import free_port
+from audit.local.clusters import free_port
 from tests.conftest import cache_dir
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

@@ -1,0 +1,5 @@
+import sys
+
+from audit.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,50 @@
+"""`kaudit`: one entry point, a subcommand per job. `kaudit --help` lists them."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from audit.contract.errors import KafkaAuditError
+from audit.io.logs import setup_logging
+
+log = logging.getLogger("kaudit")
+
+DESCRIPTION = """\
+kafka-audit: per topic and 10-minute window, did every message reach every tier?
+
+Every command reads one configuration: --config FILE, else $KAUDIT_CONFIG, else the built-in
+default (three local clusters dc1, dc2 -> aggregate). `kaudit config show` prints it.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from audit.cli import alert, clusters, config, count, mirror, spark_jobs, ui
+    from audit.local import demo, mailbox, soak
+    from producers import loadgen
+
+    parser = argparse.ArgumentParser(prog="kaudit", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, help="TOML configuration file (default: $KAUDIT_CONFIG or the built-in local default)")
+    parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    parser.add_argument("--log-format", choices=["kv", "json"], default=None, help="log lines as key=value (default) or JSON")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    for module in (clusters, config, loadgen, count, mirror, spark_jobs, alert, ui, mailbox, demo, soak):
+        module.add_command(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level, args.log_format)
+    try:
+        from audit.settings import load_settings
+
+        settings = load_settings(args.config)
+        return int(args.handler(args, settings) or 0)
+    except KafkaAuditError as exc:
+        print(f"kaudit: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

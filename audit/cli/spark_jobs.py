@@ -1,0 +1,106 @@
+"""`kaudit lake` and `kaudit reconcile`: the two Spark jobs, local by default, any master from config.
+
+Both build their Spark session from the cached jars (`make setup`) with KAUDIT_SPARK_MASTER or
+local[2]; under `spark-submit` the session the submitter configured is used as it is.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+
+from prometheus_client import start_http_server
+
+log = logging.getLogger(__name__)
+
+
+def add_command(commands) -> None:
+    lake = commands.add_parser(
+        "lake",
+        help="land a cluster's topics in the Delta bronze table and count them as the lake tier",
+        description="A Spark Structured Streaming job from one cluster (default: the last configured, the aggregate) "
+        "into the Delta table `bronze` under lake_path. Every micro-batch is written once (Delta transaction ids) and "
+        "its counts go to the cluster's audit topic as the `lake` tier, under ids a replay repeats, so a crash and "
+        "restart at any moment changes no count and duplicates no row.",
+    )
+    lake.add_argument("--cluster", help="cluster to read (default: the last configured cluster)")
+    lake.add_argument("--checkpoint", help="stream checkpoint folder (default: <lake_path>/_checkpoints/lake-<cluster>)")
+    lake.add_argument("--trigger-s", type=float, default=10.0, help="seconds between micro-batches in continuous mode (default 10)")
+    lake.add_argument("--max-offsets-per-trigger", type=int, help="cap on messages per micro-batch (default: no cap)")
+    lake.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (default: off)")
+    mode = lake.add_mutually_exclusive_group()
+    mode.add_argument("--until-caught-up", action="store_true", help="land what is there now, then exit (available-now)")
+    mode.add_argument("--max-seconds", type=float, help="run continuously for this many seconds, then exit")
+    lake.set_defaults(handler=run_lake)
+
+    reconcile = commands.add_parser(
+        "reconcile",
+        help="balance the books: every cluster's audit topic into the Delta completeness tables",
+        description="Reads what is new in the audit topic of every configured cluster, checks each record (rejects "
+        "go to audit_rejects with their reason), counts each record id once, and merges audit_records, tier_counts, "
+        "tier_status and completeness under lake_path. Running it twice over the same input changes nothing. "
+        "With --continuous it repeats every --interval-s and sends the alert emails after each run.",
+    )
+    reconcile.add_argument("--continuous", action="store_true", help="run again every --interval-s until stopped")
+    reconcile.add_argument("--interval-s", type=float, default=60.0, help="seconds between runs with --continuous (default 60)")
+    reconcile.add_argument("--max-runs", type=int, help="with --continuous: stop after this many runs")
+    reconcile.add_argument("--no-alerts", action="store_true", help="with --continuous: do not send alert emails")
+    reconcile.set_defaults(handler=run_reconcile)
+
+
+def _spark(settings, name: str):
+    from audit.io.spark import spark_session
+
+    session = spark_session(app_name=name, cache_dir=settings.cache_dir)
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def run_lake(args: argparse.Namespace, settings) -> int:
+    from audit.hops.lake import LakeJob, LakeOptions, default_checkpoint
+
+    cluster = settings.cluster(args.cluster).name if args.cluster else settings.cluster_names[-1]
+    if args.metrics_port is not None:
+        start_http_server(args.metrics_port, addr=settings.metrics_host)
+    options = LakeOptions(cluster=cluster, checkpoint=args.checkpoint or default_checkpoint(settings, cluster),
+                          trigger_s=args.trigger_s, max_offsets_per_trigger=args.max_offsets_per_trigger)
+    job = LakeJob(_spark(settings, f"kaudit-lake-{cluster}"), settings, options, settings.topics.matches)
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    stats = job.run(until_caught_up=args.until_caught_up, max_seconds=args.max_seconds, stop=stop)
+    print(f"lake {cluster}: {stats.rows:,} rows in {stats.batches} batches; lag {stats.lag:,}")
+    return 0
+
+
+def run_reconcile(args: argparse.Namespace, settings) -> int:
+    from audit.books.reconcile import reconcile
+
+    spark = _spark(settings, "kaudit-reconcile")
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    runs = 0
+    while True:
+        report = reconcile(spark, settings)
+        print(report.line(), flush=True)
+        runs += 1
+        if args.continuous and not args.no_alerts:
+            _alerts(settings)
+        if not args.continuous or (args.max_runs and runs >= args.max_runs) or stop.wait(args.interval_s):
+            break
+    return 1 if report.unreachable else 0
+
+
+def _alerts(settings) -> None:
+    from audit.books.alerts import run_alerts
+
+    try:
+        print(run_alerts(settings).summary(), flush=True)
+    except Exception as exc:  # an alert failure must not stop the books from being balanced
+        log.error("alerts failed", extra={"error": str(exc)})
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    import signal
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())

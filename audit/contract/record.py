@@ -1,0 +1,505 @@
+"""The audit record: the contract between every part of kafka-audit (see docs/architecture.md).
+
+One JSON object per (counter instance, topic, window) delta (`kind: count`), or per (instance,
+topic) position report (`kind: status`). Unknown fields are ignored, so newer writers can add
+fields; `parse` never raises, whatever bytes it is handed, and says why it refused a record.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Any, Iterable, Mapping
+
+from audit.contract.errors import RecordError
+from audit.contract.windows import DEFAULT_WINDOW_MINUTES, is_aligned, to_datetime, to_ms, validate_window_minutes
+
+SCHEMA_VERSION = 1
+AUDIT_TIME_HEADER = "kaudit-time"  # ASCII decimal epoch ms, set by the audited producer
+PROVENANCE_HEADER = "kaudit-path"  # comma-separated clusters a message has been in
+MAX_COUNT = 10**15
+MAX_RECORD_BYTES = 1_000_000
+MAX_RECORD_ID_CHARS = 200
+MAX_AUDIT_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+# \Z, not $: `$` also matches before a trailing newline, which would let "orders\n" pass as a topic.
+NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+TOPIC_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,249}\Z")
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+MAX_PARTITION = 2**31 - 1  # Kafka partitions are int32
+MAX_OFFSET = 2**63 - 1  # Kafka offsets are int64
+COUNT_FIELDS = ("count", "bytes", "send_failed", "no_timestamp")
+
+
+class Kind(StrEnum):
+    COUNT = "count"
+    STATUS = "status"
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Milliseconds from a message's audit time to the moment it was counted."""
+
+    p50: float
+    p95: float
+    p99: float
+    max: float
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    """Where a tier instance stands on one partition."""
+
+    partition: int
+    position: int
+    end_offset: int
+    lag: int
+    last_audit_time_ms: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditRecord:
+    schema_version: int = SCHEMA_VERSION
+    record_id: str
+    kind: Kind
+    tier: str
+    cluster: str
+    service: str = ""
+    host: str = ""
+    instance_id: str = ""
+    topic: str
+    window_start_ms: int | None = None
+    window_minutes: int = DEFAULT_WINDOW_MINUTES
+    count: int = 0
+    bytes: int = 0
+    send_failed: int = 0
+    no_timestamp: int = 0
+    by_partition: Mapping[int, int] | None = None
+    latency_ms: Latency | None = None
+    emitted_at_ms: int
+    partitions: tuple[PartitionStatus, ...] = field(default_factory=tuple)
+    watermark_ms: int | None = None
+    stalled: bool = False  # status of a replicator: lag with no progress for its stall timeout
+
+
+# -- construction -------------------------------------------------------------------------------
+
+
+def new_instance_id(service: str) -> str:
+    """A counting instance's id: the service plus random hex, new for every process start.
+
+    Record ids are `<instance_id>:<sequence>`, so a restarted process can never reuse an id of its
+    predecessor, while a retried emission within one process keeps its id.
+    """
+    return f"{service}-{uuid.uuid4().hex[:12]}"
+
+
+def record_id(instance_id: str, sequence: int) -> str:
+    return f"{instance_id}:{sequence}"
+
+
+def now_ms() -> int:
+    return to_ms(datetime.now(timezone.utc))
+
+
+def _latency(value: Latency | Mapping[str, float] | None) -> Latency | None:
+    if value is None or isinstance(value, Latency):
+        return value
+    return Latency(**{key: float(value[key]) for key in ("p50", "p95", "p99", "max")})
+
+
+def count_record(*, latency_ms: Latency | Mapping[str, float] | None = None, **fields: Any) -> AuditRecord:
+    """A `count` record; `emitted_at_ms` defaults to now."""
+    fields.setdefault("emitted_at_ms", now_ms())
+    return AuditRecord(kind=Kind.COUNT, latency_ms=_latency(latency_ms), **fields)
+
+
+def status_record(**fields: Any) -> AuditRecord:
+    """A `status` record; `emitted_at_ms` defaults to now."""
+    fields.setdefault("emitted_at_ms", now_ms())
+    fields["partitions"] = tuple(fields.get("partitions", ()))
+    return AuditRecord(kind=Kind.STATUS, **fields)
+
+
+def watermark_ms(partitions: Iterable[PartitionStatus], now_ms: int) -> int | None:
+    """The time up to which a tier has seen everything, the same rule for every tier's status records.
+
+    A caught-up partition (lag 0) has seen everything produced so far: `now_ms`. A lagging one has
+    seen up to its last acknowledged message's time; None when that is unknown, which makes the
+    whole watermark unknown. With no partitions, nothing is behind: `now_ms`.
+    """
+    watermark = now_ms
+    for status in partitions:
+        seen_up_to = now_ms if status.lag == 0 else status.last_audit_time_ms
+        if seen_up_to is None:
+            return None
+        watermark = min(watermark, seen_up_to)
+    return watermark
+
+
+def topic_statuses(
+    positions: Mapping[tuple[str, int], int],
+    ends: Mapping[tuple[str, int], int],
+    last_audit_times: Mapping[tuple[str, int], int | None],
+) -> tuple[dict[str, list[PartitionStatus]], list[str]]:
+    """Each topic's partition statuses from a reporter's positions and the broker's end offsets, and
+    the topics left out because an end offset is unknown (its broker down or its leader moving).
+
+    A partition whose end is unknown must not be reported as lag 0: that would move the tier's
+    watermark to now past messages the reporter has not seen, and the windows they belong to would
+    turn final and short (a false loss). The reporter's previous status stays the newest instead.
+    """
+    by_topic: dict[str, list[PartitionStatus]] = {}
+    unknown: set[str] = set()
+    for (topic, partition), position in sorted(positions.items()):
+        end = ends.get((topic, partition))
+        if end is None:
+            unknown.add(topic)
+            continue
+        end = max(end, position)
+        by_topic.setdefault(topic, []).append(
+            PartitionStatus(partition, position, end, end - position, last_audit_times.get((topic, partition))))
+    return {topic: parts for topic, parts in by_topic.items() if topic not in unknown}, sorted(unknown)
+
+
+# -- JSON ---------------------------------------------------------------------------------------
+
+
+def iso(ms: int | None, *, millis: bool = True) -> str | None:
+    if ms is None:
+        return None
+    moment = to_datetime(ms)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{text}.{ms % 1000:03d}Z" if millis else f"{text}Z"
+
+
+def to_json(record: AuditRecord) -> dict[str, Any]:
+    """The wire form as a plain dict."""
+    data: dict[str, Any] = {
+        "schema_version": record.schema_version,
+        "record_id": record.record_id,
+        "kind": str(record.kind),
+        "tier": record.tier,
+        "cluster": record.cluster,
+        "service": record.service,
+        "host": record.host,
+        "instance_id": record.instance_id,
+        "topic": record.topic,
+        "window_start": iso(record.window_start_ms, millis=False),
+        "window_minutes": record.window_minutes,
+        "emitted_at": iso(record.emitted_at_ms),
+    }
+    if record.kind == Kind.COUNT:
+        data.update({name: getattr(record, name) for name in COUNT_FIELDS})
+        if record.by_partition is not None:
+            data["by_partition"] = {str(p): c for p, c in sorted(record.by_partition.items())}
+        if record.latency_ms is not None:
+            data["latency_ms"] = vars(record.latency_ms).copy()
+    else:
+        data["partitions"] = [
+            {
+                "partition": p.partition,
+                "position": p.position,
+                "end_offset": p.end_offset,
+                "lag": p.lag,
+                "last_audit_time": iso(p.last_audit_time_ms),
+            }
+            for p in record.partitions
+        ]
+        data["watermark"] = iso(record.watermark_ms)
+        data["stalled"] = record.stalled
+    return data
+
+
+def encode(record: AuditRecord) -> bytes:
+    """Compact UTF-8 JSON with sorted keys."""
+    return json.dumps(to_json(record), sort_keys=True, separators=(",", ":")).encode()
+
+
+class _Invalid(Exception):
+    """A reason to refuse a record, raised while reading fields and turned into `parse`'s answer."""
+
+
+def _get(data: Mapping[str, Any], key: str, kinds: type | tuple[type, ...], *, required: bool = True, default: Any = None) -> Any:
+    if key not in data or data[key] is None:
+        if required:
+            raise _Invalid(f"{key}: missing")
+        return default
+    value = data[key]
+    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+        raise _Invalid(f"{key}: {value!r} is a boolean, not {_type_name(kinds)}")
+    if not isinstance(value, kinds):
+        raise _Invalid(f"{key}: {_short(value)} is not {_type_name(kinds)}")
+    return value
+
+
+def _type_name(kinds: type | tuple[type, ...]) -> str:
+    names = {int: "an integer", str: "a string", dict: "an object", list: "a list", float: "a number"}
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    return " or ".join(names.get(kind, kind.__name__) for kind in kinds)
+
+
+def _short(value: Any) -> str:
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deeply"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _time(data: Mapping[str, Any], key: str, *, required: bool = True) -> int | None:
+    text = _get(data, key, str, required=required)
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise _Invalid(f"{key}: {_short(text)} is not an ISO-8601 time") from None
+    if moment.utcoffset() is None or moment.utcoffset().total_seconds() != 0:
+        raise _Invalid(f"{key}: {_short(text)} is not UTC (end it with Z)")
+    return to_ms(moment)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict; a key given twice is refused (which one would count?)."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise _Invalid(f"{_short(key)[1:-1] or '(empty key)'}: the key appears twice in one object")
+            seen.add(key)
+    return data
+
+
+def _from_json(data: Any) -> AuditRecord:
+    if not isinstance(data, dict):
+        raise _Invalid(f"record: a JSON {type(data).__name__} is not an object")
+    version = _get(data, "schema_version", int)
+    if version < 1:
+        raise _Invalid(f"schema_version: {version} is not a known version")
+    kind_text = _get(data, "kind", str)
+    if kind_text not in {k.value for k in Kind}:
+        raise _Invalid(f"kind: {_short(kind_text)} is not one of count, status")
+    kind = Kind(kind_text)
+    fields: dict[str, Any] = {
+        "schema_version": version,
+        "record_id": _get(data, "record_id", str),
+        "kind": kind,
+        "tier": _get(data, "tier", str),
+        "cluster": _get(data, "cluster", str),
+        "service": _get(data, "service", str, required=False, default=""),
+        "host": _get(data, "host", str, required=False, default=""),
+        "instance_id": _get(data, "instance_id", str, required=False, default=""),
+        "topic": _get(data, "topic", str),
+        "window_start_ms": _time(data, "window_start", required=kind == Kind.COUNT),
+        "window_minutes": _get(data, "window_minutes", int, required=False, default=DEFAULT_WINDOW_MINUTES),
+        "emitted_at_ms": _time(data, "emitted_at"),
+    }
+    if kind == Kind.COUNT:
+        fields["count"] = _get(data, "count", int)
+        for name in COUNT_FIELDS[1:]:
+            fields[name] = _get(data, name, int, required=False, default=0)
+        fields["by_partition"] = _by_partition(data)
+        fields["latency_ms"] = _latency_from_json(data)
+    else:
+        fields["partitions"] = tuple(_partition_status(item, index) for index, item in enumerate(_get(data, "partitions", list)))
+        fields["watermark_ms"] = _time(data, "watermark", required=False)
+        fields["stalled"] = _get(data, "stalled", bool, required=False, default=False)
+    return AuditRecord(**fields)
+
+
+def _by_partition(data: Mapping[str, Any]) -> dict[int, int] | None:
+    raw = _get(data, "by_partition", dict, required=False)
+    if raw is None:
+        return None
+    result = {}
+    for key, value in raw.items():
+        if not (isinstance(key, str) and key.isdigit() and key.isascii()):
+            raise _Invalid(f"by_partition: key {_short(key)} is not a partition number")
+        if len(key) > len(str(MAX_PARTITION)) or int(key) > MAX_PARTITION:
+            raise _Invalid(f"by_partition: key {_short(key)} is over the largest partition number {MAX_PARTITION}")
+        result[int(key)] = _get(raw, key, int)
+    return result
+
+
+def _latency_from_json(data: Mapping[str, Any]) -> Latency | None:
+    raw = _get(data, "latency_ms", dict, required=False)
+    if raw is None:
+        return None
+    values = {}
+    for key in ("p50", "p95", "p99", "max"):
+        value = _get(raw, key, (int, float))
+        try:
+            values[key] = float(value)
+        except OverflowError:
+            raise _Invalid(f"latency_ms.{key}: {_short(value)} is too large") from None
+    return Latency(**values)
+
+
+def _partition_status(item: Any, index: int) -> PartitionStatus:
+    if not isinstance(item, dict):
+        raise _Invalid(f"partitions[{index}]: {_short(item)} is not an object")
+    try:
+        return PartitionStatus(
+            partition=_get(item, "partition", int),
+            position=_get(item, "position", int),
+            end_offset=_get(item, "end_offset", int),
+            lag=_get(item, "lag", int),
+            last_audit_time_ms=_time(item, "last_audit_time", required=False),
+        )
+    except _Invalid as exc:
+        raise _Invalid(f"partitions[{index}].{exc}") from None
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+
+def validate(record: AuditRecord) -> str | None:
+    """The first thing wrong with `record` (naming the field), or None when it follows the contract."""
+    checks = (_check_identity, _check_window, _check_counts, _check_latency, _check_status)
+    for check in checks:
+        reason = check(record)
+        if reason:
+            return reason
+    return None
+
+
+def _check_identity(record: AuditRecord) -> str | None:
+    if not record.record_id or len(record.record_id) > MAX_RECORD_ID_CHARS:
+        return f"record_id: must have 1 to {MAX_RECORD_ID_CHARS} characters"
+    if CONTROL_CHARACTERS.search(record.record_id):
+        return f"record_id: {_short(record.record_id)} contains a control character"
+    for name in ("tier", "cluster"):
+        value = getattr(record, name)
+        if not NAME_PATTERN.match(value):
+            return f"{name}: {_short(value)} is not a name (letters, digits, '.', '_', '-'; at most 64)"
+    if not TOPIC_PATTERN.match(record.topic) or record.topic in (".", ".."):
+        return f"topic: {_short(record.topic)} is not a legal Kafka topic name"
+    if not 0 <= record.emitted_at_ms <= MAX_AUDIT_TIME_MS:
+        return f"emitted_at: {record.emitted_at_ms} ms is out of range"
+    return None
+
+
+def _check_window(record: AuditRecord) -> str | None:
+    reason = validate_window_minutes(record.window_minutes)
+    if reason:
+        return f"window_minutes: {reason}"
+    start = record.window_start_ms
+    if start is None:
+        return "window_start: missing" if record.kind == Kind.COUNT else None
+    if not 0 <= start <= MAX_AUDIT_TIME_MS:
+        return f"window_start: {start} ms is out of range"
+    if not is_aligned(start, record.window_minutes):
+        return f"window_start: {iso(start, millis=False)} is not aligned to {record.window_minutes}-minute windows"
+    return None
+
+
+def _check_counts(record: AuditRecord) -> str | None:
+    for name in COUNT_FIELDS:
+        reason = _check_amount(name, getattr(record, name))
+        if reason:
+            return reason
+    if record.by_partition is not None:
+        for partition, count in record.by_partition.items():
+            if partition < 0:
+                return f"by_partition: partition {partition} is negative"
+            reason = _check_amount(f"by_partition[{partition}]", count)
+            if reason:
+                return reason
+        total = sum(record.by_partition.values())
+        if total != record.count:
+            return f"by_partition: sums to {total}, but count is {record.count}"
+    return None
+
+
+def _check_amount(name: str, value: int) -> str | None:
+    if value < 0:
+        return f"{name}: {value} is negative"
+    if value > MAX_COUNT:
+        return f"{name}: {value} is over the limit of {MAX_COUNT}"
+    return None
+
+
+def _check_latency(record: AuditRecord) -> str | None:
+    latency = record.latency_ms
+    if latency is None:
+        return None
+    values = (latency.p50, latency.p95, latency.p99, latency.max)
+    if not all(math.isfinite(v) and v >= 0 for v in values):
+        return f"latency_ms: {values} must be finite and non-negative"
+    if not latency.p50 <= latency.p95 <= latency.p99 <= latency.max:
+        return f"latency_ms: p50 {latency.p50} <= p95 {latency.p95} <= p99 {latency.p99} <= max {latency.max} does not hold"
+    return None
+
+
+def _check_status(record: AuditRecord) -> str | None:
+    if record.kind != Kind.STATUS:
+        return None
+    for index, p in enumerate(record.partitions):
+        where = f"partitions[{index}]"
+        if min(p.partition, p.position, p.end_offset, p.lag) < 0:
+            return f"{where}: partition, position, end_offset and lag must not be negative"
+        if p.partition > MAX_PARTITION:
+            return f"{where}.partition: {p.partition} is over the largest partition number {MAX_PARTITION}"
+        for name in ("position", "end_offset", "lag"):
+            if getattr(p, name) > MAX_OFFSET:
+                return f"{where}.{name}: {getattr(p, name)} is over the largest Kafka offset {MAX_OFFSET}"
+        if p.lag != p.end_offset - p.position:
+            return f"{where}: lag {p.lag} is not end_offset {p.end_offset} - position {p.position}"
+        if p.last_audit_time_ms is not None and not 0 <= p.last_audit_time_ms <= MAX_AUDIT_TIME_MS:
+            return f"{where}.last_audit_time: out of range"
+    if record.watermark_ms is not None and not 0 <= record.watermark_ms <= MAX_AUDIT_TIME_MS:
+        return "watermark: out of range"
+    return None
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def parse(data: bytes | str | None) -> tuple[AuditRecord | None, str | None]:
+    """(record, None) for a valid record, else (None, reason). Never raises."""
+    try:
+        if data is None:
+            return None, "record: empty message"
+        if len(data) > MAX_RECORD_BYTES:
+            return None, f"record: {len(data)} bytes is over the {MAX_RECORD_BYTES}-byte limit"
+        if isinstance(data, bytes):
+            try:
+                data = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return None, f"record: not UTF-8 ({exc.reason} at byte {exc.start})"
+        try:
+            raw = json.loads(data, object_pairs_hook=_unique_keys)
+        except (ValueError, RecursionError) as exc:
+            return None, f"record: not JSON ({str(exc)[:80]})"
+        record = _from_json(raw)
+        reason = validate(record)
+        return (None, reason) if reason else (record, None)
+    except _Invalid as exc:
+        return None, str(exc)
+    except Exception as exc:  # the contract: a bad record is a reason, never a crash
+        return None, f"record: unreadable ({type(exc).__name__}: {str(exc)[:80]})"
+
+
+def decode(data: bytes | str) -> AuditRecord:
+    """The record in `data`, or RecordError with the reason."""
+    record, reason = parse(data)
+    if record is None:
+        raise RecordError(reason)
+    return record
+
+
+def parse_audit_time_header(value: bytes | None) -> int | None:
+    """The audit time carried in the `kaudit-time` header, or None if missing or unusable.
+
+    Only bytes of ASCII digits count: a str (Unicode digits such as '١٢٣' pass str.isdigit), a sign,
+    spaces or an exponent make the header unusable.
+    """
+    if not isinstance(value, bytes) or not value or len(value) > 20 or not value.isdigit():
+        return None
+    ms = int(value)
+    return ms if 0 < ms <= MAX_AUDIT_TIME_MS else None

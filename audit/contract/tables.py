@@ -1,0 +1,401 @@
+"""The Delta tables of kafka-audit: names, columns, keys and partitioning, declared once.
+
+Spark jobs build their schemas from here, the UI and the alerts (which read with the `deltalake`
+package, no JVM) build pyarrow schemas from here, and docs/tables.md documents the same list.
+Every table lives under one root (`Settings.lake_path`, default `<state_dir>/lake`), one folder
+each. Types are written in Spark SQL's names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # Spark SQL type: STRING, BIGINT, INT, DOUBLE, BOOLEAN, TIMESTAMP, DATE, BINARY, MAP<INT,BIGINT>, ...
+    doc: str
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]  # the natural key every MERGE matches on
+    partition_by: tuple[str, ...] = ()
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def ddl(self) -> str:
+        """`name TYPE, ...` for Spark's `StructType.fromDDL` / `createDataFrame(schema=...)`."""
+        return ", ".join(f"`{c.name}` {c.type}" for c in self.columns)
+
+
+def _c(name: str, type_: str, doc: str) -> Column:
+    return Column(name, type_, doc)
+
+
+# Columns that name a logical topic: the topic and cluster it was first written to, wherever it is seen.
+LOGICAL_TOPIC = (
+    _c("origin_cluster", "STRING", "cluster the topic was first written to (its producers' cluster)"),
+    _c("topic", "STRING", "topic name at its origin cluster (`orders`, not `dc1.orders`)"),
+    _c("logical_topic", "STRING", "`<origin_cluster>.<topic>`: the name prefix naming gives it downstream"),
+)
+WINDOW = (
+    _c("window_start", "TIMESTAMP", "start of the window (UTC, aligned to window_minutes)"),
+    _c("window_minutes", "INT", "window size in minutes"),
+)
+DATE = _c("date", "DATE", "UTC date of window_start (of emitted_at for status records): the partition column")
+UPDATED_AT = _c("updated_at", "TIMESTAMP", "when the reconciliation last wrote this row")
+
+PARTITION_STATUS_TYPE = ("ARRAY<STRUCT<partition: INT, position: BIGINT, end_offset: BIGINT, lag: BIGINT, "
+                         "last_audit_time: TIMESTAMP>>")
+
+AUDIT_RECORDS = Table(
+    name="audit_records",
+    doc="Every valid audit record of every cluster's audit topic (and the lake's), once per record_id.",
+    key=("record_id",),
+    partition_by=("date",),
+    columns=(
+        _c("record_id", "STRING", "unique id: instance id + sequence; replicated or re-read copies share it"),
+        _c("kind", "STRING", "`count` or `status`"),
+        _c("tier", "STRING", "counting point: producer, a cluster name, or lake"),
+        _c("cluster", "STRING", "cluster the record's counter read from, or the producer wrote to"),
+        _c("service", "STRING", "service that wrote the record (kaudit-counter, kaudit-mirror, an app)"),
+        _c("host", "STRING", "host of the writing instance"),
+        _c("instance_id", "STRING", "writing instance; new at every process start"),
+        _c("seen_topic", "STRING", "topic name as the record gives it, on `cluster`"),
+        *LOGICAL_TOPIC,
+        *WINDOW,
+        _c("count", "BIGINT", "messages counted (count records)"),
+        _c("bytes", "BIGINT", "key + value bytes counted"),
+        _c("send_failed", "BIGINT", "messages the producer could not deliver (producer tier only)"),
+        _c("no_timestamp", "BIGINT", "messages without a usable audit time, bucketed by arrival"),
+        _c("by_partition", "MAP<INT,BIGINT>", "count per partition, when the writer reports it"),
+        _c("latency_p50_ms", "DOUBLE", "median ms from audit time to being counted"),
+        _c("latency_p95_ms", "DOUBLE", "p95 latency, ms"),
+        _c("latency_p99_ms", "DOUBLE", "p99 latency, ms"),
+        _c("latency_max_ms", "DOUBLE", "max latency, ms"),
+        _c("emitted_at", "TIMESTAMP", "when the record was written"),
+        _c("watermark", "TIMESTAMP", "status: time up to which this instance has seen everything"),
+        _c("lag", "BIGINT", "status: messages behind, summed over its partitions"),
+        _c("stalled", "BOOLEAN", "status: a replicator with lag and no progress"),
+        _c("partitions", PARTITION_STATUS_TYPE, "status: position, end offset, lag, last audit time per partition"),
+        _c("read_from_cluster", "STRING", "cluster whose audit topic this copy was read from"),
+        _c("read_from_topic", "STRING", "audit topic it was read from (`_audit`, `dc1._audit`, ...)"),
+        _c("ingested_at", "TIMESTAMP", "when the reconciliation first stored it"),
+        DATE,
+    ),
+)
+
+AUDIT_REJECTS = Table(
+    name="audit_rejects",
+    doc="Audit-topic messages that are not valid audit records, with the reason; nothing else is held up.",
+    key=("read_from_cluster", "read_from_topic", "read_from_partition", "read_from_offset"),
+    partition_by=("date",),
+    columns=(
+        _c("read_from_cluster", "STRING", "cluster whose audit topic held the message"),
+        _c("read_from_topic", "STRING", "audit topic"),
+        _c("read_from_partition", "INT", "partition"),
+        _c("read_from_offset", "BIGINT", "offset"),
+        _c("reason", "STRING", "what is wrong, naming the field (the contract's or the expectation suite's words)"),
+        _c("record_id", "STRING", "the record_id it claims, when one could be read"),
+        _c("raw", "STRING", "the message as text (invalid UTF-8 replaced), at most 10,000 characters"),
+        _c("raw_bytes", "BIGINT", "size of the message in bytes"),
+        _c("ingested_at", "TIMESTAMP", "when it was rejected"),
+        _c("date", "DATE", "UTC date of ingested_at: the partition column"),
+    ),
+)
+
+TIER_COUNTS = Table(
+    name="tier_counts",
+    doc="Per logical topic, window and tier: the deduplicated sums of its count records.",
+    key=("origin_cluster", "topic", "window_start", "tier"),
+    partition_by=("date",),
+    columns=(
+        *LOGICAL_TOPIC,
+        *WINDOW,
+        _c("tier", "STRING", "counting point"),
+        _c("count", "BIGINT", "messages counted by the tier in the window"),
+        _c("bytes", "BIGINT", "bytes counted"),
+        _c("send_failed", "BIGINT", "producer send failures"),
+        _c("no_timestamp", "BIGINT", "messages without a usable audit time"),
+        _c("by_partition", "MAP<INT,BIGINT>", "count per partition; null unless every record reported it"),
+        _c("records", "BIGINT", "count records summed"),
+        _c("latency_p99_ms", "DOUBLE", "largest p99 latency among the records (an upper bound)"),
+        _c("latency_max_ms", "DOUBLE", "largest latency"),
+        UPDATED_AT,
+        DATE,
+    ),
+)
+
+TIER_STATUS = Table(
+    name="tier_status",
+    doc="Per tier and logical topic: how far the tier has seen everything (its watermark), lag, stalls.",
+    key=("tier", "origin_cluster", "topic"),
+    columns=(
+        _c("tier", "STRING", "counting point"),
+        *LOGICAL_TOPIC,
+        _c("watermark", "TIMESTAMP", "time up to which the tier has seen everything of the topic; a window is "
+           "final for the tier once this passes window end + grace; the epoch until the tier's own counter (or the lake "
+           "job) has reported on the topic, whatever the replicators into it say"),
+        _c("lag", "BIGINT", "messages behind, over every reporter and partition of the tier"),
+        _c("stalled", "BOOLEAN", "a replicator into this tier reports a stall"),
+        _c("reporters", "STRING", "who reported, e.g. `kaudit-counter@aggregate, kaudit-mirror@dc1`"),
+        _c("last_status_at", "TIMESTAMP", "newest status record behind this row"),
+        UPDATED_AT,
+    ),
+)
+
+COMPLETENESS = Table(
+    name="completeness",
+    doc="Per logical topic, window and tier: observed against expected (the reference tier), and a status.",
+    key=("origin_cluster", "topic", "window_start", "tier"),
+    partition_by=("date",),
+    columns=(
+        *LOGICAL_TOPIC,
+        *WINDOW,
+        _c("window_end", "TIMESTAMP", "end of the window"),
+        _c("tier", "STRING", "counting point"),
+        _c("tier_order", "INT", "position of the tier in the data flow (configured `tiers`)"),
+        _c("reference_tier", "STRING", "tier whose count is expected: producer, else the origin cluster"),
+        _c("expected", "BIGINT", "the reference tier's count"),
+        _c("observed", "BIGINT", "this tier's count"),
+        _c("missing", "BIGINT", "messages short; per partition when every tier reports partitions, so a "
+           "duplicate elsewhere cannot hide a loss"),
+        _c("duplicated", "BIGINT", "messages over (duplicates of an at-least-once hop), same rule"),
+        _c("completeness_pct", "DOUBLE", "100 * observed / expected; null when nothing was expected"),
+        _c("threshold_pct", "DOUBLE", "completeness below which the window is incomplete (per topic pattern)"),
+        _c("status", "STRING", "complete | incomplete | over | lagging | pending"),
+        _c("final", "BOOLEAN", "the tier's watermark has passed window end + grace"),
+        _c("tier_watermark", "TIMESTAMP", "the tier's watermark when this row was computed"),
+        _c("latency_p99_ms", "DOUBLE", "the tier's p99 latency in the window"),
+        UPDATED_AT,
+        DATE,
+    ),
+)
+
+BRONZE = Table(
+    name="bronze",
+    doc="Every message of the aggregate cluster's audited topics, as the lake job landed it.",
+    key=("topic", "partition", "offset"),
+    partition_by=("topic", "date"),
+    columns=(
+        _c("topic", "STRING", "topic on the cluster the lake reads (e.g. `dc1.orders`)"),
+        _c("partition", "INT", "partition"),
+        _c("offset", "BIGINT", "offset"),
+        _c("key", "BINARY", "message key"),
+        _c("value", "BINARY", "message value"),
+        _c("headers", "ARRAY<STRUCT<key: STRING, value: BINARY>>", "message headers, in order"),
+        _c("timestamp", "TIMESTAMP", "Kafka timestamp"),
+        _c("timestamp_type", "INT", "0 CreateTime, 1 LogAppendTime"),
+        _c("audit_time", "TIMESTAMP", "the message's audit time (CreateTime, else the kaudit-time header)"),
+        _c("window_start", "TIMESTAMP", "audit window of the message"),
+        _c("batch_id", "BIGINT", "micro-batch that landed it"),
+        _c("date", "DATE", "UTC date of window_start: a partition column"),
+    ),
+)
+
+ALERTS = Table(
+    name="alerts",
+    doc="Every alert kaudit alert decided to send, one row each, with its delivery state: the log that "
+        "keeps an alert from being sent twice and keeps it pending while SMTP is down.",
+    key=("alert_id",),
+    columns=(
+        _c("alert_id", "STRING", "sha256 of kind, origin_cluster, topic, window_start, tier and status: a rerun "
+           "finds the same id and sends nothing new"),
+        _c("kind", "STRING", "loss | over | recovery | lag"),
+        *LOGICAL_TOPIC,
+        _c("window_start", "TIMESTAMP", "the window alerted on (lag: the window holding the tier's watermark)"),
+        _c("tier", "STRING", "tier the alert is about"),
+        _c("status", "STRING", "the completeness status alerted on (lag alerts: lagging)"),
+        _c("expected", "BIGINT", "the reference tier's count"),
+        _c("observed", "BIGINT", "the tier's count"),
+        _c("missing", "BIGINT", "messages short"),
+        _c("duplicated", "BIGINT", "messages over"),
+        _c("completeness_pct", "DOUBLE", "100 * observed / expected"),
+        _c("cause", "STRING", "likely cause read from tier_status and tier_counts"),
+        _c("recipients", "STRING", "comma-separated addresses, from the topic's route"),
+        _c("subject", "STRING", "subject of the email that carried it"),
+        _c("state", "STRING", "pending (not delivered yet) | sent | failed (refused for good) | resolved "
+           "(recovered before it could be sent)"),
+        _c("attempts", "INT", "SMTP attempts made"),
+        _c("last_error", "STRING", "last SMTP error, if any"),
+        _c("created_at", "TIMESTAMP", "when the alert was first recorded"),
+        _c("sent_at", "TIMESTAMP", "when the email was accepted by the SMTP server"),
+        _c("date", "DATE", "UTC date of window_start"),
+    ),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (AUDIT_RECORDS, AUDIT_REJECTS, TIER_COUNTS, TIER_STATUS, COMPLETENESS,
+                                                BRONZE, ALERTS)}
+
+# Bookkeeping of the reconciliation; names start with `_`, analysts need not look at them.
+PARTITION_STATUS = Table(
+    name="_partition_status",
+    doc="The newest status of every (tier, cluster, topic, service, partition) reporter: what tier_status sums up.",
+    key=("tier", "cluster", "seen_topic", "service", "partition"),
+    columns=(
+        _c("tier", "STRING", "tier the reporter speaks for"),
+        _c("cluster", "STRING", "cluster the reporter reads"),
+        _c("seen_topic", "STRING", "topic as named on that cluster"),
+        _c("service", "STRING", "reporting service"),
+        _c("partition", "INT", "partition"),
+        *LOGICAL_TOPIC,
+        _c("position", "BIGINT", "next offset the reporter will handle"),
+        _c("end_offset", "BIGINT", "end of the partition when reported"),
+        _c("lag", "BIGINT", "end_offset - position"),
+        _c("last_audit_time", "TIMESTAMP", "audit time of the last message handled"),
+        _c("partition_watermark", "TIMESTAMP", "emitted_at when lag is 0, else last_audit_time (epoch when unknown)"),
+        _c("stalled", "BOOLEAN", "the reporter said it is stalled"),
+        _c("emitted_at", "TIMESTAMP", "when the status was reported"),
+        _c("record_id", "STRING", "the status record it came from"),
+    ),
+)
+
+SOURCE_OFFSETS = Table(
+    name="_reconcile_offsets",
+    doc="Next offset of every audit-topic partition the reconciliation has read, per cluster.",
+    key=("cluster", "topic", "partition"),
+    columns=(
+        _c("cluster", "STRING", "cluster"),
+        _c("topic", "STRING", "audit topic on it"),
+        _c("partition", "INT", "partition"),
+        _c("next_offset", "BIGINT", "first offset not yet read"),
+        UPDATED_AT,
+    ),
+)
+
+INTERNAL_TABLES: dict[str, Table] = {t.name: t for t in (PARTITION_STATUS, SOURCE_OFFSETS)}
+
+STATUSES = ("complete", "incomplete", "over", "lagging", "pending")
+
+
+def table_path(lake_path: str | Path, name: str) -> str:
+    """Where table `name` lives under the lake root (a local path or a URI such as s3a://...)."""
+    if name not in TABLES and name not in INTERNAL_TABLES:
+        raise KeyError(f"unknown table {name!r} (known: {', '.join(TABLES)})")
+    return f"{str(lake_path).rstrip('/')}/{name}"
+
+
+# -- pyarrow schemas (for readers and writers without a JVM: deltalake, the UI, test fixtures) --------
+
+_ARROW_SCALARS = {
+    "STRING": "string", "BIGINT": "int64", "INT": "int32", "DOUBLE": "float64", "BOOLEAN": "bool_",
+    "DATE": "date32", "BINARY": "binary",
+}
+
+
+def arrow_type(spark_type: str):
+    """The pyarrow type of a Spark SQL type name as written in this module (TIMESTAMP: UTC, microseconds)."""
+    import pyarrow as pa
+
+    text = spark_type.strip()
+    upper = text.upper()
+    if upper in _ARROW_SCALARS:
+        return getattr(pa, _ARROW_SCALARS[upper])()
+    if upper == "TIMESTAMP":
+        return pa.timestamp("us", tz="UTC")
+    inner = _inside(text)
+    if upper.startswith("ARRAY<"):
+        return pa.list_(arrow_type(inner))
+    if upper.startswith("MAP<"):
+        key, value = _split_top(inner)
+        return pa.map_(arrow_type(key), arrow_type(value))
+    if upper.startswith("STRUCT<"):
+        members = []
+        for part in _split_top(inner):
+            name, _, member_type = part.partition(":")
+            if not member_type:
+                raise ValueError(f"struct member {part!r} of {spark_type!r} has no ': TYPE'")
+            members.append(pa.field(name.strip().strip("`"), arrow_type(member_type)))
+        return pa.struct(members)
+    raise ValueError(f"unknown Spark type {spark_type!r}")
+
+
+def _inside(text: str) -> str:
+    start, end = text.find("<"), text.rfind(">")
+    if start < 0 or end < start:
+        raise ValueError(f"unknown Spark type {text!r}")
+    return text[start + 1:end]
+
+
+def _split_top(text: str) -> list[str]:
+    """`a, b<c, d>, e` split at the commas outside angle brackets."""
+    parts, depth, current = [], 0, []
+    for char in text:
+        depth += (char == "<") - (char == ">")
+        if char == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current).strip())
+    return parts
+
+
+def arrow_schema(table: Table):
+    """The pyarrow schema of `table`, columns in declaration order, every column nullable as in Spark."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field(c.name, arrow_type(c.type), nullable=True) for c in table.columns])
+
+
+def arrow_table(table: Table, rows):
+    """`rows` (a pandas DataFrame or a list of dicts) as a pyarrow Table of `table`'s exact schema.
+
+    Absent columns are null; a column the table does not have is a KeyError naming it.
+    """
+    import pandas as pd
+    import pyarrow as pa
+
+    schema = arrow_schema(table)
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    unknown = set(frame.columns) - set(schema.names)
+    if unknown:
+        raise KeyError(f"{table.name} has no column(s) {', '.join(sorted(unknown))}")
+    arrays = []
+    for column in schema:
+        if column.name in frame.columns and len(frame):
+            values = frame[column.name]
+            if pa.types.is_timestamp(column.type):
+                values = pd.to_datetime(values, utc=True)
+            elif pa.types.is_integer(column.type) and values.dtype == object:
+                values = values.astype("Int64")
+            arrays.append(pa.array(values, type=column.type, from_pandas=True))
+        else:
+            arrays.append(pa.nulls(len(frame), type=column.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def markdown() -> str:
+    """docs/tables.md: every table analysts read, its key, partitioning and columns."""
+    lines = [
+        "# The Delta tables",
+        "",
+        "Generated from `audit/contract/tables.py` by `python -m audit.contract.tables > docs/tables.md` (a test keeps the two equal).",
+        "Every table lives under `lake_path` (default `<state_dir>/lake`), one folder each, and is written by",
+        "MERGE on its key, so reruns change nothing. Times are UTC. Read them with Spark SQL",
+        "(``spark.read.format(\"delta\").load(path)``) or without a JVM with the `deltalake` package.",
+        "",
+    ]
+    for table in TABLES.values():
+        lines += [f"## `{table.name}`", "", table.doc, "",
+                  f"Key: {', '.join(f'`{k}`' for k in table.key)}. "
+                  + (f"Partitioned by {', '.join(f'`{p}`' for p in table.partition_by)}." if table.partition_by else "Not partitioned."),
+                  "", "| column | type | meaning |", "|---|---|---|"]
+        lines += [f"| `{c.name}` | {c.type.replace('|', '/')} | {c.doc.replace('|', '/')} |" for c in table.columns]
+        lines.append("")
+    from audit.contract import completeness
+
+    rules = completeness.__doc__.split("The rules, in order (see docs/tables.md):")[1].strip()
+    lines += ["## How `completeness.status` is decided", "", "From `audit/contract/completeness.py`, in order:", "", rules, ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

@@ -1,0 +1,124 @@
+"""Window bookkeeping shared by every counting point: per (topic, window) deltas since the last drain.
+
+A pure object with no Kafka client inside: the audited producer feeds it from delivery callbacks,
+the cluster counter from consumed batches, and both drain it into count records on each flush.
+Latencies are kept as a histogram of whole milliseconds (one dict update a message, cheap on the
+hot path) and turned into percentiles by a DDSketch (mergeable, 1 % relative accuracy) at drain.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from ddsketch import DDSketch
+
+from audit.contract.windows import MS_PER_MINUTE
+
+SKETCH_RELATIVE_ACCURACY = 0.01
+
+
+@dataclass(slots=True)
+class WindowTally:
+    """What one (topic, window) has accumulated since the last drain."""
+
+    count: int = 0
+    bytes: int = 0
+    send_failed: int = 0
+    no_timestamp: int = 0
+    by_partition: dict[int, int] = field(default_factory=dict)
+    latency_histogram: dict[int, int] = field(default_factory=dict)  # whole ms -> messages
+
+    def latency_sketch(self) -> DDSketch | None:
+        if not self.latency_histogram:
+            return None
+        sketch = DDSketch(SKETCH_RELATIVE_ACCURACY)
+        for latency, weight in self.latency_histogram.items():
+            sketch.add(latency, weight)
+        return sketch
+
+    def latency_ms(self) -> dict[str, float] | None:
+        """p50/p95/p99/max of the latencies added, or None when none were."""
+        sketch = self.latency_sketch()
+        if sketch is None:
+            return None
+        return {
+            "p50": sketch.get_quantile_value(0.50),
+            "p95": sketch.get_quantile_value(0.95),
+            "p99": sketch.get_quantile_value(0.99),
+            "max": sketch.get_quantile_value(1.0),
+        }
+
+    @property
+    def empty(self) -> bool:
+        return not (self.count or self.send_failed)
+
+
+class Tally:
+    """Thread-safe accumulator of per-(topic, window) deltas; `drain()` hands them over and resets."""
+
+    def __init__(self, window_minutes: int) -> None:
+        self.window_minutes = window_minutes
+        self._window_ms = window_minutes * MS_PER_MINUTE
+        self._windows: dict[tuple[str, int], WindowTally] = {}
+        self._lock = threading.Lock()
+
+    def _window(self, topic: str, audit_time_ms: int) -> WindowTally:
+        # window_start inlined: this runs once per message. Times before the epoch go to window 0.
+        key = (topic, audit_time_ms - audit_time_ms % self._window_ms if audit_time_ms > 0 else 0)
+        tally = self._windows.get(key)
+        if tally is None:
+            tally = self._windows[key] = WindowTally()
+        return tally
+
+    def add(self, topic: str, audit_time_ms: int, size_bytes: int, *, partition: int | None = None,
+            latency_ms: float | None = None, usable_time: bool = True) -> None:
+        """Count one message delivered (producer) or seen (cluster, lake). Runs once per message,
+        so the window lookup is inlined."""
+        key = (topic, audit_time_ms - audit_time_ms % self._window_ms if audit_time_ms > 0 else 0)
+        with self._lock:
+            tally = self._windows.get(key)
+            if tally is None:
+                tally = self._windows[key] = WindowTally()
+            tally.count += 1
+            tally.bytes += size_bytes
+            if not usable_time:
+                tally.no_timestamp += 1
+            if partition is not None:
+                tally.by_partition[partition] = tally.by_partition.get(partition, 0) + 1
+            if latency_ms is not None:
+                histogram = tally.latency_histogram
+                bucket = int(latency_ms) if latency_ms > 0 else 0
+                histogram[bucket] = histogram.get(bucket, 0) + 1
+
+    def add_many(self, topic: str, window_start_ms: int, count: int, size_bytes: int, *, partition: int | None = None,
+                 no_timestamp: int = 0, latencies_ms: dict[int, int] | None = None) -> None:
+        """Count `count` messages of one already-bucketed window at once (the counter's hot path)."""
+        with self._lock:
+            key = (topic, window_start_ms)
+            tally = self._windows.get(key)
+            if tally is None:
+                tally = self._windows[key] = WindowTally()
+            tally.count += count
+            tally.bytes += size_bytes
+            tally.no_timestamp += no_timestamp
+            if partition is not None:
+                tally.by_partition[partition] = tally.by_partition.get(partition, 0) + count
+            if latencies_ms:
+                histogram = tally.latency_histogram
+                for latency, count_ in latencies_ms.items():
+                    histogram[latency] = histogram.get(latency, 0) + count_
+
+    def fail(self, topic: str, audit_time_ms: int) -> None:
+        """Count one message the producer could not deliver."""
+        with self._lock:
+            self._window(topic, audit_time_ms).send_failed += 1
+
+    def drain(self) -> dict[tuple[str, int], WindowTally]:
+        """Everything accumulated since the last drain, keyed by (topic, window_start_ms)."""
+        with self._lock:
+            drained, self._windows = self._windows, {}
+        return {key: tally for key, tally in drained.items() if not tally.empty}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._windows)

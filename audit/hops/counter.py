@@ -1,0 +1,419 @@
+"""The audit counter of one cluster: reads every message of the selected topics, counts it once.
+
+Exactly once, across crashes: every flush writes the count deltas, a status record per topic and
+the consumer offsets in ONE Kafka transaction. A crash before the commit loses the uncommitted
+deltas and offsets together, so the restarted counter recounts exactly what was not yet counted.
+The transactional id is stable per instance slot (`--instance`), so a restarted slot fences its
+predecessor's open transaction at once instead of waiting for it to time out.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_CREATE_TIME, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from prometheus_client import Counter, Gauge
+
+from audit.contract.audit_time import audit_time
+from audit.io.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
+from audit.contract.errors import KafkaClientError
+from audit.contract.record import MAX_AUDIT_TIME_MS, count_record, encode, new_instance_id, record_id, status_record, topic_statuses, watermark_ms
+from audit.contract.tally import Tally
+
+log = logging.getLogger(__name__)
+
+SERVICE = "kaudit-counter"
+DEFAULT_BATCH = 5000
+DEFAULT_TOPIC_REFRESH_S = 30.0
+TRANSACTION_TIMEOUT_MS = 60_000
+SESSION_TIMEOUT_MS = 10_000
+DEFAULT_CLIENT_TIMEOUT_S = 30.0
+
+MESSAGES = Counter("kaudit_counter_messages_total", "Messages counted", ["cluster", "topic"])
+LAG = Gauge("kaudit_counter_lag_messages", "End offset minus position", ["cluster", "topic", "partition"])
+LAST_FLUSH = Gauge("kaudit_counter_last_flush_timestamp_seconds", "When the last transaction committed", ["cluster"])
+ABORTS = Counter("kaudit_counter_transaction_aborts_total", "Transactions aborted (their deltas are recounted)", ["cluster"])
+FLUSHES = Counter("kaudit_counter_flushes_total", "Transactions committed", ["cluster"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class CounterOptions:
+    """How one counter instance runs; defaults suit the embedded local clusters."""
+
+    cluster: str
+    audit_topic: str = "_audit"
+    window_minutes: int = 10
+    flush_interval_s: float = 10.0
+    instance: str = "0"  # slot name: stable across restarts of the same slot
+    group_id: str | None = None  # default kaudit-counter-<cluster>
+    by_partition: bool = True  # per-partition counts let the reconciliation see a loss hidden by duplicates
+    batch_size: int = DEFAULT_BATCH
+    topic_refresh_s: float = DEFAULT_TOPIC_REFRESH_S
+    client_timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S  # how long a broker call may take before it is an error
+
+    @property
+    def group(self) -> str:
+        return self.group_id or f"kaudit-counter-{self.cluster}"
+
+    @property
+    def transactional_id(self) -> str:
+        return f"{self.group}-{self.instance}"
+
+
+@dataclass
+class PartitionProgress:
+    """Where one assigned partition stands: next offset to count, last committed, last audit time."""
+
+    position: int
+    committed: int
+    last_audit_time_ms: int | None = None
+
+
+@dataclass
+class CounterStats:
+    counted: int = 0
+    flushes: int = 0
+    aborts: int = 0
+    records_emitted: int = 0
+    lag: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    @property
+    def total_lag(self) -> int:
+        return sum(self.lag.values())
+
+
+class ClusterCounter:
+    """One counter instance; several with the same group id share a cluster's partitions."""
+
+    def __init__(
+        self,
+        config: Mapping[str, object],
+        options: CounterOptions,
+        select_topic: Callable[[str], bool],
+        *,
+        host: str | None = None,
+    ) -> None:
+        self.config = dict(config)
+        self.options = options
+        self.select_topic = select_topic
+        self.host = host or socket.gethostname()
+        self.instance_id = new_instance_id(f"{SERVICE}-{options.cluster}")
+        self.tally = Tally(options.window_minutes)
+        self.progress: dict[tuple[str, int], PartitionProgress] = {}
+        self.stats = CounterStats()
+        self._sequence = 0
+        self._subscribed: list[str] = []
+        self._stop = threading.Event()
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._admin: AdminClient | None = None
+
+    # -- clients -------------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        check_credentials(self.config, self.options.cluster, timeout_s=self.options.client_timeout_s)
+        self._consumer = Consumer({
+            **self.config,
+            "group.id": self.options.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "client.id": f"{SERVICE}-{self.options.cluster}-{self.options.instance}",
+            # Dynamic membership on purpose: a static member (group.instance.id) was fenced by its own
+            # rejoin after a broker restart (a fatal error that hung the counter in the soak), and is
+            # handed its predecessor's assignment even when its topic list changed. A dead member's
+            # partitions move after the session timeout; the transactional id still fences zombies.
+            "session.timeout.ms": SESSION_TIMEOUT_MS,
+        })
+        self._admin = AdminClient(self.config)
+        self._producer = Producer({
+            **self.config,
+            "transactional.id": self.options.transactional_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            "linger.ms": 5,
+        })
+        try:
+            # Fences an earlier incarnation of this slot and aborts its open transaction.
+            self._producer.init_transactions(self.options.client_timeout_s)
+            # Without its audit topic every transaction would wait for a topic that never comes.
+            ensure_topics(self.config, {self.options.audit_topic: 1}, timeout_s=self.options.client_timeout_s)
+        except KafkaException as exc:
+            error = exc.args[0]
+            raise KafkaClientError(
+                f"counter {self.options.cluster}: no transaction coordinator at {self.config.get('bootstrap.servers')} "
+                f"after {self.options.client_timeout_s:.0f} s ({error.str()}); is the cluster up and the address right?",
+                code=error.code(),
+            ) from exc
+
+    def stop(self) -> None:
+        """Ask the run loop to flush and return (safe from a signal handler or another thread)."""
+        self._stop.set()
+
+    # -- subscription --------------------------------------------------------------------------
+
+    def _refresh_subscription(self) -> None:
+        topics = self._consumer.list_topics(timeout=self.options.client_timeout_s).topics
+        wanted = sorted(
+            name for name in topics
+            if name != self.options.audit_topic and not name.startswith("__") and self.select_topic(name)
+        )
+        if wanted != self._subscribed:
+            log.info("subscribing", extra={"cluster": self.options.cluster, "topics": len(wanted)})
+            if wanted:
+                self._consumer.subscribe(wanted, on_assign=self._on_assign, on_revoke=self._on_revoke)
+            else:
+                self._consumer.unsubscribe()
+            self._subscribed = wanted
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        committed = consumer.committed(partitions, timeout=self.options.client_timeout_s)
+        never_committed = [(tp.topic, tp.partition) for tp in committed if tp.offset < 0]
+        earliest = self._list_offsets(never_committed, OffsetSpec.earliest())
+        for tp in committed:
+            offset = tp.offset if tp.offset >= 0 else earliest.get((tp.topic, tp.partition), 0)
+            self.progress[(tp.topic, tp.partition)] = PartitionProgress(position=offset, committed=offset)
+        log.info("partitions assigned", extra={"cluster": self.options.cluster, "partitions": len(partitions)})
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Counts and offsets of what we are losing must land before the next owner starts from them.
+        self.flush(heartbeat=False)
+        for tp in partitions:
+            self.progress.pop((tp.topic, tp.partition), None)
+            if self.stats.lag.pop((tp.topic, tp.partition), None) is not None:
+                LAG.remove(self.options.cluster, tp.topic, str(tp.partition))
+        log.info("partitions revoked", extra={"cluster": self.options.cluster, "partitions": len(partitions)})
+
+    # -- counting ------------------------------------------------------------------------------
+
+    def count_batch(self, messages: list) -> int:
+        """Bucket a consumed batch by (topic, partition, window) and add it to the tally.
+
+        This loop is the counter's hot path: it makes one dict update a message, reads headers only
+        when the timestamp is not a CreateTime, and moves partition positions once per batch.
+        """
+        now_ms = time.time_ns() // 1_000_000
+        window_ms = self.options.window_minutes * 60_000
+        groups: dict[tuple[str, int, int], list] = {}
+        for message in messages:
+            if message.error():
+                self._on_message_error(message)
+                continue
+            kind, when = message.timestamp()
+            if kind == TIMESTAMP_CREATE_TIME and 0 < when <= MAX_AUDIT_TIME_MS:
+                usable = True
+            else:
+                when, usable = audit_time((kind, when), message.headers(), now_ms)
+            key = (message.topic(), message.partition(), when - when % window_ms)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = [0, 0, 0, {}, 0, 0]  # count, bytes, no_timestamp, latencies, offset, time
+            msg_key = message.key()
+            group[0] += 1
+            group[1] += len(message) + (len(msg_key) if msg_key else 0)
+            if not usable:
+                group[2] += 1
+            latency = now_ms - when if now_ms > when else 0
+            latencies = group[3]
+            latencies[latency] = latencies.get(latency, 0) + 1
+            group[4] = message.offset()
+            group[5] = when
+        return self._add_groups(groups)
+
+    def _add_groups(self, groups: dict[tuple[str, int, int], list]) -> int:
+        counted = 0
+        for (topic, partition, start), (count, size, no_ts, latencies, offset, when) in groups.items():
+            self.tally.add_many(topic, start, count, size, partition=partition if self.options.by_partition else None,
+                                no_timestamp=no_ts, latencies_ms=latencies)
+            MESSAGES.labels(self.options.cluster, topic).inc(count)
+            progress = self.progress.get((topic, partition))
+            if progress is not None and offset + 1 > progress.position:
+                progress.position = offset + 1
+                progress.last_audit_time_ms = when
+            counted += count
+        self.stats.counted += counted
+        return counted
+
+    def _on_message_error(self, message) -> None:
+        error = message.error()
+        if error.code() == KafkaError._PARTITION_EOF:
+            return
+        # Topic deleted or not yet known to this broker: the next refresh settles the subscription.
+        log.warning("consume error", extra={"cluster": self.options.cluster, "topic": message.topic(), "error": error.str()})
+        if error.fatal():
+            raise KafkaClientError(f"counter {self.options.cluster}: fatal consumer error: {error.str()}", code=error.code())
+
+    # -- flushing ------------------------------------------------------------------------------
+
+    def _next_record_id(self) -> str:
+        self._sequence += 1
+        return record_id(self.instance_id, self._sequence)
+
+    def _identity(self) -> dict[str, object]:
+        """The fields every record of this instance carries, with a fresh record id."""
+        return {"record_id": self._next_record_id(), "tier": self.options.cluster, "cluster": self.options.cluster,
+                "service": SERVICE, "host": self.host, "instance_id": self.instance_id,
+                "window_minutes": self.options.window_minutes}
+
+    def _count_records(self, deltas) -> list:
+        return [
+            count_record(
+                **self._identity(),
+                topic=topic,
+                window_start_ms=start,
+                count=tally.count,
+                bytes=tally.bytes,
+                no_timestamp=tally.no_timestamp,
+                by_partition=dict(tally.by_partition) or None,
+                latency_ms=tally.latency_ms(),
+            )
+            for (topic, start), tally in sorted(deltas.items())
+        ]
+
+    def _status_records(self) -> list:
+        now_ms = int(time.time() * 1000)
+        ends = self._list_offsets(list(self.progress), OffsetSpec.latest())
+        positions = {key: progress.position for key, progress in self.progress.items()}
+        audit_times = {key: progress.last_audit_time_ms for key, progress in self.progress.items()}
+        by_topic, withheld = topic_statuses(positions, ends, audit_times)
+        if withheld:
+            log.warning("status withheld: end offsets unknown", extra={"cluster": self.options.cluster, "topics": ",".join(withheld)})
+        for topic, partitions in by_topic.items():
+            for status in partitions:
+                self.stats.lag[(topic, status.partition)] = status.lag
+                LAG.labels(self.options.cluster, topic, str(status.partition)).set(status.lag)
+        return [
+            status_record(
+                **self._identity(),
+                topic=topic,
+                partitions=tuple(partitions),
+                watermark_ms=watermark_ms(partitions, now_ms),
+            )
+            for topic, partitions in by_topic.items()
+        ]
+
+    def _list_offsets(self, partitions: list[tuple[str, int]], spec: OffsetSpec) -> dict[tuple[str, int], int]:
+        return list_offsets(self._admin, partitions, spec, timeout_s=self.options.client_timeout_s)
+
+    def flush(self, *, heartbeat: bool = True) -> bool:
+        """Commit deltas, status and offsets in one transaction; False when it had to abort.
+
+        Without `heartbeat`, a flush with nothing new to commit is skipped.
+        """
+        deltas = self.tally.drain()
+        moved = any(p.position != p.committed for p in self.progress.values())
+        if not deltas and not moved and not heartbeat:
+            return True
+        records = self._count_records(deltas) + self._status_records()
+        offsets = [TopicPartition(topic, partition, p.position) for (topic, partition), p in self.progress.items()]
+        if not records and not offsets:
+            return True
+        producer = self._producer
+        try:
+            producer.begin_transaction()
+            for record in records:
+                producer.produce(self.options.audit_topic, key=record.topic.encode(), value=encode(record))
+            if offsets:
+                producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), self.options.client_timeout_s)
+        except KafkaException as exc:  # nothing was committed: the open transaction must be aborted, whatever the error
+            self._abort(exc.args[0], open_transaction=True)
+            return False
+        try:
+            self._commit_transaction()
+        except KafkaException as exc:
+            self._abort(exc.args[0])
+            return False
+        for progress in self.progress.values():
+            progress.committed = progress.position
+        self.stats.flushes += 1
+        self.stats.records_emitted += len(records)
+        FLUSHES.labels(self.options.cluster).inc()
+        LAST_FLUSH.labels(self.options.cluster).set_to_current_time()
+        return True
+
+    def _commit_transaction(self) -> None:
+        for attempt in range(3):
+            try:
+                self._producer.commit_transaction(self.options.client_timeout_s)
+                return
+            except KafkaException as exc:
+                # Retriable (e.g. a timed-out request): the same commit may simply be repeated.
+                if not exc.args[0].retriable() or attempt == 2:
+                    raise
+
+    def _abort(self, error: KafkaError, *, open_transaction: bool = False) -> None:
+        """Throw away this flush and rewind to the last commit, so its messages are counted again.
+
+        `open_transaction`: the error came before the commit (a broker gone while adding the offsets, say),
+        so the transaction is still open and must be aborted even when the error itself does not demand it;
+        left open, every later begin_transaction fails and the counter never commits again."""
+        self.stats.aborts += 1
+        ABORTS.labels(self.options.cluster).inc()
+        log.warning("transaction aborted; recounting from the last commit",
+                    extra={"cluster": self.options.cluster, "error": error.str(), "code": error.code()})
+        if error.fatal():
+            raise KafkaClientError(f"counter {self.options.cluster}: fenced or fatal: {error.str()}", code=error.code())
+        if error.txn_requires_abort() or open_transaction:
+            try:
+                self._producer.abort_transaction(self.options.client_timeout_s)
+            except KafkaException as exc:  # the broker is still away: the next flush's begin fails and aborts again
+                log.warning("abort failed; retried at the next flush", extra={"cluster": self.options.cluster,
+                                                                             "error": exc.args[0].str()})
+        self.tally.drain()
+        for (topic, partition), progress in self.progress.items():
+            progress.position = progress.committed
+            self._consumer.seek(TopicPartition(topic, partition, progress.committed if progress.committed >= 0 else OFFSET_BEGINNING))
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self, *, max_seconds: float | None = None, until_caught_up: bool = False) -> CounterStats:
+        """Count until stopped (SIGTERM, `stop()`), `max_seconds`, or, with `until_caught_up`, no lag left."""
+        started = time.monotonic()
+        next_flush = started + self.options.flush_interval_s
+        next_refresh = started
+        try:
+            self._open()
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if now >= next_refresh:
+                    self._refresh_subscription()
+                    next_refresh = now + self.options.topic_refresh_s
+                messages = self._consumer.consume(self.options.batch_size, timeout=0.5) if self._subscribed else []
+                if not self._subscribed:
+                    self._stop.wait(0.5)
+                self.count_batch(messages)
+                if time.monotonic() >= next_flush:
+                    self.flush()
+                    next_flush = time.monotonic() + self.options.flush_interval_s
+                    if until_caught_up and not messages and self.group_caught_up():
+                        break
+                if max_seconds is not None and time.monotonic() - started >= max_seconds:
+                    break
+            self.flush()
+        finally:
+            self._close()
+        return self.stats
+
+    def group_caught_up(self) -> bool:
+        """The group has committed up to the end of every partition of the subscribed topics."""
+        return bool(self._subscribed) and group_caught_up(self._consumer, self._admin, self._subscribed,
+                                                          timeout_s=self.options.client_timeout_s)
+
+    def _close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+        if self._producer is not None:
+            self._producer.flush(self.options.client_timeout_s)
+
+
+def stop_on_signals(counter: ClusterCounter) -> None:
+    """SIGTERM and SIGINT end the loop after a last flush."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: counter.stop())

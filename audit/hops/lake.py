@@ -1,0 +1,270 @@
+"""The lake tier: a Spark Structured Streaming job from one cluster into the Delta `bronze` table.
+
+Exactly once, across crashes, per micro-batch:
+- the rows are appended with Delta's transaction identifiers (`txnAppId` = the query's id,
+  `txnVersion` = the batch id), so a batch replayed after a crash is skipped by Delta;
+- the lake tier's counts of the batch go to the cluster's audit topic as count records whose ids
+  are derived from the query id and the batch id, so a replayed batch repeats the same ids and the
+  reconciliation counts them once. Spark replays a batch over the offsets it logged before running
+  it, so the replay holds exactly the same messages.
+A thread reports the job's position, lag and watermark as `status` records, like the counters.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from prometheus_client import Counter, Gauge
+
+from audit.io import delta_io
+from audit.io.clients import client_config, ensure_topics, java_client_options, list_offsets
+from audit.contract.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS, count_record, encode, status_record, topic_statuses, watermark_ms
+from audit.contract.tables import BRONZE
+from audit.contract.windows import MS_PER_MINUTE
+
+log = logging.getLogger(__name__)
+
+SERVICE = "kaudit-lake"
+TIER = "lake"
+
+ROWS = Counter("kaudit_lake_rows_total", "Rows landed in bronze", ["cluster"])
+BATCHES = Counter("kaudit_lake_batches_total", "Micro-batches committed", ["cluster"])
+LAG = Gauge("kaudit_lake_lag_messages", "End offsets minus the job's position", ["cluster"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class LakeOptions:
+    cluster: str  # the cluster the lake reads, usually the aggregate
+    checkpoint: str  # the stream's checkpoint folder (local path or URI)
+    trigger_s: float = 10.0
+    status_interval_s: float = 10.0
+    max_offsets_per_trigger: int | None = None
+    client_timeout_s: float = 30.0
+
+
+@dataclass
+class LakeStats:
+    batches: int = 0
+    rows: int = 0
+    lag: int = 0
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    last_audit_time_ms: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+def with_audit_window(frame, window_minutes: int):
+    """Add audit_time (CreateTime, else the kaudit-time header, else arrival), no_timestamp and window_start.
+
+    The same rule as audit/contract/audit_time.py, in Spark expressions so it runs on the executors.
+    """
+    from pyspark.sql import functions as F
+
+    header = F.filter("headers", lambda h: h["key"] == F.lit(AUDIT_TIME_HEADER))
+    header_text = F.when(F.size(header) > 0, header[0]["value"].cast("string"))
+    header_ms = F.when(header_text.rlike("^[0-9]{1,15}$"), header_text.cast("bigint"))
+    create_ms = F.when((F.col("timestampType") == 0) & (F.unix_millis("timestamp") > 0), F.unix_millis("timestamp"))
+    usable_ms = F.coalesce(create_ms, F.when((header_ms > 0) & (header_ms <= MAX_AUDIT_TIME_MS), header_ms))
+    window_ms = window_minutes * MS_PER_MINUTE
+    audit_ms = F.coalesce(usable_ms, F.unix_millis(F.current_timestamp()))
+    return (frame.withColumn("audit_ms", audit_ms)
+            .withColumn("no_timestamp", usable_ms.isNull())
+            .withColumn("audit_time", F.timestamp_millis("audit_ms"))
+            .withColumn("window_start", F.timestamp_millis(F.col("audit_ms") - F.col("audit_ms") % window_ms))
+            .withColumn("date", F.to_date("window_start")))
+
+
+class LakeJob:
+    """One lake stream from `options.cluster` into `bronze`, with the lake tier's audit records."""
+
+    def __init__(self, spark, settings, options: LakeOptions, select_topic) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.options = options
+        self.select_topic = select_topic
+        self.stats = LakeStats()
+        self.host = socket.gethostname()
+        self._query_id = threading.Event()
+        self._instance_id = ""
+        self._sequence = 0
+        self._lock = threading.Lock()
+        config = client_config(settings, options.cluster)
+        self._producer = Producer({**config, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
+        self._admin = AdminClient(config)
+        ensure_topics(config, {settings.audit_topic: 1}, timeout_s=options.client_timeout_s)
+        self.bronze = delta_io.ensure_table(spark, settings.lake_root, BRONZE)
+
+    # -- topics --------------------------------------------------------------------------------
+
+    def data_topics(self) -> list[str]:
+        metadata = self._admin.list_topics(timeout=self.options.client_timeout_s).topics
+        return sorted(name for name, meta in metadata.items() if meta.error is None and not name.startswith("__")
+                      and self.select_topic(name) and not self.settings.is_audit_topic(self.options.cluster, name))
+
+    # -- one micro-batch ----------------------------------------------------------------------
+
+    def write_batch(self, batch, batch_id: int) -> None:
+        """Land the batch in bronze and emit its counts; both keyed by (query id, batch id)."""
+        from pyspark.sql import functions as F
+
+        self._query_id.wait()
+        rows = (with_audit_window(batch, self.settings.window_minutes).withColumnRenamed("timestampType", "timestamp_type")
+                .withColumn("batch_id", F.lit(batch_id).cast("bigint")).persist())
+        try:
+            (rows.select(*BRONZE.column_names).write.format("delta").mode("append")
+             .option("txnAppId", self._instance_id).option("txnVersion", batch_id).save(self.bronze))
+            counts = self._batch_counts(rows)
+        finally:
+            rows.unpersist()
+        self._emit_counts(counts, batch_id)
+
+    def _batch_counts(self, rows) -> list:
+        from pyspark.sql import functions as F
+
+        now_ms = time.time_ns() // 1_000_000
+        size = F.length("value") + F.coalesce(F.length("key"), F.lit(0))
+        latency = F.greatest(F.lit(now_ms) - F.col("audit_ms"), F.lit(0)).cast("double")
+        return (rows.groupBy("topic", "window_start", "partition").agg(
+            F.count("*").alias("count"), F.sum(size).alias("bytes"),
+            F.sum(F.col("no_timestamp").cast("int")).alias("no_timestamp"),
+            F.max("offset").alias("last_offset"), F.max("audit_ms").alias("last_audit_ms"),
+            F.percentile_approx(latency, [0.5, 0.95, 0.99], 1000).alias("latency"), F.max(latency).alias("latency_max"),
+        ).orderBy("topic", "window_start", "partition").collect())
+
+    def _emit_counts(self, groups: list, batch_id: int) -> None:
+        windows: dict[tuple[str, int], dict] = {}
+        for g in groups:
+            start = int(g.window_start.timestamp() * 1000)
+            entry = windows.setdefault((g.topic, start), {"count": 0, "bytes": 0, "no_timestamp": 0, "parts": {},
+                                                          "p50": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0})
+            entry["count"] += g["count"]
+            entry["bytes"] += g["bytes"]
+            entry["no_timestamp"] += g["no_timestamp"]
+            entry["parts"][g.partition] = g["count"]
+            # Per-partition percentiles folded by their maximum: an upper bound, cheap and monotone.
+            for name, value in zip(("p50", "p95", "p99"), g.latency):
+                entry[name] = max(entry[name], value)
+            entry["max"] = max(entry["max"], g.latency_max, entry["p99"])
+            with self._lock:
+                key = (g.topic, g.partition)
+                if g.last_offset + 1 > self.stats.positions.get(key, -1):
+                    self.stats.positions[key] = g.last_offset + 1
+                    self.stats.last_audit_time_ms[key] = g.last_audit_ms
+        failures = []
+        for index, ((topic, start), entry) in enumerate(sorted(windows.items())):
+            record = count_record(
+                record_id=f"{self._instance_id}:{batch_id}.{index}", tier=TIER, cluster=self.options.cluster,
+                service=SERVICE, host=self.host, instance_id=self._instance_id, topic=topic, window_start_ms=start,
+                window_minutes=self.settings.window_minutes, count=entry["count"], bytes=entry["bytes"],
+                no_timestamp=entry["no_timestamp"], by_partition=entry["parts"],
+                latency_ms={k: entry[k] for k in ("p50", "p95", "p99", "max")})
+            self._producer.produce(self.settings.audit_topic, key=topic.encode(), value=encode(record),
+                                   on_delivery=lambda err, _m: failures.append(err) if err else None)
+        if self._producer.flush(self.options.client_timeout_s) or failures:
+            # Failing the batch makes Spark replay it; the replay sends the same record ids.
+            raise RuntimeError(f"lake counts of batch {batch_id} not delivered to {self.options.cluster}: {failures[:1]}")
+        total = sum(entry["count"] for entry in windows.values())
+        self.stats.batches += 1
+        self.stats.rows += total
+        ROWS.labels(self.options.cluster).inc(total)
+        BATCHES.labels(self.options.cluster).inc()
+        log.info("batch landed", extra={"cluster": self.options.cluster, "batch": batch_id, "rows": total,
+                                        "windows": len(windows)})
+
+    # -- status --------------------------------------------------------------------------------
+
+    def emit_status(self, query) -> None:
+        """Position, lag and watermark per topic, from the query's progress and the broker's end offsets."""
+        positions = dict(self.stats.positions)
+        progress = query.lastProgress if query is not None else None
+        for source in (progress or {}).get("sources", []):
+            for topic, partitions in _json(source.get("endOffset")).items():
+                for partition, offset in partitions.items():
+                    key = (topic, int(partition))
+                    positions[key] = max(positions.get(key, 0), int(offset))
+        if not positions:
+            return
+        ends = list_offsets(self._admin, list(positions), OffsetSpec.latest(), timeout_s=self.options.client_timeout_s)
+        now_ms = time.time_ns() // 1_000_000
+        by_topic, withheld = topic_statuses(positions, ends, dict(self.stats.last_audit_time_ms))
+        if withheld:
+            log.warning("status withheld: end offsets unknown", extra={"cluster": self.options.cluster, "topics": ",".join(withheld)})
+        self.stats.lag = sum(p.lag for parts in by_topic.values() for p in parts)
+        LAG.labels(self.options.cluster).set(self.stats.lag)
+        for topic, partitions in by_topic.items():
+            with self._lock:
+                self._sequence += 1
+                rid = f"{self._instance_id}:status.{self._sequence}.{now_ms}"
+            record = status_record(record_id=rid, tier=TIER, cluster=self.options.cluster, service=SERVICE,
+                                   host=self.host, instance_id=self._instance_id, topic=topic,
+                                   window_minutes=self.settings.window_minutes, partitions=partitions,
+                                   watermark_ms=watermark_ms(partitions, now_ms))
+            self._producer.produce(self.settings.audit_topic, key=topic.encode(), value=encode(record))
+        self._producer.flush(self.options.client_timeout_s)
+
+    # -- the run -------------------------------------------------------------------------------
+
+    def start(self, topics: list[str], *, until_caught_up: bool):
+        reader = self.spark.readStream.format("kafka")
+        for key, value in java_client_options(self.settings, self.options.cluster).items():
+            reader = reader.option(f"kafka.{key}", value)
+        reader = (reader.option("subscribe", ",".join(topics)).option("startingOffsets", "earliest")
+                  .option("includeHeaders", "true").option("kafka.isolation.level", "read_committed")
+                  .option("failOnDataLoss", "false"))
+        if self.options.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(self.options.max_offsets_per_trigger))
+        writer = (reader.load().writeStream.foreachBatch(self.write_batch)
+                  .option("checkpointLocation", self.options.checkpoint).queryName(f"kaudit-lake-{self.options.cluster}"))
+        writer = writer.trigger(availableNow=True) if until_caught_up else writer.trigger(processingTime=f"{self.options.trigger_s} seconds")
+        query = writer.start()
+        # The query id is kept in the checkpoint: the same across restarts, new for a new checkpoint.
+        self._instance_id = f"{SERVICE}-{self.options.cluster}-{query.id.replace('-', '')[:16]}"
+        self._query_id.set()
+        return query
+
+    def run(self, *, until_caught_up: bool = False, max_seconds: float | None = None, stop: threading.Event | None = None) -> LakeStats:
+        """Land data until caught up (available-now), `max_seconds`, or `stop`; status every interval."""
+        stop = stop or threading.Event()
+        began = time.monotonic()
+        topics = self.data_topics()
+        if not topics:
+            log.warning("no topics to land yet", extra={"cluster": self.options.cluster})
+            return self.stats
+        log.info("lake job starting", extra={"cluster": self.options.cluster, "topics": len(topics),
+                                             "mode": "until caught up" if until_caught_up else "continuous"})
+        query = self.start(topics, until_caught_up=until_caught_up)
+        try:
+            while query.isActive and not stop.is_set():
+                query.awaitTermination(self.options.status_interval_s)
+                if query.exception() is not None:
+                    break
+                self.emit_status(query)
+                if max_seconds is not None and time.monotonic() - began >= max_seconds:
+                    break
+                if not until_caught_up and self.data_topics() != topics:
+                    log.info("topic list changed: restarting the stream", extra={"cluster": self.options.cluster})
+                    query.stop()
+                    topics = self.data_topics()
+                    query = self.start(topics, until_caught_up=False)
+        finally:
+            if query.isActive:
+                query.stop()
+        if query.exception() is not None:
+            raise RuntimeError(f"lake job on {self.options.cluster} failed: {query.exception()}")
+        self.emit_status(query)
+        return self.stats
+
+
+def _json(value) -> dict:
+    import json
+
+    if not value:
+        return {}
+    return value if isinstance(value, dict) else json.loads(value)
+
+
+def default_checkpoint(settings, cluster: str) -> str:
+    return f"{str(settings.lake_root).rstrip('/')}/_checkpoints/lake-{cluster}"

@@ -1,0 +1,515 @@
+"""The replicator: MirrorMaker-style copy of topics, the audit topic included, between two clusters.
+
+At least once, never lossy: the target producer runs with acks=all, idempotence and no delivery
+timeout, and a source offset is committed only once the target acknowledged every message before
+it. A crash can therefore only repeat messages, which the target's counter counts as duplicates.
+
+Cycles are impossible whatever the naming policy: every copy carries a provenance header listing
+the clusters the message has been in, and a message is never written to a cluster on that list.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
+from prometheus_client import Counter, Gauge
+
+from audit.contract.audit_time import header_value
+from audit.io.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
+from audit.contract.errors import KafkaClientError
+from audit.hops.faults import DropFault, PauseFault
+from audit.contract.naming import NamingPolicy
+from audit.contract.record import PROVENANCE_HEADER, encode, new_instance_id, record_id, status_record, topic_statuses, watermark_ms
+
+log = logging.getLogger(__name__)
+
+SERVICE = "kaudit-mirror"
+# Topic settings copied to a target topic the replicator creates; the rest stay the target's defaults.
+COPIED_TOPIC_CONFIGS = (
+    "cleanup.policy", "retention.ms", "retention.bytes", "message.timestamp.type", "max.message.bytes",
+    "compression.type", "segment.bytes", "min.compaction.lag.ms", "delete.retention.ms",
+)
+
+COPIED = Counter("kaudit_mirror_messages_total", "Messages acknowledged by the target", ["source", "target", "topic"])
+LAG = Gauge("kaudit_mirror_lag_messages", "Source end offset minus acknowledged position", ["source", "target"])
+STALLED = Gauge("kaudit_mirror_stalled", "1 while lag > 0 and nothing was acknowledged for stall_after_s", ["source", "target"])
+ERRORS = Counter("kaudit_mirror_errors_total", "Delivery and client errors", ["source", "target"])
+SKIPPED = Counter("kaudit_mirror_cycle_skipped_total", "Messages not copied because the target is on their path", ["source", "target"])
+DROPPED = Counter("kaudit_mirror_fault_dropped_total", "Messages dropped by the fault hook (tests and demo only)", ["source", "target", "topic"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class MirrorOptions:
+    """How one replicator instance runs."""
+
+    source: str
+    target: str
+    audit_topic: str = "_audit"
+    window_minutes: int = 10
+    group_id: str | None = None  # default kaudit-mirror-<source>-<target>
+    session_timeout_ms: int = 10_000  # a crashed instance's partitions move on after this long
+    batch_size: int = 5000
+    commit_interval_s: float = 2.0
+    status_interval_s: float = 10.0
+    topic_refresh_s: float = 30.0
+    stall_after_s: float = 30.0
+    client_timeout_s: float = 30.0
+    linger_ms: int = 20
+
+    @property
+    def group(self) -> str:
+        return self.group_id or f"kaudit-mirror-{self.source}-{self.target}"
+
+
+@dataclass
+class PartitionFlow:
+    """One source partition: what was sent, what the target acknowledged, when that last moved."""
+
+    committed: int
+    acked: int  # next offset to commit: every message before it is acknowledged
+    sent: deque = field(default_factory=deque)  # offsets in send order, not yet committable
+    done: dict = field(default_factory=dict)  # offset -> timestamp, acknowledged out of order (rare)
+    last_progress: float = field(default_factory=time.monotonic)
+    last_audit_time_ms: int | None = None  # Kafka timestamp of the last message acknowledged in order
+
+
+@dataclass
+class MirrorStats:
+    copied: int = 0
+    copied_by_topic: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    skipped: int = 0
+    dropped: int = 0
+    errors: int = 0
+    stalled: bool = False
+    stall_episodes: int = 0
+    lag: int = 0
+
+
+def provenance(headers) -> list[str]:
+    """The clusters a message has been in, from its `kaudit-path` header.
+
+    Read name by name: one garbled name (not ASCII) is left out, the others still stop a cycle.
+    """
+    value = header_value(headers, PROVENANCE_HEADER)
+    if not value or not isinstance(value, bytes):
+        return []
+    return [name.decode("ascii") for name in value.split(b",") if name and name.isascii()]
+
+
+class Replicator:
+    """Copies the selected topics of a source cluster to a target cluster."""
+
+    def __init__(
+        self,
+        source_config: Mapping[str, object],
+        target_config: Mapping[str, object],
+        options: MirrorOptions,
+        naming: NamingPolicy,
+        select_topic: Callable[[str], bool],
+        *,
+        fault: DropFault | None = None,
+        pause: PauseFault | None = None,
+    ) -> None:
+        self.source_config = dict(source_config)
+        self.target_config = dict(target_config)
+        self.options = options
+        self.naming = naming
+        self.select_topic = select_topic
+        self.fault = fault
+        self.pause = pause
+        self.stats = MirrorStats()
+        self.flows: dict[tuple[str, int], PartitionFlow] = {}
+        self.instance_id = new_instance_id(f"{SERVICE}-{options.source}-{options.target}")
+        self._sequence = 0
+        self._subscribed: list[str] = []
+        self._target_partitions: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._released: dict[tuple[str, int], int] = {}  # acknowledged position of partitions given up
+        self._stop = threading.Event()
+        self._labels = (options.source, options.target)
+        self._copied_metrics: dict[str, object] = {}
+        self._quiet = False  # status records paused (only while finishing a run-until-caught-up)
+        for hook in (fault, pause):
+            if hook is not None:
+                log.warning("FAULT HOOK ON: this replicator misbehaves on purpose", extra={"fault": hook.describe()})
+
+    # -- clients -------------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        check_credentials(self.source_config, self.options.source, timeout_s=self.options.client_timeout_s)
+        check_credentials(self.target_config, self.options.target, timeout_s=self.options.client_timeout_s)
+        self._consumer = Consumer({
+            **self.source_config,
+            "group.id": self.options.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            # Aborted audit records of the counters must not be copied.
+            "isolation.level": "read_committed",
+            "client.id": f"{SERVICE}-{self.options.source}-{self.options.target}",
+            # Dynamic membership on purpose: a static member restarted with another topic list is
+            # handed its predecessor's stale assignment by the broker and copies nothing new.
+            "session.timeout.ms": self.options.session_timeout_ms,
+        })
+        self._producer = Producer({
+            **self.target_config,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": self.options.linger_ms,
+            # Never give up on a message: while the target is down the queue fills and we wait.
+            "message.timeout.ms": 0,
+        })
+        # Status records go to the source's audit topic, reachable whenever we are reading at all,
+        # and from there they are replicated like every audit record.
+        self._status_producer = Producer({**self.source_config, "acks": "all", "enable.idempotence": True,
+                                          "message.timeout.ms": int(self.options.client_timeout_s * 1000)})
+        self._source_admin = AdminClient(self.source_config)
+        self._target_admin = AdminClient(self.target_config)
+        ensure_topics(self.source_config, {self.options.audit_topic: 1}, timeout_s=self.options.client_timeout_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- topics --------------------------------------------------------------------------------
+
+    def _is_replica_of_target(self, topic: str) -> bool:
+        return self.naming.origin(self.options.source, topic).cluster == self.options.target
+
+    def _refresh_topics(self) -> None:
+        metadata = self._consumer.list_topics(timeout=self.options.client_timeout_s).topics
+        wanted = sorted(
+            name for name, meta in metadata.items()
+            if not name.startswith("__") and meta.error is None and not self._is_replica_of_target(name)
+            and (self.select_topic(name) or self.naming.origin(self.options.source, name).topic == self.options.audit_topic)
+        )
+        missing = [name for name in wanted if name not in self._target_partitions]
+        if missing:
+            self._create_target_topics({name: len(metadata[name].partitions) for name in missing})
+        if wanted != self._subscribed:
+            log.info("mirroring topics", extra={"source": self.options.source, "target": self.options.target,
+                                                "topics": len(wanted)})
+            self._consumer.subscribe(wanted, on_assign=self._on_assign, on_revoke=self._on_revoke)
+            self._subscribed = wanted
+
+    def _create_target_topics(self, partitions: dict[str, int]) -> None:
+        """Create missing target topics with the source's partition count and relevant configs."""
+        target_names = {topic: self.naming.target_topic(self.options.source, topic) for topic in partitions}
+        existing = self._target_admin.list_topics(timeout=self.options.client_timeout_s).topics
+        configs = self._source_configs([t for t in partitions if target_names[t] not in existing])
+        new = [NewTopic(target_names[t], num_partitions=partitions[t], replication_factor=-1, config=configs.get(t, {}))
+               for t in partitions if target_names[t] not in existing]
+        for name, future in (self._target_admin.create_topics(new) if new else {}).items():
+            try:
+                future.result()
+                log.info("target topic created", extra={"target": self.options.target, "topic": name})
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise KafkaClientError(f"creating {name!r} on {self.options.target}: {exc.args[0].str()}",
+                                           code=exc.args[0].code()) from exc
+        existing = self._target_admin.list_topics(timeout=self.options.client_timeout_s).topics
+        for topic, target_name in target_names.items():
+            if target_name in existing:
+                self._target_partitions[topic] = len(existing[target_name].partitions)
+
+    def _source_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
+        if not topics:
+            return {}
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in topics]
+        configs = {}
+        for resource, future in self._source_admin.describe_configs(resources).items():
+            entries = future.result()
+            configs[resource.name] = {
+                key: entry.value for key, entry in entries.items()
+                if key in COPIED_TOPIC_CONFIGS and not entry.is_default and entry.value is not None
+            }
+        return configs
+
+    # -- rebalance -----------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        committed = consumer.committed(partitions, timeout=self.options.client_timeout_s)
+        earliest = self._list_offsets([(tp.topic, tp.partition) for tp in committed if tp.offset < 0], OffsetSpec.earliest())
+        starts = []
+        with self._lock:
+            for tp in committed:
+                start = tp.offset if tp.offset >= 0 else earliest.get((tp.topic, tp.partition), 0)
+                # A partition this process copied before the rebalance: resume after what the target
+                # acknowledged, even when the commit in _on_revoke did not land (it can fail mid-rebalance).
+                resume = max(start, self._released.pop((tp.topic, tp.partition), -1))
+                self.flows[(tp.topic, tp.partition)] = PartitionFlow(committed=start, acked=resume)
+                starts.append(TopicPartition(tp.topic, tp.partition, resume))
+        consumer.assign(starts)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Deliver what is in flight, then commit it, so the next owner repeats as little as possible.
+        # When stopping, run() has already waited for the target once: do not wait again.
+        if not self._stop.is_set():
+            self._producer.flush(self.options.client_timeout_s)
+        self.commit()
+        with self._lock:
+            for tp in partitions:
+                flow = self.flows.pop((tp.topic, tp.partition), None)
+                if flow is not None:
+                    self._released[(tp.topic, tp.partition)] = flow.acked
+
+    def _list_offsets(self, partitions: list[tuple[str, int]], spec: OffsetSpec) -> dict[tuple[str, int], int]:
+        return list_offsets(self._source_admin, partitions, spec, timeout_s=self.options.client_timeout_s)
+
+    # -- copying -------------------------------------------------------------------------------
+
+    def copy_batch(self, messages: list) -> None:
+        source, target = self.options.source, self.options.target
+        for message in messages:
+            if message.error():
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    log.warning("consume error", extra={"source": source, "error": message.error().str()})
+                continue
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            headers = message.headers() or []
+            path = provenance(headers)
+            if target in path or (self.fault is not None and self.fault.should_drop(topic, message.timestamp()[1])):
+                self._resolve_without_sending(topic, partition, offset, message.timestamp()[1], dropped=target not in path)
+                continue
+            stamped = [(k, v) for k, v in headers if k != PROVENANCE_HEADER]
+            stamped.append((PROVENANCE_HEADER, ",".join([*path, source] if source not in path else path).encode()))
+            target_partitions = self._target_partitions.get(topic, 0)
+            timestamp_ms = message.timestamp()[1]
+            with self._lock:
+                flow = self.flows.get((topic, partition))
+                if flow is not None:
+                    flow.sent.append(offset)
+            if not self._produce(
+                self.naming.target_topic(source, topic), message.value(), message.key(), stamped,
+                timestamp_ms, partition if partition < target_partitions else -1,
+                self._delivery_callback(topic, partition, offset, timestamp_ms),
+            ):
+                return  # stopping with the target unreachable: the rest is not sent, not committed
+
+    def _produce(self, topic, value, key, headers, timestamp, partition, callback) -> bool:
+        """Queue one message; False only when stopping and the queue stayed full for client_timeout_s."""
+        give_up_at = None
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, headers=headers, partition=partition,
+                                       timestamp=timestamp if timestamp > 0 else 0, on_delivery=callback)
+                return True
+            except BufferError:
+                # Target slower than source (or down): wait for acknowledgements, keep reporting.
+                self._producer.poll(0.1)
+                self._maybe_housekeep()
+                if self._stop.is_set():
+                    # Finish the batch if the target takes it within the timeout; else leave the rest
+                    # unsent and uncommitted, for the next run to copy.
+                    give_up_at = give_up_at or time.monotonic() + self.options.client_timeout_s
+                    if time.monotonic() >= give_up_at:
+                        log.warning("stopping with the target queue full", extra={"target": self.options.target})
+                        return False
+
+    def _delivery_callback(self, topic: str, partition: int, offset: int, timestamp_ms: int):
+        def delivered(err: KafkaError | None, _msg) -> None:
+            if err is not None:
+                # With no delivery timeout only a fatal producer error gets here; the source offset is
+                # never committed past it, so a restart sends it again.
+                self.stats.errors += 1
+                ERRORS.labels(*self._labels).inc()
+                log.error("delivery failed", extra={"source": self.options.source, "topic": topic,
+                                                    "partition": partition, "offset": offset, "error": err.str()})
+                return
+            self._acknowledge(topic, partition, offset, timestamp_ms)
+            self.stats.copied += 1
+            self.stats.copied_by_topic[topic] += 1
+            copied_metric.inc()
+
+        copied_metric = self._copied_metrics.get(topic)
+        if copied_metric is None:
+            copied_metric = self._copied_metrics[topic] = COPIED.labels(self.options.source, self.options.target, topic)
+        return delivered
+
+    def _resolve_without_sending(self, topic: str, partition: int, offset: int, timestamp_ms: int, *, dropped: bool) -> None:
+        with self._lock:
+            flow = self.flows.get((topic, partition))
+            if flow is not None:
+                flow.sent.append(offset)
+        self._acknowledge(topic, partition, offset, timestamp_ms)
+        if dropped:
+            self.stats.dropped += 1
+            DROPPED.labels(self.options.source, self.options.target, topic).inc()
+        else:
+            self.stats.skipped += 1
+            SKIPPED.labels(*self._labels).inc()
+
+    def _acknowledge(self, topic: str, partition: int, offset: int, timestamp_ms: int) -> None:
+        """Mark one offset done and move the committable position over every done offset before it.
+
+        The time of the message just before the new position becomes the partition's last audit
+        time (the watermark's input); a message without a timestamp (<= 0) keeps the previous one.
+        """
+        with self._lock:
+            flow = self.flows.get((topic, partition))
+            if flow is None or not flow.sent:
+                return
+            if flow.sent[0] != offset:  # acknowledged ahead of an earlier message: wait for that one
+                flow.done[offset] = timestamp_ms
+                return
+            flow.sent.popleft()
+            flow.acked = offset + 1
+            while flow.sent and flow.sent[0] in flow.done:
+                timestamp_ms = flow.done.pop(flow.sent[0])
+                flow.acked = flow.sent.popleft() + 1
+            if timestamp_ms > 0:
+                flow.last_audit_time_ms = timestamp_ms
+            flow.last_progress = time.monotonic()
+
+    def commit(self) -> None:
+        """Commit, per source partition, the position before which the target acknowledged everything."""
+        with self._lock:
+            offsets = [TopicPartition(t, p, f.acked) for (t, p), f in self.flows.items() if f.acked > f.committed]
+        if not offsets:
+            return
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            self.stats.errors += 1
+            ERRORS.labels(*self._labels).inc()
+            log.warning("offset commit failed; will retry", extra={"source": self.options.source, "error": exc.args[0].str()})
+            return
+        with self._lock:
+            for tp in offsets:
+                flow = self.flows.get((tp.topic, tp.partition))
+                if flow is not None:
+                    flow.committed = max(flow.committed, tp.offset)
+
+    # -- health --------------------------------------------------------------------------------
+
+    def check_stall(self) -> dict[tuple[str, int], int]:
+        """Lag per partition; a stall is lag > 0 with nothing acknowledged for stall_after_s."""
+        ends = self._list_offsets(list(self.flows), OffsetSpec.latest())
+        now = time.monotonic()
+        with self._lock:
+            # A partition whose end is unknown (source broker down) is left out: not idle, not lag 0.
+            lags = {key: max(ends[key] - flow.acked, 0) for key, flow in self.flows.items() if key in ends}
+            stalled = any(lag > 0 and now - self.flows[key].last_progress > self.options.stall_after_s
+                          for key, lag in lags.items() if key in self.flows)
+            for key, lag in lags.items():
+                if lag == 0 and key in self.flows:
+                    self.flows[key].last_progress = now  # idle is not stalled
+        self.stats.lag = sum(lags.values())
+        LAG.labels(*self._labels).set(self.stats.lag)
+        if stalled and not self.stats.stalled:
+            self.stats.stall_episodes += 1
+            log.error("replication stalled: lag with no progress", extra={
+                "source": self.options.source, "target": self.options.target, "lag": self.stats.lag,
+                "stall_after_s": self.options.stall_after_s})
+        elif self.stats.stalled and not stalled:
+            log.warning("replication recovered", extra={"source": self.options.source, "target": self.options.target})
+        self.stats.stalled = stalled
+        STALLED.labels(*self._labels).set(1 if stalled else 0)
+        return lags
+
+    def emit_status(self, lags: dict[tuple[str, int], int]) -> None:
+        """One status record per topic (tier = the target) into the source's audit topic."""
+        now_ms = time.time_ns() // 1_000_000
+        with self._lock:
+            positions = {key: flow.acked for key, flow in self.flows.items()}
+            audit_times = {key: flow.last_audit_time_ms for key, flow in self.flows.items()}
+        ends = {key: positions[key] + lag for key, lag in lags.items() if key in positions}
+        by_topic, withheld = topic_statuses(positions, ends, audit_times)
+        if withheld:
+            log.warning("status withheld: end offsets unknown", extra={
+                "source": self.options.source, "target": self.options.target, "topics": ",".join(withheld)})
+        for topic, partitions in by_topic.items():
+            self._sequence += 1
+            record = status_record(
+                record_id=record_id(self.instance_id, self._sequence), tier=self.options.target,
+                cluster=self.options.source, service=SERVICE, instance_id=self.instance_id,
+                topic=topic, window_minutes=self.options.window_minutes, partitions=partitions,
+                watermark_ms=watermark_ms(partitions, now_ms), stalled=self.stats.stalled, emitted_at_ms=now_ms,
+            )
+            self._status_producer.produce(self.options.audit_topic, key=topic.encode(), value=encode(record))
+        self._status_producer.poll(0)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _maybe_housekeep(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_commit:
+            self.commit()
+            self._next_commit = now + self.options.commit_interval_s
+        if now >= self._next_status and not self._quiet:
+            self.emit_status(self.check_stall())
+            self._next_status = now + self.options.status_interval_s
+
+    def caught_up(self, topics: list[str]) -> bool:
+        """Every partition of `topics` acknowledged and committed up to its end, by the group."""
+        return group_caught_up(self._consumer, self._source_admin, topics, timeout_s=self.options.client_timeout_s)
+
+    def _finished(self) -> bool:
+        """For run-until-caught-up: data topics first; then, with our own status records paused
+        (each would move the audit topic's end again), the audit topic."""
+        if not self._subscribed:
+            return False
+        audit = [t for t in self._subscribed if self.naming.origin(self.options.source, t).topic == self.options.audit_topic]
+        if not self._quiet:
+            self._quiet = self.caught_up([t for t in self._subscribed if t not in audit])
+            return False
+        return self.caught_up(audit)
+
+    def run(self, *, max_seconds: float | None = None, until_caught_up: bool = False) -> MirrorStats:
+        """Copy until stopped (SIGTERM, `stop()`), `max_seconds`, or, with `until_caught_up`, nothing left."""
+        started = time.monotonic()
+        self._next_commit = started + self.options.commit_interval_s
+        self._next_status = started
+        next_refresh = started
+        try:
+            self._open()
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if now >= next_refresh:
+                    self._refresh_topics()
+                    next_refresh = now + self.options.topic_refresh_s
+                if self.pause is not None and self.pause.paused(time.monotonic()):
+                    self._consumer.pause(self._consumer.assignment())
+                    # Polling paused partitions returns nothing but keeps us in the group; status goes on.
+                    self.copy_batch(self._consumer.consume(self.options.batch_size, timeout=0.5))
+                    self._maybe_housekeep()
+                    continue
+                if self.pause is not None:
+                    self._consumer.resume(self._consumer.assignment())
+                messages = self._consumer.consume(self.options.batch_size, timeout=0.5) if self._subscribed else []
+                self.copy_batch(messages)
+                self._producer.poll(0)
+                self._maybe_housekeep()
+                if until_caught_up and not messages and len(self._producer) == 0:
+                    self.commit()
+                    if self._finished():
+                        break
+                if max_seconds is not None and time.monotonic() - started >= max_seconds:
+                    break
+            self._producer.flush(self.options.client_timeout_s)
+            self.commit()
+            self.emit_status(self.check_stall())
+        finally:
+            self._close()
+        return self.stats
+
+    def _close(self) -> None:
+        # Whatever the target acknowledges from here on is not committed any more: a short last
+        # flush only saves the next run some repeats, and a target that is down must not hold up exit.
+        for closing in (lambda: self._consumer.close(), lambda: self._status_producer.flush(self.options.client_timeout_s),
+                        lambda: self._producer.flush(min(self.options.client_timeout_s, 1.0))):
+            try:
+                closing()
+            except (AttributeError, KafkaException) as exc:  # never opened, or the cluster is gone
+                log.warning("closing", extra={"source": self.options.source, "error": str(exc)})
+
+
+def stop_on_signals(replicator: Replicator) -> None:
+    """SIGTERM and SIGINT end the loop after delivering and committing what is in flight."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: replicator.stop())

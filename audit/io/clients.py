@@ -1,0 +1,257 @@
+"""Client configuration for a configured cluster, and the admin calls every part shares."""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Mapping
+
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from audit.contract.errors import KafkaClientError
+from audit.io.local_state import recorded_bootstrap_servers
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ADMIN_TIMEOUT_S = 30.0
+
+
+def bootstrap_servers(settings, cluster_name: str) -> str:
+    """The configured address, or for an embedded cluster the one its launcher recorded."""
+    cluster = settings.cluster(cluster_name)
+    if cluster.bootstrap_servers:
+        return cluster.bootstrap_servers
+    return recorded_bootstrap_servers(settings.state_dir, cluster_name)
+
+
+def client_config(settings, cluster_name: str, overrides: Mapping[str, object] | None = None) -> dict:
+    """librdkafka settings for one cluster: address, security settings, then `overrides` (which win)."""
+    config = {"bootstrap.servers": bootstrap_servers(settings, cluster_name)}
+    config.update(settings.cluster(cluster_name).client_config())
+    config.update(overrides or {})
+    return config
+
+
+def ensure_topics(
+    config: Mapping[str, object],
+    partitions: Mapping[str, int],
+    *,
+    topic_configs: Mapping[str, Mapping[str, str]] | None = None,
+    timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S,
+) -> list[str]:
+    """Create the topics that do not exist yet; returns the names created. Existing ones are left alone."""
+    admin = AdminClient(dict(config))
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    wanted = [
+        NewTopic(name, num_partitions=count, replication_factor=-1, config=dict((topic_configs or {}).get(name, {})))
+        for name, count in partitions.items()
+        if name not in existing
+    ]
+    if not wanted:
+        return []
+    created = []
+    for name, future in admin.create_topics(wanted, operation_timeout=timeout_s, request_timeout=timeout_s).items():
+        try:
+            future.result()
+            created.append(name)
+        except KafkaException as exc:
+            error = exc.args[0]
+            # Another process created it between our listing and our request: that is what we wanted.
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            raise KafkaClientError(f"creating topic {name!r} failed: {error.str()}", code=error.code()) from exc
+    log.info("topics created", extra={"topics": ",".join(created)})
+    return created
+
+
+def list_offsets(admin: AdminClient, partitions: list[tuple[str, int]], spec: OffsetSpec, *,
+                 timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S) -> dict[tuple[str, int], int]:
+    """Offsets of many partitions in one ListOffsets round trip (a consumer's watermark query costs a
+    round trip per partition). Read-committed: `latest` is the last stable offset. A partition whose
+    answer is an error is left out and logged."""
+    if not partitions:
+        return {}
+    futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions},
+                                 isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s)
+    offsets = {}
+    for tp, future in futures.items():
+        try:
+            offsets[(tp.topic, tp.partition)] = future.result().offset
+        except KafkaException as exc:  # a partition that just moved: left out this time
+            log.warning("offset unknown", extra={"topic": tp.topic, "partition": tp.partition, "error": exc.args[0].str()})
+    return offsets
+
+
+# Answers of a partition whose leader is being elected or moved (librdkafka does not flag them all retriable).
+_LEADERSHIP_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                      KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
+
+
+def watermarks(consumer: Consumer, topic: str, partition: int, *,
+               timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S) -> tuple[int, int]:
+    """(low, high) offsets of one partition, retried while its leadership is moving: a topic
+    created a moment ago or a broker restart answers "not leader" for a while, not for ever."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
+        except KafkaException as exc:
+            moving = exc.args[0].retriable() or exc.args[0].code() in _LEADERSHIP_MOVING
+            if not moving or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
+def group_caught_up(consumer: Consumer, admin: AdminClient, topics: list[str], *,
+                    timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S) -> bool:
+    """True when the consumer's group has committed up to the end of EVERY partition of `topics`:
+    judged from the broker, whatever this member's own assignment is."""
+    metadata = consumer.list_topics(timeout=timeout_s).topics
+    partitions = [(topic, p) for topic in topics if topic in metadata for p in metadata[topic].partitions]
+    ends = list_offsets(admin, partitions, OffsetSpec.latest(), timeout_s=timeout_s)
+    if len(ends) != len(partitions):
+        return False
+    try:
+        committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
+    except KafkaException as exc:  # a coordinator that is slow or moving (a broker restart): not known to be caught up yet
+        log.warning("committed offsets unknown", extra={"group_topics": len(topics), "error": exc.args[0].str()})
+        return False
+    return all(max(tp.offset, 0) >= ends[(tp.topic, tp.partition)] for tp in committed)
+
+
+# -- failing fast on bad credentials --------------------------------------------------------------
+
+# librdkafka errors that no retry will cure: the credentials or the certificates are wrong.
+_AUTH_ERRORS = {KafkaError._AUTHENTICATION: "authentication failed", KafkaError._SSL: "TLS authentication failed",
+                KafkaError.SASL_AUTHENTICATION_FAILED: "authentication failed"}
+
+
+def check_credentials(config: Mapping[str, object], cluster: str, *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S) -> None:
+    """Reach `cluster` once before any work, so bad credentials or certificates fail at once (librdkafka
+    would retry them forever): a KafkaClientError naming the cluster and saying "authentication",
+    without any secret. An unreachable cluster returns after at most `timeout_s`; the caller's own
+    calls then report it as they always have."""
+    failures: list[KafkaError] = []
+    admin = AdminClient({**config, "error_cb": failures.append, "log_level": 2})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic()))).brokers:
+                return
+        except KafkaException:
+            pass
+        admin.poll(0)  # serves error_cb
+        for error in failures:
+            if error.code() in _AUTH_ERRORS:
+                raise KafkaClientError(
+                    f"cluster {cluster}: {_AUTH_ERRORS[error.code()]} at {config.get('bootstrap.servers')} "
+                    f"({error.str()}); check its client settings (security.protocol, sasl.mechanism, sasl.username, "
+                    "sasl.password, ssl.ca.location)", code=error.code())
+        if any(error.code() == KafkaError._ALL_BROKERS_DOWN for error in failures):
+            return
+
+
+# -- the Java Kafka client (Spark's Kafka source) ---------------------------------------------------
+
+# librdkafka settings that mean the same in the Java client, under the same name.
+JAVA_SAME_KEYS = frozenset({"client.id", "request.timeout.ms", "session.timeout.ms", "heartbeat.interval.ms",
+                            "metadata.max.age.ms", "reconnect.backoff.ms", "reconnect.backoff.max.ms",
+                            "socket.connection.setup.timeout.ms", "ssl.key.password", "ssl.cipher.suites"})
+JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# Read here, and so not "unmappable".
+_HANDLED_KEYS = {"security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
+                 "ssl.ca.location", "ssl.ca.pem", "ssl.certificate.location", "ssl.key.location",
+                 "ssl.certificate.pem", "ssl.key.pem", "ssl.endpoint.identification.algorithm"}
+
+
+def java_client_options(settings, cluster_name: str) -> dict[str, str]:
+    """The cluster's librdkafka settings as Java Kafka client properties (for Spark's Kafka source:
+    prefix each key with `kafka.`). The result holds the password inside `sasl.jaas.config`: hand it to
+    the client, never log it. A setting with no Java equivalent is a ConfigError naming its key."""
+    index = settings.cluster_names.index(settings.cluster(cluster_name).name)
+    where = f"clusters[{index}].client."
+    client = settings.cluster(cluster_name).client_config()
+    unknown = sorted(key for key in client if key not in _HANDLED_KEYS and key not in JAVA_SAME_KEYS)
+    if unknown:
+        from audit.contract.errors import ConfigError
+
+        raise ConfigError(f"{where}{unknown[0]}: no Java Kafka client equivalent is known; remove it or map it "
+                          "in audit/io/clients.py java_client_options")
+    options = {"bootstrap.servers": bootstrap_servers(settings, cluster_name)}
+    options.update({key: client[key] for key in JAVA_SAME_KEYS if key in client})
+    protocol = client.get("security.protocol", "plaintext").upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        _java_error(where, "security.protocol", f"{protocol!r} is not one of {', '.join(SECURITY_PROTOCOLS)}")
+    options["security.protocol"] = protocol
+    if protocol.startswith("SASL_"):
+        options.update(_java_sasl(client, where))
+    if protocol in ("SSL", "SASL_SSL"):
+        options.update(_java_ssl(client, where))
+    return options
+
+
+def _java_error(where: str, key: str, text: str) -> None:
+    from audit.contract.errors import ConfigError
+
+    raise ConfigError(f"{where}{key}: {text}")
+
+
+def _java_sasl(client: Mapping[str, str], where: str) -> dict[str, str]:
+    mechanism = client.get("sasl.mechanism") or client.get("sasl.mechanisms") or "GSSAPI"
+    key = "sasl.mechanism" if "sasl.mechanism" in client else "sasl.mechanisms"
+    if mechanism.upper() not in JAAS_MODULES:
+        _java_error(where, key, f"{mechanism!r} cannot be mapped to the Java client (known: {', '.join(JAAS_MODULES)})")
+    for needed in ("sasl.username", "sasl.password"):
+        if not client.get(needed):
+            _java_error(where, needed, f"missing: {mechanism} needs sasl.username and sasl.password")
+    username, password = (_jaas_quote(client[k]) for k in ("sasl.username", "sasl.password"))
+    return {
+        "sasl.mechanism": mechanism.upper(),
+        "sasl.jaas.config": f'{JAAS_MODULES[mechanism.upper()]} required username="{username}" password="{password}";',
+    }
+
+
+def _jaas_quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _java_ssl(client: Mapping[str, str], where: str) -> dict[str, str]:
+    options: dict[str, str] = {}
+    if "ssl.ca.location" in client:
+        options.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": client["ssl.ca.location"]})
+    elif "ssl.ca.pem" in client:
+        options.update({"ssl.truststore.type": "PEM", "ssl.truststore.certificates": client["ssl.ca.pem"]})
+    cert_file, key_file = client.get("ssl.certificate.location"), client.get("ssl.key.location")
+    if bool(cert_file) != bool(key_file):
+        _java_error(where, "ssl.key.location" if cert_file else "ssl.certificate.location",
+                    "missing: a client certificate needs both ssl.certificate.location and ssl.key.location")
+    if cert_file and cert_file == key_file:  # one PEM file with the key and the chain: a Java PEM keystore as is
+        options.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": cert_file})
+    elif cert_file:
+        options.update({"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": _read_pem(where, "ssl.certificate.location", cert_file),
+                        "ssl.keystore.key": _read_pem(where, "ssl.key.location", key_file)})
+    elif "ssl.certificate.pem" in client or "ssl.key.pem" in client:
+        if not ("ssl.certificate.pem" in client and "ssl.key.pem" in client):
+            _java_error(where, "ssl.key.pem", "missing: a client certificate needs both ssl.certificate.pem and ssl.key.pem")
+        options.update({"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": client["ssl.certificate.pem"],
+                        "ssl.keystore.key": client["ssl.key.pem"]})
+    algorithm = client.get("ssl.endpoint.identification.algorithm")
+    if algorithm is not None:
+        if algorithm.lower() not in ("https", "none"):
+            _java_error(where, "ssl.endpoint.identification.algorithm", f"{algorithm!r} is not https or none")
+        options["ssl.endpoint.identification.algorithm"] = "https" if algorithm.lower() == "https" else ""
+    return options
+
+
+def _read_pem(where: str, key: str, path: str) -> str:
+    try:
+        return Path(path).expanduser().read_text()
+    except OSError as exc:
+        _java_error(where, key, f"{path!r} cannot be read: {exc.strerror or exc}")
+        raise  # unreachable: _java_error raises

@@ -1,0 +1,52 @@
+"""Read the audit Delta tables without a JVM (the `deltalake` package): for the alerts and the UI.
+
+A table that does not exist yet reads as empty with its declared columns, so a fresh install shows
+"no data" rather than a traceback. Partitioned tables are pruned by their `date` partition.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import date
+from typing import Sequence
+
+import pandas as pd
+
+from audit.contract.tables import TABLES, arrow_schema, table_path
+
+log = logging.getLogger(__name__)
+
+
+def table_version(lake_root: str, name: str) -> int | None:
+    """The table's current Delta version, or None when it does not exist (cheap: reads the log only)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(table_path(lake_root, name)).version()
+    except TableNotFoundError:
+        return None
+
+
+def read_arrow(lake_root: str, name: str, *, columns: Sequence[str] | None = None, since: date | None = None,
+               filters=None):
+    """Table `name` as a pyarrow Table; `since` keeps partitions with date >= since (partitioned tables)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    table = TABLES[name]
+    try:
+        delta = DeltaTable(table_path(lake_root, name))
+    except TableNotFoundError:
+        schema = arrow_schema(table)
+        if columns:
+            schema = __import__("pyarrow").schema([schema.field(c) for c in columns])
+        return schema.empty_table()
+    if since is not None and "date" in table.partition_by:
+        pruned = [("date", ">=", since)]
+        filters = pruned if filters is None else [*pruned, *filters]
+    return delta.to_pyarrow_table(columns=list(columns) if columns else None, filters=filters)
+
+
+def read_frame(lake_root: str, name: str, **kwargs) -> pd.DataFrame:
+    """Table `name` as a pandas DataFrame (timestamps tz-aware UTC); see `read_arrow`."""
+    return read_arrow(lake_root, name, **kwargs).to_pandas()

@@ -1,0 +1,56 @@
+"""The Spark session every job uses: local by default, a cluster master from config at scale.
+
+The Delta and Kafka packages are the jars `make setup` cached, passed as `spark.jars`, so a
+session starts offline; under `spark-submit` the caller's own `--packages` win.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Mapping
+
+from audit.io import jvm
+
+DEFAULT_MASTER = "local[2]"
+
+BASE_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.session.timeZone": "UTC",
+    # Small local data: a handful of shuffle partitions beats the default 200 by far.
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+}
+
+
+def under_spark_submit() -> bool:
+    """True when spark-submit started this Python driver (its JVM is already running and configured)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_session(
+    *,
+    app_name: str,
+    cache_dir: Path,
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+):
+    """Get or create the SparkSession with Delta and the Kafka source on its class path."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    settings = dict(BASE_CONF)
+    if not under_spark_submit():
+        builder = builder.master(master or os.environ.get("KAUDIT_SPARK_MASTER", DEFAULT_MASTER))
+        settings["spark.jars"] = ",".join(str(jar) for jar in jvm.jars(cache_dir, jvm.SPARK_JARS))
+    else:  # spark-submit chose the master and brought --packages; only the shuffle default is ours to drop
+        settings.pop("spark.sql.shuffle.partitions")
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

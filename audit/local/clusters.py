@@ -1,0 +1,559 @@
+"""Real Apache Kafka clusters on loopback: single-node KRaft (broker and controller in one JVM).
+
+Each cluster has its own folder under `<state_dir>/clusters/<name>` holding its data, logs,
+`server.properties` and `cluster.json` (ports, cluster id, pid). Ports are chosen free on the first
+start and kept, so a stopped cluster comes back at the same address. Processes run in their own
+session, so `kaudit clusters up` can exit and leave them running; every JVM carries a
+`-Dkaudit.cluster=<folder>` marker so `down` can find strays whose pid file was lost.
+
+Opt-in security (`security=ClusterSecurity(...)`): the client listener is SASL_SSL with SCRAM users
+created when the storage is formatted, TLS certificates generated for the cluster (audit/local/certs.py),
+and the broker talks to itself over the same listener as its first user; the controller listener
+stays PLAINTEXT on loopback. Without it, the cluster is PLAINTEXT as before.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import re
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from confluent_kafka.admin import AdminClient
+
+from audit.io import jvm
+from audit.io.local_state import ClusterState, cluster_folder, load_state, state_file
+from audit.local.certs import TlsFiles, ensure_tls_files
+from audit.contract.errors import ClusterError, ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HEAP_MB = 512
+DEFAULT_START_TIMEOUT_S = 90.0
+DEFAULT_STOP_TIMEOUT_S = 30.0
+MARKER_PROPERTY = "kaudit.cluster"
+
+# Small internal topics: a single node needs no replication, and fewer partitions make the first
+# consumer group and the first transaction ready in well under a second.
+BASE_BROKER_PROPERTIES: dict[str, str] = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "controller.listener.names": "CONTROLLER",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "num.partitions": "1",
+    "auto.create.topics.enable": "false",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "5",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "5",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "num.network.threads": "2",
+    "num.io.threads": "4",
+    # Keep by size, not age: tests and demos backfill messages with old timestamps, which an age
+    # limit would delete at the next retention check.
+    "log.retention.ms": "-1",
+    "log.retention.bytes": str(1 << 30),
+}
+
+JVM_OPTIONS = [
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    # Two cores are shared by several brokers, Spark and the tests: keep GC threads few.
+    "-XX:ParallelGCThreads=1",
+    "-XX:ConcGCThreads=1",
+    "-Djava.awt.headless=true",
+]
+
+LOG4J2_TEMPLATE = """\
+status = warn
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = {logs}/server.log
+appender.file.filePattern = {logs}/server.log.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 50MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 3
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.apache.name = org.apache.kafka
+logger.apache.level = WARN
+"""
+
+
+SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+# Kept plain so the `--add-scram` and JAAS syntaxes need no quoting.
+CREDENTIAL_PATTERN = re.compile(r"\A[A-Za-z0-9._~-]{1,128}\Z")
+
+
+@dataclass(frozen=True)
+class ClusterSecurity:
+    """A SASL_SSL listener with SCRAM users. The first user is also the broker's own (inter-broker).
+
+    Passwords never print: repr shows the user names only.
+    """
+
+    users: Mapping[str, str] = field(repr=False)  # user name -> password
+    mechanism: str = "SCRAM-SHA-512"
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in SCRAM_MECHANISMS:
+            raise ClusterError(f"security.mechanism: {self.mechanism!r} is not one of {', '.join(SCRAM_MECHANISMS)}")
+        if not self.users:
+            raise ClusterError("security.users: at least one SCRAM user is needed (the first is the broker's own)")
+        for user, password in self.users.items():
+            if not CREDENTIAL_PATTERN.match(user):
+                raise ClusterError(f"security.users: user name {user!r} must be 1-128 letters, digits, '.', '_', '~', '-'")
+            if not CREDENTIAL_PATTERN.match(password):
+                raise ClusterError(f"security.users[{user}]: the password must be 1-128 letters, digits, '.', '_', '~', '-'")
+
+    @property
+    def broker_user(self) -> str:
+        return next(iter(self.users))
+
+    def __repr__(self) -> str:
+        return f"ClusterSecurity(users={sorted(self.users)}, mechanism={self.mechanism!r})"
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """What `kaudit clusters status` prints for one cluster."""
+
+    name: str
+    bootstrap_servers: str
+    pid: int | None
+    healthy: bool
+    folder: str
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now (the kernel's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def new_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes in URL-safe base64 without padding, as Kafka's Uuid.
+
+    Like Kafka's own, it never starts with '-', which a command line would read as an option.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child still answers kill(0)
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return True
+
+
+def marked_pids(marker_prefix: str) -> list[int]:
+    """Pids of JVMs whose command line carries our marker for a folder under `marker_prefix`."""
+    needle = f"-D{MARKER_PROPERTY}={marker_prefix}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+class LocalCluster:
+    """One single-node KRaft cluster on loopback, started from the jars `make setup` cached."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        state_dir: Path,
+        cache_dir: Path,
+        heap_mb: int = DEFAULT_HEAP_MB,
+        broker_properties: Mapping[str, str] | None = None,
+        host: str = "127.0.0.1",
+        security: ClusterSecurity | None = None,
+    ) -> None:
+        self.name = name
+        self.folder = cluster_folder(state_dir, name)
+        self.cache_dir = Path(cache_dir).expanduser()
+        self.heap_mb = heap_mb
+        self.host = host
+        self.broker_properties = dict(broker_properties or {})
+        self.security = security
+        self._process: subprocess.Popen | None = None
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def state_file(self) -> Path:
+        return state_file(self.folder)
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.folder / "logs"
+
+    def _load_state(self) -> ClusterState | None:
+        return load_state(self.state_file)
+
+    def _save_state(self, state: ClusterState) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(state), indent=2))
+        tmp.replace(self.state_file)
+
+    def _state(self) -> ClusterState:
+        state = self._load_state()
+        if state is None:
+            state = ClusterState(
+                name=self.name,
+                cluster_id=new_cluster_id(),
+                port=free_port(self.host),
+                controller_port=free_port(self.host),
+            )
+            self._save_state(state)
+        return state
+
+    @property
+    def bootstrap_servers(self) -> str:
+        state = self._load_state()
+        if state is None:
+            raise ClusterError(f"{self.name}: never started (no {self.state_file})")
+        return f"{self.host}:{state.port}"
+
+    @property
+    def pid(self) -> int | None:
+        state = self._load_state()
+        return state.pid if state and pid_alive(state.pid) else None
+
+    def is_running(self) -> bool:
+        return self.pid is not None
+
+    # -- security ------------------------------------------------------------------------------
+
+    @property
+    def tls(self) -> TlsFiles:
+        """The cluster's certificates (generated on first use); only for a secured cluster."""
+        if self.security is None:
+            raise ClusterError(f"{self.name}: a PLAINTEXT cluster has no certificates")
+        return ensure_tls_files(self.folder / "tls", hosts=(self.host, "localhost"))
+
+    def client_config(self, user: str | None = None) -> dict[str, str]:
+        """librdkafka settings that reach this cluster: the address and, when secured, SASL_SSL as
+        `user` (default: the broker's own user)."""
+        config = {"bootstrap.servers": self.bootstrap_servers}
+        if self.security is not None:
+            user = user or self.security.broker_user
+            config.update({
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": self.security.mechanism,
+                "sasl.username": user,
+                "sasl.password": self.security.users[user],
+                "ssl.ca.location": str(self.tls.ca),
+            })
+        return config
+
+    # -- configuration files -------------------------------------------------------------------
+
+    def server_properties(self, state: ClusterState) -> dict[str, str]:
+        props = dict(BASE_BROKER_PROPERTIES)
+        props.update(
+            {
+                "listeners": f"PLAINTEXT://{self.host}:{state.port},CONTROLLER://{self.host}:{state.controller_port}",
+                "advertised.listeners": f"PLAINTEXT://{self.host}:{state.port}",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "controller.quorum.voters": f"1@{self.host}:{state.controller_port}",
+                "log.dirs": str(self.folder / "data"),
+            }
+        )
+        if self.security is not None:
+            props.update(self._security_properties(state))
+        props.update(self.broker_properties)
+        return props
+
+    def _security_properties(self, state: ClusterState) -> dict[str, str]:
+        security, tls = self.security, self.tls
+        jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{security.broker_user}" '
+                f'password="{security.users[security.broker_user]}";')
+        return {
+            "listeners": f"SASL_SSL://{self.host}:{state.port},CONTROLLER://{self.host}:{state.controller_port}",
+            "advertised.listeners": f"SASL_SSL://{self.host}:{state.port}",
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "SASL_SSL",
+            "sasl.enabled.mechanisms": security.mechanism,
+            "sasl.mechanism.inter.broker.protocol": security.mechanism,
+            f"listener.name.sasl_ssl.{security.mechanism.lower()}.sasl.jaas.config": jaas,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(tls.keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(tls.ca),
+            "ssl.client.auth": "none",
+        }
+
+    def _write_config(self, state: ClusterState) -> Path:
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        props_file = self.folder / "server.properties"
+        lines = [f"{key}={value}" for key, value in sorted(self.server_properties(state).items())]
+        props_file.write_text("\n".join(lines) + "\n")
+        (self.folder / "log4j2.properties").write_text(LOG4J2_TEMPLATE.format(logs=self.logs_dir))
+        return props_file
+
+    def _java_command(self, main_class: str, *args: str) -> list[str]:
+        return [
+            jvm.java_executable(),
+            f"-Xms{min(256, self.heap_mb)}m",
+            f"-Xmx{self.heap_mb}m",
+            *JVM_OPTIONS,
+            f"-Dlog4j2.configurationFile={self.folder / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self.logs_dir}",
+            f"-D{MARKER_PROPERTY}={self.folder}",
+            "-cp",
+            jvm.classpath(self.cache_dir, jvm.KAFKA_JARS),
+            main_class,
+            *args,
+        ]
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def _format(self, state: ClusterState, props_file: Path) -> None:
+        scram = []
+        if self.security is not None:  # SCRAM credentials live in the metadata log, written at format time
+            for user, password in self.security.users.items():
+                scram += ["--add-scram", f"{self.security.mechanism}=[name={user},password={password}]"]
+        command = self._java_command(
+            "kafka.tools.StorageTool", "format", "--ignore-formatted",
+            f"--cluster-id={state.cluster_id}", "--config", str(props_file), *scram,
+        )
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            output = (result.stderr or result.stdout).strip()[-2000:]
+            for password in (self.security.users.values() if self.security else ()):
+                output = output.replace(password, "****")
+            raise ClusterError(f"{self.name}: formatting storage failed (exit {result.returncode}): {output}")
+        state.formatted = True
+
+    def launch(self) -> bool:
+        """Start the JVM without waiting for it; False when it is already running."""
+        state = self._state()
+        if pid_alive(state.pid):
+            return False
+        stray = marked_pids(str(self.folder))
+        if stray:
+            raise ClusterError(f"{self.name}: a JVM of this cluster is running without a pid file (pids {stray}); run `kaudit clusters down`")
+        props_file = self._write_config(state)
+        if not state.formatted:
+            self._format(state, props_file)
+        stdout = open(self.logs_dir / "stdout.log", "ab")
+        self._process = subprocess.Popen(
+            self._java_command("kafka.Kafka", str(props_file)),
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=self.folder,
+        )
+        stdout.close()
+        state.pid = self._process.pid
+        self._save_state(state)
+        log.info("cluster launched", extra={"cluster": self.name, "pid": state.pid, "port": state.port})
+        return True
+
+    def wait_ready(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> None:
+        """Block until a metadata request answers with our broker; raise with the log tail if not."""
+        deadline = time.monotonic() + timeout_s
+        bootstrap = self.bootstrap_servers
+        last_error = "no answer yet"
+        while time.monotonic() < deadline:
+            if not self.is_running():
+                raise ClusterError(f"{self.name}: the broker exited while starting\n{self.log_tail()}")
+            if _port_open(self.host, int(bootstrap.rsplit(":", 1)[1])):
+                try:
+                    metadata = _admin(self.client_config()).list_topics(timeout=2)
+                    if metadata.brokers:
+                        return
+                except Exception as exc:  # the broker is still coming up; retry until the deadline
+                    last_error = str(exc)
+            time.sleep(0.2)
+        raise ClusterError(f"{self.name}: not ready after {timeout_s:.0f} s at {bootstrap} ({last_error})\n{self.log_tail()}")
+
+    def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> float:
+        """Start (if not running) and wait until ready; returns the seconds it took."""
+        began = time.monotonic()
+        self.launch()
+        self.wait_ready(timeout_s)
+        return time.monotonic() - began
+
+    def stop(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> None:
+        """SIGTERM, then SIGKILL after `timeout_s`; also ends strays carrying our marker."""
+        state = self._load_state()
+        pids = set(marked_pids(str(self.folder)))
+        if state and pid_alive(state.pid):
+            pids.add(state.pid)
+        _terminate(pids, timeout_s)
+        if self._process is not None:
+            self._process.wait(timeout=5)
+            self._process = None
+        if state:
+            state.pid = None
+            self._save_state(state)
+
+    def kill(self) -> None:
+        """kill -9, as a crash would: for fault-injection tests."""
+        pid = self.pid
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            _wait_gone([pid], 10)
+        if self._process is not None:
+            self._process.wait(timeout=5)
+            self._process = None
+
+    def status(self) -> ClusterStatus:
+        state = self._load_state()
+        pid = state.pid if state and pid_alive(state.pid) else None
+        bootstrap = f"{self.host}:{state.port}" if state else ""
+        healthy = False
+        if pid:
+            try:
+                healthy = bool(_admin(self.client_config()).list_topics(timeout=3).brokers)
+            except Exception:  # status reports health; it never raises for an unhealthy broker
+                healthy = False
+        return ClusterStatus(self.name, bootstrap, pid, healthy, str(self.folder))
+
+    def log_tail(self, lines: int = 30) -> str:
+        parts = []
+        for name in ("stdout.log", "server.log"):
+            path = self.logs_dir / name
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                parts.append(f"--- {path} (last {len(tail)} lines)\n" + "\n".join(tail))
+        return "\n".join(parts)
+
+
+class LocalClusters:
+    """Several independent local clusters, started in parallel."""
+
+    def __init__(self, names: Iterable[str], *, state_dir: Path, cache_dir: Path, **options) -> None:
+        self.state_dir = Path(state_dir).expanduser().resolve()
+        self.clusters = {name: LocalCluster(name, state_dir=state_dir, cache_dir=cache_dir, **options) for name in names}
+
+    def __getitem__(self, name: str) -> LocalCluster:
+        return self.clusters[name]
+
+    def __iter__(self):
+        return iter(self.clusters.values())
+
+    def bootstrap_servers(self) -> dict[str, str]:
+        return {name: cluster.bootstrap_servers for name, cluster in self.clusters.items()}
+
+    def up(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> dict[str, float]:
+        """Start every cluster not yet running; seconds until each was ready (0.0: already up)."""
+        began = time.monotonic()
+        launched = {}
+        with ThreadPoolExecutor(max_workers=len(self.clusters) or 1) as pool:
+            for name, started in zip(self.clusters, pool.map(LocalCluster.launch, self.clusters.values())):
+                launched[name] = started
+        ready = {}
+        for name, cluster in self.clusters.items():
+            cluster.wait_ready(max(1.0, timeout_s - (time.monotonic() - began)))
+            ready[name] = (time.monotonic() - began) if launched[name] else 0.0
+        return ready
+
+    def down(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> None:
+        with ThreadPoolExecutor(max_workers=len(self.clusters) or 1) as pool:
+            list(pool.map(lambda cluster: cluster.stop(timeout_s), self.clusters.values()))
+        strays = marked_pids(str(self.state_dir / "clusters"))
+        _terminate(set(strays), timeout_s)
+
+    def status(self) -> list[ClusterStatus]:
+        return [cluster.status() for cluster in self.clusters.values()]
+
+
+def _admin(config: Mapping[str, str]) -> AdminClient:
+    # log_level 3 (error) hides librdkafka's connection-refused chatter while a broker starts.
+    return AdminClient({**config, "log_level": 3, "socket.timeout.ms": 2000})
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _terminate(pids: set[int], timeout_s: float) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    remaining = _wait_gone(pids, timeout_s)
+    for pid in remaining:
+        log.warning("cluster JVM ignored SIGTERM; killing", extra={"pid": pid})
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _wait_gone(remaining, 10)
+
+
+def _wait_gone(pids: Iterable[int], timeout_s: float) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    remaining = [pid for pid in pids if pid_alive(pid)]
+    while remaining and time.monotonic() < deadline:
+        time.sleep(0.1)
+        _reap(remaining)
+        remaining = [pid for pid in remaining if pid_alive(pid)]
+    return remaining
+
+
+def _reap(pids: Iterable[int]) -> None:
+    """Collect our own exited children so they do not linger as zombies."""
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def local_clusters(settings, names: list[str] | None = None) -> LocalClusters:
+    """The configured clusters that are local (no bootstrap address given), optionally a subset."""
+    local = [cluster.name for cluster in settings.clusters if cluster.local]
+    chosen = names or local
+    unknown = sorted(set(chosen) - set(local))
+    if unknown:
+        raise ConfigError(f"clusters: {', '.join(unknown)} not among the local clusters ({', '.join(local) or 'none'})")
+    return LocalClusters(chosen, state_dir=settings.state_dir, cache_dir=settings.cache_dir)

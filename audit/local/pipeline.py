@@ -1,0 +1,120 @@
+"""The whole pipeline as services: what `kaudit demo` and the soak start, in one place.
+
+Hub and spoke on the configured clusters: producers write to every regional cluster (all but the
+last), one replicator per regional cluster copies into the hub (the last cluster, the aggregate)
+with prefix naming (`dc1.orders`), a counter per cluster, the lake job on the hub, the continuous
+reconciliation (which sends the alert emails) and the UI.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from audit.io.clients import client_config, ensure_topics
+from audit.local.services import Supervisor
+from audit.contract.windows import window_start
+
+TOPICS = ("orders", "clicks", "payments")
+PARTITIONS = 6
+
+
+@dataclass(frozen=True)
+class DropPlan:
+    """Exactly `count` messages of `topic` in the window starting at `window_start_ms`, lost between `cluster` and the hub."""
+
+    cluster: str
+    topic: str
+    window_start_ms: int
+    count: int
+
+
+@dataclass(frozen=True)
+class StallPlan:
+    """The replicator of `cluster` stops copying `after_s` after it starts, for `for_s` seconds."""
+
+    cluster: str
+    after_s: float
+    for_s: float
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    regional: tuple[str, ...]
+    hub: str
+    topics: tuple[str, ...] = TOPICS
+    drop: DropPlan | None = None
+    stall: StallPlan | None = None
+    flush_interval_s: float = 5.0
+    status_interval_s: float = 5.0
+    stall_after_s: float = 20.0
+    lake_trigger_s: float = 10.0
+    reconcile_interval_s: float = 30.0
+    with_ui: bool = True
+    service_names: list[str] = field(default_factory=list)
+
+
+def hub_and_spokes(settings) -> tuple[tuple[str, ...], str]:
+    names = settings.cluster_names
+    return (tuple(names[:-1]) or (names[0],)), names[-1]
+
+
+def drop_window(backfill_hours: float, now_ms: int | None = None, window_minutes: int = 10) -> int:
+    """A window in the middle of the backfilled hours: full of messages, long past its grace."""
+    now_ms = now_ms or time.time_ns() // 1_000_000
+    return window_start(now_ms - int(backfill_hours * 3_600_000 / 2), window_minutes)
+
+
+def create_topics(settings, plan: PipelinePlan) -> None:
+    for cluster in plan.regional:
+        ensure_topics(client_config(settings, cluster), {t: PARTITIONS for t in plan.topics} | {settings.audit_topic: 1})
+    ensure_topics(client_config(settings, plan.hub), {settings.audit_topic: 1})
+
+
+def start_services(supervisor: Supervisor, settings, plan: PipelinePlan) -> list[str]:
+    """Start counters, replicators, the lake job, the reconciliation and the UI; returns their names."""
+    started = []
+    for cluster in settings.cluster_names:
+        supervisor.start(f"count-{cluster}", "count", "--cluster", cluster, "--flush-interval-s", str(plan.flush_interval_s),
+                         "--topic-refresh-s", "10")
+        started.append(f"count-{cluster}")
+    for cluster in plan.regional:
+        supervisor.start(f"mirror-{cluster}", *mirror_args(plan, cluster))
+        started.append(f"mirror-{cluster}")
+    supervisor.start("lake", "lake", "--cluster", plan.hub, "--trigger-s", str(plan.lake_trigger_s))
+    supervisor.start("reconcile", "reconcile", "--continuous", "--interval-s", str(plan.reconcile_interval_s))
+    started += ["lake", "reconcile"]
+    if plan.with_ui:
+        supervisor.start("ui", "ui")
+        started.append("ui")
+    return started
+
+
+def mirror_args(plan: PipelinePlan, cluster: str) -> list[str]:
+    args = ["mirror", "--from", cluster, "--to", plan.hub, "--status-interval-s", str(plan.status_interval_s),
+            "--stall-after-s", str(plan.stall_after_s), "--topic-refresh-s", "10"]
+    if plan.drop and plan.drop.cluster == cluster:
+        window = datetime.fromtimestamp(plan.drop.window_start_ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        args += ["--drop-topics", f"^{plan.drop.topic}$", "--drop-count", str(plan.drop.count), "--drop-window", window]
+    if plan.stall and plan.stall.cluster == cluster:
+        args += ["--pause-after-s", str(plan.stall.after_s), "--pause-for-s", str(plan.stall.for_s)]
+    return args
+
+
+def backfill(supervisor: Supervisor, plan: PipelinePlan, *, messages: int, hours: float, seed: int = 0) -> None:
+    """Produce `messages` audited messages per regional cluster spread over the last `hours` (foreground)."""
+    for index, cluster in enumerate(plan.regional):
+        result = supervisor.run("produce", "--cluster", cluster, "--topics", ",".join(plan.topics), "--count", str(messages),
+                                "--backfill-hours", str(hours), "--seed", str(seed + index), timeout_s=900)
+        if result.returncode != 0:
+            raise RuntimeError(f"producing to {cluster} failed: {result.stderr[-2000:]}")
+
+
+def start_live_traffic(supervisor: Supervisor, plan: PipelinePlan, *, rate: float, duration_s: float) -> list[str]:
+    names = []
+    for index, cluster in enumerate(plan.regional):
+        name = f"produce-{cluster}"
+        supervisor.start(name, "produce", "--cluster", cluster, "--topics", ",".join(plan.topics), "--rate", str(rate),
+                         "--duration-s", str(duration_s), "--seed", str(100 + index))
+        names.append(name)
+    return names

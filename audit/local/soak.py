@@ -1,0 +1,504 @@
+"""`kaudit soak`: the whole pipeline under steady load while faults are injected at random.
+
+Its own local clusters (dc1, dc2 -> aggregate) and tables under `<state_dir>/soak` (never the
+demo's), 1-minute windows with a 60 s grace so windows turn final during the run. In order:
+1. clusters up, topics, counters, replicators, lake job and continuous reconciliation started;
+2. an hour of audited traffic backfilled; the dc1 replicator loses exactly K messages of `orders`
+   in one past window (its drop hook), and the soak waits until that replicator committed past
+   them, so later kills cannot undo the loss; a few malformed records go into dc2's audit topic;
+3. steady live traffic for --minutes while, seeded and printed, one fault at a time: kill -9 of a
+   counter, a replicator or the lake job (then restarted), a broker's JVM killed and restarted,
+   the reconciliation killed mid-run (then rerun). A service that exits on its own is logged,
+   counted and restarted;
+4. the load stops, every service runs to caught-up (replicators, then counters and the lake),
+   one final reconciliation, then `audit.local.soak_check` compares the Delta tables with the ground
+   truth and prints the report. Exit 0 when every invariant holds, 1 when one failed.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import random
+import re
+import os
+import shutil
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from audit.local.pipeline import DropPlan, PipelinePlan, create_topics, drop_window, mirror_args, start_services
+from audit.local.services import Supervisor, stop_leftovers
+from audit.settings import EXAMPLE_CONFIG
+
+log = logging.getLogger(__name__)
+
+FAULT_KINDS = ("kill-counter", "kill-replicator", "kill-lake", "kill-broker", "kill-reconcile")
+WINDOW_MINUTES = 1
+GRACE_S = 60
+BACKFILL_HOURS = 1.0
+RECONCILE_INTERVAL_S = 15.0
+CATCH_UP_TIMEOUT_S = 600.0
+SOAK_MARKER = "kaudit-soak-state"
+ACKED = re.compile(r"produced ([\d,]+) acked, ([\d,]+) failed")
+RECONCILE_RUN = "audit messages:"
+SPARK_START_S = 30.0  # a Spark job is inside its work this long after start, on 2 loaded cores
+
+
+def add_command(commands) -> None:
+    parser = commands.add_parser(
+        "soak",
+        help="run the pipeline under load with random faults (kill -9, broker crash), then check every invariant",
+        description="A bounded fault-injection soak on its own local clusters dc1, dc2 -> aggregate (state under "
+        "--state-dir, default <state_dir>/soak; the demo's clusters are never touched). Backfills an hour of audited "
+        "traffic with an exact loss of --drop-count messages in one window, then keeps live traffic going for "
+        "--minutes while it injects, one at a time and seeded: kill -9 of a counter, a replicator or the lake job "
+        "(restarted), a broker killed and restarted, the reconciliation killed mid-run (rerun). Then it lets every "
+        "service catch up, runs a final reconciliation, checks each invariant of DESIGN.md against the ground truth "
+        "(what the producers got acknowledged, what each topic and the lake really hold) and prints a report. "
+        "Exit code 0: every invariant held; 1: one failed.",
+    )
+    parser.add_argument("--minutes", type=float, default=10.0, help="minutes of live load with faults (default 10)")
+    parser.add_argument("--seed", type=int, help="random seed of the fault schedule and the loss (default: random, printed)")
+    parser.add_argument("--rate", type=float, default=20.0, help="live messages per second per regional cluster (default 20)")
+    parser.add_argument("--backfill-messages", type=int, default=6000,
+                        help="messages per regional cluster spread over the last hour before the live load (default 6000)")
+    parser.add_argument("--drop-count", type=int, help="messages the dc1 replicator loses in one window (default: 3-12, seeded)")
+    parser.add_argument("--fault-gap-s", type=float, default=30.0,
+                        help="mean seconds between the starts of two faults (default 30)")
+    parser.add_argument("--state-dir", type=Path, help="the soak's own folder, wiped at start (default <state_dir>/soak)")
+    parser.add_argument("--report-json", type=Path, help="also write the report as JSON here (default <soak dir>/report.json)")
+    parser.add_argument("--keep", action="store_true", help="leave the soak's clusters running afterwards, for a look")
+    parser.set_defaults(handler=run)
+
+
+@dataclass(frozen=True)
+class Fault:
+    at_s: float  # not before this many seconds into the live load
+    kind: str
+    target: str  # cluster name, or the service for lake / reconcile
+
+
+@dataclass
+class FaultDone:
+    fault: Fault
+    began_s: float
+    down_s: float
+    note: str = ""
+
+
+@dataclass
+class SoakLog:
+    """What the soak did, for the report."""
+
+    seed: int = 0
+    faults: list[FaultDone] = field(default_factory=list)
+    unplanned_exits: list[str] = field(default_factory=list)
+    acked: Counter = field(default_factory=Counter)
+    failed: Counter = field(default_factory=Counter)
+    malformed_markers: tuple[str, ...] = ()
+    phases_s: dict[str, float] = field(default_factory=dict)
+
+
+def fault_schedule(rng: random.Random, duration_s: float, gap_s: float, regional: tuple[str, ...], hub: str) -> list[Fault]:
+    """Faults at random times (gaps uniform in [0.5, 1.5] x gap_s) over `duration_s`, the kinds dealt from shuffled
+    decks so every kind comes up once before any comes up twice."""
+    clusters = (*regional, hub)
+    faults, deck, at_s = [], [], rng.uniform(0.2, 0.6) * gap_s
+    while at_s < duration_s:
+        if not deck:
+            deck = list(FAULT_KINDS)
+            rng.shuffle(deck)
+        kind = deck.pop()
+        target = {"kill-counter": rng.choice(clusters), "kill-replicator": rng.choice(regional),
+                  "kill-broker": rng.choice(clusters), "kill-lake": "lake", "kill-reconcile": "reconcile"}[kind]
+        faults.append(Fault(round(at_s, 1), kind, target))
+        at_s += rng.uniform(0.5, 1.5) * gap_s
+    return faults
+
+
+def write_soak_config(settings, soak_dir: Path) -> Path:
+    """The built-in default with the soak's folder, 1-minute windows, a 60 s grace and 5 s flushes."""
+    text = EXAMPLE_CONFIG.read_text()
+    for old, new in (('state_dir = ".kaudit"', f'state_dir = "{soak_dir.resolve()}"'),
+                     ('cache_dir = "~/.cache/kafka-audit"', f'cache_dir = "{Path(settings.cache_dir).expanduser().resolve()}"'),
+                     ("window_minutes = 10", f"window_minutes = {WINDOW_MINUTES}"), ("grace_s = 300", f"grace_s = {GRACE_S}"),
+                     ("flush_interval_s = 10", "flush_interval_s = 5")):
+        if old not in text:
+            raise RuntimeError(f"soak config: {old!r} not found in default.toml; update write_soak_config")
+        text = text.replace(old, new)
+    path = soak_dir / "soak.toml"
+    path.write_text(text)
+    return path
+
+
+def fresh_soak_dir(soak_dir: Path) -> None:
+    """Stop what a previous soak left and wipe its folder (only a folder a soak made, or an empty one)."""
+    if soak_dir.exists():
+        if any(soak_dir.iterdir()) and not (soak_dir / SOAK_MARKER).exists():
+            raise RuntimeError(f"{soak_dir} exists and is not a soak folder (no {SOAK_MARKER}); choose another --state-dir")
+        stop_leftovers(soak_dir)
+        from audit.local.clusters import LocalClusters
+
+        LocalClusters([p.name for p in (soak_dir / "clusters").glob("*")], state_dir=soak_dir, cache_dir=Path(".")).down()
+        shutil.rmtree(soak_dir)
+    soak_dir.mkdir(parents=True)
+    (soak_dir / SOAK_MARKER).write_text("made by kaudit soak; wiped by the next soak\n")
+
+
+class Soak:
+    def __init__(self, args: argparse.Namespace, settings, soak_dir: Path) -> None:
+        from audit.local.clusters import local_clusters
+
+        self.args, self.settings, self.soak_dir = args, settings, soak_dir
+        self.clusters = local_clusters(settings)
+        self.regional, self.hub = tuple(settings.cluster_names[:-1]), settings.cluster_names[-1]
+        self.rng = random.Random(args.seed)
+        self.log = SoakLog(seed=args.seed)
+        drop_count = args.drop_count if args.drop_count is not None else self.rng.randint(3, 12)
+        self.drop = DropPlan(self.regional[0], "orders", drop_window(BACKFILL_HOURS, window_minutes=WINDOW_MINUTES),
+                             drop_count)
+        self.plan = PipelinePlan(regional=self.regional, hub=self.hub, drop=self.drop, flush_interval_s=5.0,
+                                 status_interval_s=5.0, stall_after_s=30.0, lake_trigger_s=5.0,
+                                 reconcile_interval_s=RECONCILE_INTERVAL_S, with_ui=False)
+        self.plan_after_drop = dataclasses.replace(self.plan, drop=None)
+        self.supervisor = Supervisor(soak_dir, config=soak_dir / "soak.toml",
+                                     env={"KAUDIT_CONFIG": str(soak_dir / "soak.toml"),
+                                          "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)})
+        self.began = time.monotonic()
+        self.expected_dead: set[str] = set()
+        self.started_at: dict[str, float] = {}  # service -> monotonic time of its last start
+        self.started_at_offset: dict[str, int] = {}  # service -> size of its log at its last start
+
+    # -- phases ---------------------------------------------------------------------------------
+
+    def say(self, text: str) -> None:
+        print(f"[soak {time.monotonic() - self.began:6.0f} s] {text}", flush=True)
+
+    def start(self) -> None:
+        self.say(f"starting local clusters {', '.join(c.name for c in self.clusters)} under {self.soak_dir}")
+        self.clusters.up()
+        create_topics(self.settings, self.plan)
+        start_services(self.supervisor, self.settings, self.plan)
+        for name in self.supervisor.services:
+            self._mark_started(name)
+        self.say("services started: " + ", ".join(self.supervisor.services))
+
+    def backfill(self) -> None:
+        self.say(f"backfilling {self.args.backfill_messages:,} messages per regional cluster over {BACKFILL_HOURS:g} h; "
+                 f"replicator {self.drop.cluster} drops {self.drop.count} of {self.drop.topic} in the window "
+                 f"starting {_iso(self.drop.window_start_ms)}")
+        for index, cluster in enumerate(self.regional):
+            result = self.supervisor.run("produce", "--cluster", cluster, "--topics", ",".join(self.plan.topics),
+                                         "--count", str(self.args.backfill_messages), "--backfill-hours",
+                                         str(BACKFILL_HOURS), "--seed", str(self.log.seed + index), timeout_s=900)
+            self._tally_producer(cluster, result.stdout)
+            if result.returncode != 0:
+                raise RuntimeError(f"backfilling {cluster} failed: {result.stderr[-2000:]}")
+        self.inject_malformed_records()
+        self.wait_drop_committed()
+
+    def inject_malformed_records(self) -> None:
+        """Invariant 6: garbage in an audit topic is rejected with a reason and stops nothing."""
+        from confluent_kafka import Producer
+
+        from audit.io.clients import client_config
+
+        cluster = self.regional[-1]
+        marker = f"soak-{self.log.seed}-malformed"
+        bad = [f"not json at all {marker}-0".encode(),
+               json.dumps({"schema_version": 1, "kind": "count", "record_id": f"{marker}-1"}).encode(),
+               json.dumps({"schema_version": 1, "kind": "count", "record_id": f"{marker}-2", "tier": "dc2",
+                           "cluster": "dc2", "topic": "orders", "window_start": "yesterday", "count": "many"}).encode()]
+        producer = Producer(client_config(self.settings, cluster))
+        for value in bad:
+            producer.produce(self.settings.audit_topic, value=value)
+        if producer.flush(30):
+            raise RuntimeError(f"could not write the malformed audit records to {cluster}")
+        self.log.malformed_markers = tuple(f"{marker}-{i}" for i in range(len(bad)))
+        self.say(f"wrote {len(bad)} malformed records into {cluster}'s {self.settings.audit_topic}")
+
+    def wait_drop_committed(self, timeout_s: float = 300.0) -> None:
+        """Until the drop replicator committed past the backfill of its topic, so a kill cannot re-copy what it lost."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        from audit.io.clients import client_config, watermarks
+
+        topic, config = self.drop.topic, client_config(self.settings, self.drop.cluster)
+        group = f"kaudit-mirror-{self.drop.cluster}-{self.hub}"
+        consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False})
+        try:
+            partitions = [TopicPartition(topic, p) for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions]
+            ends = {tp.partition: watermarks(consumer, topic, tp.partition)[1] for tp in partitions}
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=30)}
+                if all(committed.get(p, -1) >= end for p, end in ends.items()):
+                    self.say(f"replicator {self.drop.cluster} committed past the backfill of {topic}: the loss is final")
+                    return
+                self.watch_services()
+                time.sleep(2.0)
+        finally:
+            consumer.close()
+        raise RuntimeError(f"replicator {self.drop.cluster} did not commit past the backfill of {topic} in {timeout_s:.0f} s")
+
+    def load_with_faults(self) -> None:
+        duration_s = self.args.minutes * 60
+        schedule = fault_schedule(self.rng, duration_s, self.args.fault_gap_s, self.regional, self.hub)
+        self.say(f"seed {self.log.seed}: live load {self.args.rate:g} msg/s per regional cluster for {duration_s:.0f} s, "
+                 f"{len(schedule)} faults planned: " + ", ".join(f"{f.at_s:.0f}s {f.kind} {f.target}" for f in schedule))
+        for index, cluster in enumerate(self.regional):
+            self.supervisor.start(f"produce-{cluster}", "produce", "--cluster", cluster, "--topics", ",".join(self.plan.topics),
+                                  "--rate", str(self.args.rate), "--duration-s", str(duration_s),
+                                  "--seed", str(self.log.seed + 100 + index))
+        load_began = time.monotonic()
+        for fault in schedule:
+            while time.monotonic() - load_began < fault.at_s:
+                self.watch_services()
+                time.sleep(0.5)
+            done = self.inject(fault, began_s=time.monotonic() - load_began)
+            self.log.faults.append(done)
+            self.say(f"fault {len(self.log.faults)}/{len(schedule)}: {fault.kind} {fault.target}, down {done.down_s:.1f} s"
+                     + (f" ({done.note})" if done.note else ""))
+        while any(self.supervisor.services[f"produce-{c}"].alive for c in self.regional):
+            if time.monotonic() - load_began > duration_s + 300:
+                raise RuntimeError("the producers did not finish 300 s after the load's end")
+            self.watch_services()
+            time.sleep(1.0)
+        for cluster in self.regional:
+            service = self.supervisor.services[f"produce-{cluster}"]
+            self._tally_producer(cluster, service.log_path.read_text(errors="replace"))
+
+    def inject(self, fault: Fault, began_s: float) -> FaultDone:
+        down_s = round(self.rng.uniform(1.0, 5.0), 1)
+        note = ""
+        if fault.kind == "kill-broker":
+            down_s = round(self.rng.uniform(5.0, 15.0), 1)
+            cluster = self.clusters[fault.target]
+            cluster.kill()
+            time.sleep(down_s)
+            note = f"back in {cluster.start():.1f} s"
+            return FaultDone(fault, began_s, down_s, note)
+        name = {"kill-counter": f"count-{fault.target}", "kill-replicator": f"mirror-{fault.target}"}.get(fault.kind, fault.target)
+        if fault.kind == "kill-reconcile":
+            note = self._wait_reconcile_mid_run()
+        self.expected_dead.add(name)
+        self.supervisor.kill(name)
+        time.sleep(down_s)
+        self.expected_dead.discard(name)
+        self._restart(name)
+        return FaultDone(fault, began_s, down_s, note)
+
+    def _wait_reconcile_mid_run(self, timeout_s: float = 60.0) -> str:
+        """Until the reconciliation is inside a run: its first run (Spark up, no run line yet), or its log quiet
+        for longer than the pause between runs."""
+        service = self.supervisor.services["reconcile"]
+        quiet_s = RECONCILE_INTERVAL_S + self.rng.uniform(1.0, 4.0)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and service.alive:
+            age_s = time.monotonic() - self.started_at.get("reconcile", self.began)
+            runs = _count_lines(service.log_path, RECONCILE_RUN, since=self.started_at_offset.get("reconcile", 0))
+            if runs == 0 and age_s >= SPARK_START_S:
+                return f"killed in its first run, {age_s:.0f} s after start"
+            if runs and time.time() - service.log_path.stat().st_mtime >= quiet_s:
+                return f"killed {quiet_s - RECONCILE_INTERVAL_S:.0f} s into run {runs + 1}"
+            time.sleep(0.5)
+        return "killed at the end of the wait (no run seen in progress)"
+
+    def _mark_started(self, name: str) -> None:
+        self.started_at[name] = time.monotonic()
+        path = self.supervisor.services[name].log_path
+        self.started_at_offset[name] = path.stat().st_size if path.exists() else 0
+
+    def _restart(self, name: str) -> None:
+        if name.startswith("mirror-"):  # the loss is final; a restarted replicator drops nothing more
+            self.supervisor.start(name, *mirror_args(self.plan_after_drop, name.removeprefix("mirror-")))
+        else:
+            self.supervisor.restart(name)
+        self._mark_started(name)
+
+    def watch_services(self) -> None:
+        """A long-running service that exited without being killed is logged, counted and restarted."""
+        for name, service in list(self.supervisor.services.items()):
+            if name.startswith(("produce-", "catchup-")) or name in self.expected_dead or service.alive:
+                continue
+            tail = _last_lines(service.log_path, 2)
+            self.log.unplanned_exits.append(f"{name} exit {service.process.returncode} at "
+                                            f"{time.monotonic() - self.began:.0f} s: {tail}")
+            self.say(f"UNPLANNED EXIT of {name} (exit {service.process.returncode}); restarting. Log: {tail}")
+            self._restart(name)
+
+    def catch_up(self) -> None:
+        """Stop the continuous services, run each to caught-up in data-flow order, then one final reconciliation."""
+        self.say("load over; every cluster up, services run to caught-up")
+        for cluster in self.clusters:
+            cluster.start()
+        for name in [n for n in self.supervisor.services if not n.startswith("produce-")]:
+            self.supervisor.stop(name)
+        self._run_all({f"catchup-mirror-{c}": [*mirror_args(self.plan_after_drop, c), "--until-caught-up"]
+                       for c in self.regional})
+        steps = {f"catchup-count-{c}": ["count", "--cluster", c, "--flush-interval-s", "2", "--topic-refresh-s", "5",
+                                        "--until-caught-up"] for c in self.settings.cluster_names}
+        steps["catchup-lake"] = ["lake", "--cluster", self.hub, "--until-caught-up"]
+        self._run_all(steps)
+        self.say("final reconciliation")
+        result = self.supervisor.run("reconcile", timeout_s=CATCH_UP_TIMEOUT_S)
+        (self.soak_dir / "logs" / "final-reconcile.log").write_text(result.stdout + result.stderr)
+        if result.returncode != 0:
+            raise RuntimeError(f"the final reconciliation failed (exit {result.returncode}): {result.stderr[-2000:]}")
+
+    def _run_all(self, steps: dict[str, list[str]]) -> None:
+        for name, args in steps.items():
+            self.supervisor.start(name, *args)
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+        for name in steps:
+            service = self.supervisor.services[name]
+            service.process.wait(max(1.0, deadline - time.monotonic()))
+            if service.process.returncode != 0:
+                raise RuntimeError(f"{name} exited {service.process.returncode}: {_last_lines(service.log_path, 5)}")
+
+    def _tally_producer(self, cluster: str, output: str) -> None:
+        found = ACKED.findall(output)
+        if not found:
+            raise RuntimeError(f"no 'produced N acked' line from the producer of {cluster}")
+        acked, failed = found[-1]
+        self.log.acked[cluster] += int(acked.replace(",", ""))
+        self.log.failed[cluster] += int(failed.replace(",", ""))
+
+    # -- verdict --------------------------------------------------------------------------------
+
+    def verdict(self):
+        from audit.io.clients import client_config
+        from audit.io.lake_read import read_frame
+        from audit.local.soak_check import Expectations, Verdict, add_truth, bronze_truth, check_all, topic_truth
+
+        self.say("reading the ground truth (every topic, the bronze table) and the tables")
+        truth = {}
+        hub_topics = []
+        for cluster in self.regional:
+            for topic in self.plan.topics:
+                logical = f"{cluster}.{topic}"
+                add_truth(truth, logical, cluster, topic_truth(client_config(self.settings, cluster), topic, WINDOW_MINUTES))
+                add_truth(truth, logical, self.hub, topic_truth(client_config(self.settings, self.hub), logical, WINDOW_MINUTES))
+                hub_topics.append(logical)
+        bronze = read_frame(self.settings.lake_root, "bronze", columns=["topic", "partition", "window_start"])
+        truth.update(bronze_truth(bronze, hub_topics))
+        tables = {name: read_frame(self.settings.lake_root, name)
+                  for name in ("tier_counts", "completeness", "alerts", "audit_rejects")}
+        expect = Expectations(regional=self.regional, hub=self.hub, acked=dict(self.log.acked),
+                              drop_logical_topic=f"{self.drop.cluster}.{self.drop.topic}",
+                              drop_window_ms=self.drop.window_start_ms, drop_count=self.drop.count,
+                              malformed_markers=self.log.malformed_markers)
+        checks = check_all(tables["tier_counts"], tables["completeness"], tables["alerts"], tables["audit_rejects"], truth, expect)
+        return Verdict(checks, facts=self.facts(tables["completeness"], truth, expect))
+
+    def facts(self, completeness, truth, expect) -> dict:
+        from audit.local.soak_check import gap_totals
+
+        kinds = Counter(done.fault.kind for done in self.log.faults)
+        hub_truth = sum(sum(c.values()) for (lt, w, tier), c in truth.items() if tier == self.hub)
+        origin_truth = sum(sum(c.values()) for (lt, w, tier), c in truth.items() if tier == lt.split(".")[0])
+        return {
+            "seed": self.log.seed, "minutes": self.args.minutes, "rate_per_cluster": self.args.rate,
+            "messages_acked": dict(self.log.acked), "messages_acked_total": sum(self.log.acked.values()),
+            "send_failed": dict(self.log.failed),
+            "faults_by_kind": {kind: kinds.get(kind, 0) for kind in FAULT_KINDS},
+            "faults": [f"{d.began_s:.0f}s {d.fault.kind} {d.fault.target} down {d.down_s}s {d.note}".strip() for d in self.log.faults],
+            "malformed_records_injected": len(self.log.malformed_markers),
+            "unplanned_exits": self.log.unplanned_exits,
+            "loss_injected": expect.drop_count, "loss_window": f"{expect.drop_logical_topic} {_iso(expect.drop_window_ms)}",
+            "hub_messages": hub_truth, "origin_messages": origin_truth,
+            "duplicates_on_hub_true": max(0, hub_truth - origin_truth + expect.drop_count),
+            "reported_by_tier": gap_totals(completeness),
+            "statuses": completeness["status"].value_counts().to_dict() if len(completeness) else {},
+            "phases_s": self.log.phases_s,
+        }
+
+
+def render(verdict) -> str:
+    facts = verdict.facts
+    reported = facts["reported_by_tier"]
+    lines = ["", "kafka-audit soak report", "=======================",
+             f"seed {facts['seed']}, {facts['minutes']:g} min of live load at {facts['rate_per_cluster']:g} msg/s per regional cluster",
+             f"messages produced (acked): {facts['messages_acked_total']:,} "
+             + "(" + ", ".join(f"{c} {n:,}" for c, n in facts["messages_acked"].items()) + f"); send failures {sum(facts['send_failed'].values())}",
+             "faults injected: " + ", ".join(f"{k} {n}" for k, n in facts["faults_by_kind"].items())
+             + f"; malformed audit records {facts['malformed_records_injected']}",
+             f"unplanned service exits (restarted): {len(facts['unplanned_exits'])}"]
+    lines += [f"    {text}" for text in facts["unplanned_exits"]]
+    lines += [f"loss injected: {facts['loss_injected']} in {facts['loss_window']}; reported missing: "
+              + ", ".join(f"{tier} {r['missing']}" for tier, r in sorted(reported.items())),
+              f"duplicates (at-least-once replicator restarts): true on the hub {facts['duplicates_on_hub_true']}, reported "
+              + ", ".join(f"{tier} {r['duplicated']}" for tier, r in sorted(reported.items())),
+              "window statuses: " + ", ".join(f"{s} {n}" for s, n in sorted(facts["statuses"].items())),
+              "phases: " + ", ".join(f"{k} {v:.0f} s" for k, v in facts["phases_s"].items()),
+              "", "invariants:", verdict.report(), "",
+              f"RESULT: {'every invariant held' if verdict.ok else 'INVARIANT FAILED'}"]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace, settings) -> int:
+    from audit.settings import load_settings
+
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(1, 1_000_000)
+    soak_dir = (args.state_dir or Path(settings.state_dir) / "soak").expanduser().resolve()
+    fresh_soak_dir(soak_dir)
+    soak_settings = load_settings(write_soak_config(settings, soak_dir))
+    soak = Soak(args, soak_settings, soak_dir)
+    soak.say(f"seed {args.seed} (rerun the same schedule with --seed {args.seed})")
+    phase_began = time.monotonic()
+
+    def phase(name: str) -> None:
+        nonlocal phase_began
+        soak.log.phases_s[name] = time.monotonic() - phase_began
+        phase_began = time.monotonic()
+
+    try:
+        soak.start()
+        phase("start")
+        soak.backfill()
+        phase("backfill")
+        soak.load_with_faults()
+        phase("load")
+        soak.catch_up()
+        phase("catch-up")
+        verdict = soak.verdict()
+        phase("check")
+    finally:
+        soak.say("stopping services" + ("" if args.keep else " and clusters"))
+        soak.supervisor.stop_all()
+        if not args.keep:
+            soak.clusters.down()
+    print(render(verdict), flush=True)
+    report_path = args.report_json or soak_dir / "report.json"
+    report_path.write_text(json.dumps({"ok": verdict.ok, "facts": verdict.facts,
+                                       "checks": [dataclasses.asdict(c) for c in verdict.checks]}, indent=2, default=str))
+    print(f"report: {report_path}; logs: {soak_dir / 'logs'}", flush=True)
+    return 0 if verdict.ok else 1
+
+
+def _iso(ms: int) -> str:
+    from audit.contract.record import iso
+
+    return iso(ms, millis=False)
+
+
+def _count_lines(path: Path, needle: str, since: int = 0) -> int:
+    """Occurrences of `needle` in the file from byte `since` on."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(since)
+            return handle.read().decode(errors="replace").count(needle)
+    except FileNotFoundError:
+        return 0
+
+
+def _last_lines(path: Path, n: int) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-n:])[-600:]
+    except FileNotFoundError:
+        return "(no log)"

@@ -1,0 +1,269 @@
+"""The soak's verdict: ground truth read from the clusters and the lake, checked against the tables.
+
+Ground truth is what really happened, measured without the audit pipeline: the messages each
+topic holds (read from its partitions, bucketed by the message timestamp like every tier does),
+the rows the lake landed, and what the producers say they got acknowledged. Each check is one
+invariant of docs DESIGN.md read against that truth; `Verdict.report()` prints the lot.
+
+The checks are pure functions over pandas frames and Counters, so a unit test can hand them a
+wrong table and see them fail.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import pandas as pd
+
+from audit.io.clients import watermarks
+from audit.contract.completeness import partition_gaps
+
+log = logging.getLogger(__name__)
+
+# (logical_topic, window_start_ms, tier) -> {partition: messages}
+Truth = dict[tuple[str, int, str], Counter]
+
+
+@dataclass(frozen=True)
+class Check:
+    invariant: str  # "1".."6" of DESIGN.md, or "setup" for the soak's own preconditions
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """What the soak did on purpose, to compare with what the tables say."""
+
+    regional: tuple[str, ...]
+    hub: str
+    acked: Mapping[str, int]  # regional cluster -> messages its producers got acknowledged
+    drop_logical_topic: str  # e.g. dc1.orders
+    drop_window_ms: int
+    drop_count: int
+    malformed_markers: tuple[str, ...]  # text inside each malformed audit record injected
+
+
+def window_ms(values: pd.Series) -> pd.Series:
+    return values.map(lambda t: int(pd.Timestamp(t).timestamp() * 1000))
+
+
+def topic_truth(consumer_config: Mapping[str, str], topic: str, window_minutes: int, timeout_s: float = 120.0) -> Counter:
+    """Messages in `topic` per (window_start_ms, partition), read from the first to the last offset."""
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from audit.contract.windows import window_start
+
+    consumer = Consumer({**consumer_config, "group.id": f"kaudit-soak-truth-{time.monotonic_ns()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest", "enable.partition.eof": False})
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        ends, assigned = {}, []
+        for partition in partitions:
+            low, high = watermarks(consumer, topic, partition)
+            if high > low:
+                ends[partition] = high
+                assigned.append(TopicPartition(topic, partition, low))
+        counts: Counter = Counter()
+        if not assigned:
+            return counts
+        consumer.assign(assigned)
+        deadline = time.monotonic() + timeout_s
+        while ends and time.monotonic() < deadline:
+            for message in consumer.consume(5000, timeout=1.0):
+                if message.error():
+                    continue
+                counts[(window_start(message.timestamp()[1], window_minutes), message.partition())] += 1
+                if message.offset() + 1 >= ends.get(message.partition(), 0):
+                    ends.pop(message.partition(), None)
+        if ends:
+            raise TimeoutError(f"reading {topic}: partitions {sorted(ends)} not read to their end in {timeout_s:.0f} s")
+        return counts
+    finally:
+        consumer.close()
+
+
+def add_truth(truth: Truth, logical_topic: str, tier: str, counts: Counter) -> None:
+    for (window, partition), n in counts.items():
+        truth.setdefault((logical_topic, window, tier), Counter())[partition] += n
+
+
+def bronze_truth(bronze: pd.DataFrame, topics: Iterable[str]) -> Truth:
+    """Rows the lake landed per (logical topic, window, partition), tier `lake` (bronze topics are hub names)."""
+    truth: Truth = {}
+    wanted = set(topics)
+    frame = bronze[bronze["topic"].isin(wanted)]
+    if frame.empty:
+        return truth
+    grouped = frame.assign(w=window_ms(frame["window_start"])).groupby(["topic", "w", "partition"]).size()
+    for (topic, window, partition), n in grouped.items():
+        truth.setdefault((topic, int(window), "lake"), Counter())[int(partition)] += int(n)
+    return truth
+
+
+def _map(value) -> dict[int, int] | None:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return None
+    return {int(k): int(v) for k, v in (value.items() if isinstance(value, Mapping) else value)}
+
+
+def check_all(tier_counts: pd.DataFrame, completeness: pd.DataFrame, alerts: pd.DataFrame, rejects: pd.DataFrame,
+              truth: Truth, expect: Expectations) -> list[Check]:
+    """Every invariant, against the truth; see the module doc."""
+    counts = tier_counts.assign(w=window_ms(tier_counts["window_start"])) if len(tier_counts) else tier_counts.assign(w=[])
+    rows = completeness.assign(w=window_ms(completeness["window_start"])) if len(completeness) else completeness.assign(w=[])
+    producer = {(r.logical_topic, int(r.w)): r for r in counts[counts["tier"] == "producer"].itertuples()}
+    checks = [
+        _producer_counts_match_acks(counts, expect),
+        _origin_holds_what_producers_sent(producer, truth, expect),
+        _every_tier_counts_what_it_holds(counts, truth),
+        _lake_holds_what_hub_holds(truth, expect),
+        _reported_gaps_match_truth(rows, producer, truth),
+        _injected_loss_reported_exactly(rows, truth, expect),
+        _duplicates_never_complete(rows),
+        _no_loss_without_a_loss(rows, alerts, truth, producer),
+        _malformed_records_rejected(rejects, expect),
+    ]
+    return checks
+
+
+def _producer_counts_match_acks(counts: pd.DataFrame, expect: Expectations) -> Check:
+    produced = counts[counts["tier"] == "producer"].groupby("origin_cluster")["count"].sum().to_dict()
+    wrong = {c: (int(produced.get(c, 0)), n) for c, n in expect.acked.items() if int(produced.get(c, 0)) != n}
+    detail = ", ".join(f"{c}: producer tier {p:,} vs acked {a:,}" for c, (p, a) in wrong.items()) or \
+        ", ".join(f"{c}: {n:,}" for c, n in expect.acked.items())
+    return Check("1", "producer tier counts = messages the producers got acknowledged", not wrong, detail)
+
+
+def _origin_holds_what_producers_sent(producer: dict, truth: Truth, expect: Expectations) -> Check:
+    bad = []
+    keys = {(lt, w) for (lt, w, tier) in truth if tier == lt.split(".")[0]} | set(producer)
+    for logical_topic, window in sorted(keys):
+        origin = logical_topic.split(".")[0]
+        held = dict(truth.get((logical_topic, window, origin), Counter()))
+        row = producer.get((logical_topic, window))
+        sent = _map(row.by_partition) if row is not None else {}
+        if sent is None:
+            sent_total = int(row.count)
+            if sent_total != sum(held.values()):
+                bad.append(f"{logical_topic}@{window}: producer {sent_total} vs held {sum(held.values())}")
+        elif {p: n for p, n in sent.items() if n} != {p: n for p, n in held.items() if n}:
+            bad.append(f"{logical_topic}@{window}: producer {sent} vs held {held}")
+    return Check("1", "each origin cluster holds exactly what its producers sent, per window and partition",
+                 not bad, "; ".join(bad[:5]) or f"{len(keys)} topic-windows exact")
+
+
+def _every_tier_counts_what_it_holds(counts: pd.DataFrame, truth: Truth) -> Check:
+    counted = {(r.logical_topic, int(r.w), r.tier): int(r.count) for r in counts[counts["tier"] != "producer"].itertuples()}
+    held = {key: sum(c.values()) for key, c in truth.items()}
+    bad = [f"{lt}@{w} {tier}: counted {counted.get((lt, w, tier), 0)}, holds {held.get((lt, w, tier), 0)}"
+           for (lt, w, tier) in sorted(set(counted) | set(held)) if counted.get((lt, w, tier), 0) != held.get((lt, w, tier), 0)]
+    return Check("2", "every tier's count = what its topic (or the lake) really holds, despite the kills",
+                 not bad, "; ".join(bad[:5]) or f"{len(held)} tier-windows exact")
+
+
+def _lake_holds_what_hub_holds(truth: Truth, expect: Expectations) -> Check:
+    bad = []
+    for (lt, w, tier), held in truth.items():
+        if tier == expect.hub:
+            landed = truth.get((lt, w, "lake"), Counter())
+            if {p: n for p, n in landed.items() if n} != {p: n for p, n in held.items() if n}:
+                bad.append(f"{lt}@{w}: hub {dict(held)} vs lake {dict(landed)}")
+    lake_only = [key for key in truth if key[2] == "lake" and (key[0], key[1], expect.hub) not in truth]
+    bad += [f"{lt}@{w}: in the lake, not on the hub" for lt, w, _ in lake_only]
+    return Check("2", "the lake landed every message of the hub once (no loss, no duplicate row)", not bad,
+                 "; ".join(bad[:5]) or "bronze = hub topics, per window and partition")
+
+
+def _true_gaps(truth: Truth, producer: dict, logical_topic: str, window: int, tier: str) -> tuple[int, int]:
+    row = producer.get((logical_topic, window))
+    sent = (_map(row.by_partition) if row is not None else None) or dict(truth.get((logical_topic, window, logical_topic.split(".")[0]), {}))
+    return partition_gaps(sent, dict(truth.get((logical_topic, window, tier), {})))
+
+
+def _reported_gaps_match_truth(rows: pd.DataFrame, producer: dict, truth: Truth) -> Check:
+    bad = []
+    for r in rows[rows["tier"] != "producer"].itertuples():
+        missing, duplicated = _true_gaps(truth, producer, r.logical_topic, int(r.w), r.tier)
+        if (int(r.missing), int(r.duplicated)) != (missing, duplicated):
+            bad.append(f"{r.logical_topic}@{int(r.w)} {r.tier}: reported missing {int(r.missing)} dup {int(r.duplicated)}, "
+                       f"true missing {missing} dup {duplicated}")
+    return Check("3/4", "reported missing and duplicated = the true gaps, in every window and tier", not bad,
+                 "; ".join(bad[:5]) or f"{len(rows)} completeness rows exact")
+
+
+def _injected_loss_reported_exactly(rows: pd.DataFrame, truth: Truth, expect: Expectations) -> Check:
+    key = (expect.drop_logical_topic, expect.drop_window_ms)
+    hub_held = sum(truth.get((*key, expect.hub), Counter()).values())
+    origin_held = sum(truth.get((*key, expect.drop_logical_topic.split(".")[0]), Counter()).values())
+    really_lost = origin_held - hub_held
+    in_window = rows[(rows["logical_topic"] == key[0]) & (rows["w"] == key[1])]
+    reported = {r.tier: int(r.missing) for r in in_window.itertuples()}
+    elsewhere = int(rows[~((rows["logical_topic"] == key[0]) & (rows["w"] == key[1]))]["missing"].sum())
+    ok = (really_lost == expect.drop_count and reported.get(expect.hub) == expect.drop_count
+          and reported.get("lake") == expect.drop_count and elsewhere == 0)
+    detail = (f"injected {expect.drop_count} in {key[0]}@{key[1]} (the hub really lacks {really_lost}); reported missing "
+              f"{expect.hub} {reported.get(expect.hub)}, lake {reported.get('lake')}; missing reported elsewhere {elsewhere}")
+    return Check("3", "the injected loss is reported as exactly K missing, in its window only", ok, detail)
+
+
+def _duplicates_never_complete(rows: pd.DataFrame) -> Check:
+    hidden = rows[(rows["status"] == "complete") & ((rows["missing"] > 0) | (rows["duplicated"] > 0))]
+    final_dup = rows[rows["final"].fillna(False) & (rows["duplicated"] > 0) & ~rows["status"].isin(["over", "incomplete"])]
+    final_loss = rows[rows["final"].fillna(False) & (rows["missing"] > 0) & (rows["status"] != "incomplete")]
+    bad = [f"{r.logical_topic}@{int(r.w)} {r.tier}: {r.status} with missing {int(r.missing)} dup {int(r.duplicated)}"
+           for frame in (hidden, final_dup, final_loss) for r in frame.itertuples()]
+    dups = int(rows["duplicated"].sum())
+    return Check("4", "duplicates show as over (never complete) and never hide a loss", not bad,
+                 "; ".join(bad[:5]) or f"{dups} duplicates reported, none shown as complete")
+
+
+def _no_loss_without_a_loss(rows: pd.DataFrame, alerts: pd.DataFrame, truth: Truth, producer: dict) -> Check:
+    bad = []
+    for r in rows[rows["status"] == "incomplete"].itertuples():
+        if _true_gaps(truth, producer, r.logical_topic, int(r.w), r.tier)[0] == 0:
+            bad.append(f"{r.logical_topic}@{int(r.w)} {r.tier}: incomplete without a true loss")
+    final = {(r.logical_topic, int(r.w), r.tier): bool(r.final) for r in rows.itertuples()}
+    losses = alerts[alerts["kind"] == "loss"] if len(alerts) else alerts
+    for a in (losses.assign(w=window_ms(losses["window_start"])).itertuples() if len(losses) else ()):
+        key = (a.logical_topic, int(a.w), a.tier)
+        if not final.get(key, False) or _true_gaps(truth, producer, *key)[0] == 0:
+            bad.append(f"loss alert {key}: final {final.get(key)}, true loss {_true_gaps(truth, producer, *key)[0]}")
+    lagging = int((rows["status"] == "lagging").sum()) + int((rows["status"] == "pending").sum())
+    return Check("5", "no window is called a loss (or alerted) unless final and truly short", not bad,
+                 "; ".join(bad[:5]) or f"{len(losses)} loss alerts, all true; {lagging} rows still lagging/pending")
+
+
+def _malformed_records_rejected(rejects: pd.DataFrame, expect: Expectations) -> Check:
+    raw = rejects["raw"].fillna("").tolist() if len(rejects) else []
+    missing = [m for m in expect.malformed_markers if not any(m in text for text in raw)]
+    reasons = sorted({r for r, t in zip(rejects["reason"], raw) if any(m in t for m in expect.malformed_markers)}) if raw else []
+    return Check("6", "each malformed audit record is in audit_rejects with its reason", not missing,
+                 f"not rejected: {missing}" if missing else f"{len(expect.malformed_markers)} rejected: " + "; ".join(reasons)[:300])
+
+
+@dataclass
+class Verdict:
+    checks: list[Check]
+    facts: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def report(self) -> str:
+        lines = [f"{'PASS' if c.ok else 'FAIL'}  invariant {c.invariant:<4} {c.name}\n        {c.detail}" for c in self.checks]
+        return "\n".join(lines)
+
+
+def gap_totals(rows: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """Missing and duplicated reported, summed per tier."""
+    totals: dict[str, dict[str, int]] = defaultdict(lambda: {"missing": 0, "duplicated": 0})
+    for tier, group in rows.groupby("tier"):
+        totals[tier] = {"missing": int(group["missing"].sum()), "duplicated": int(group["duplicated"].sum())}
+    return dict(totals)

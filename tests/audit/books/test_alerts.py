@@ -1,0 +1,264 @@
+"""Alerts against a real SMTP server on loopback (aiosmtpd) and real Delta tables (deltalake)."""
+from __future__ import annotations
+
+import email
+import socket
+from dataclasses import replace
+from datetime import datetime, timezone
+from email import policy
+
+import pandas as pd
+import pytest
+from aiosmtpd.controller import Controller
+
+from audit.books.alerts import Alert, alert_id, lag_alerts, read_log, run_alerts, subject
+from audit.settings import AlertRoute, AlertSettings, Settings, SmtpSettings
+from dashboards.sample import Lagging, Loss, SampleSpec, SendFailed, Duplicate, sample_frames, write_frames
+
+NOW = datetime(2025, 3, 4, 12, 3, tzinfo=timezone.utc)
+UI = "http://ui.example:8050"
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.messages: list[email.message.EmailMessage] = []
+
+    async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd's name)
+        message = email.message_from_bytes(envelope.content, policy=policy.default)
+        message["X-Envelope-To"] = ", ".join(envelope.rcpt_tos)
+        self.messages.append(message)
+        return "250 OK"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """aiosmtpd on a fixed loopback port that can go down and come back (a new controller each time)."""
+
+    def __init__(self, inbox: Inbox, port: int) -> None:
+        self.inbox, self.port, self.controller = inbox, port, None
+
+    def start(self) -> None:
+        self.controller = Controller(self.inbox, hostname="127.0.0.1", port=self.port)
+        self.controller.start()
+
+    def stop(self) -> None:
+        if self.controller:
+            self.controller.stop()
+            self.controller = None
+
+
+@pytest.fixture
+def smtp_server():
+    inbox = Inbox()
+    server = Server(inbox, free_port())
+    server.start()
+    yield server, inbox, server.port
+    server.stop()
+
+
+def settings_for(tmp_path, port: int, **alerts) -> Settings:
+    return replace(
+        Settings.default(), state_dir=tmp_path,
+        smtp=SmtpSettings(host="127.0.0.1", port=port, retries=2, backoff_s=0.01, timeout_s=5),
+        alerts=AlertSettings(ui_url=UI, default_recipients=("audit@example.com",),
+                             routes=(AlertRoute(pattern=r"^dc1\.orders$", recipients=("orders-oncall@example.com",)),),
+                             **alerts))
+
+
+def seed(settings: Settings, *faults, **spec) -> dict[str, pd.DataFrame]:
+    frames = sample_frames(SampleSpec(now=NOW, topics=("orders", "payments", "clicks"), faults=list(faults), **spec))
+    write_frames(settings.lake_root, frames)
+    return frames
+
+
+def subj(message) -> str:
+    """The subject as a mail reader shows it (long subjects are folded on the wire)."""
+    return " ".join(str(message["Subject"]).split())
+
+
+def body(message, subtype: str) -> str:
+    return message.get_body(preferencelist=(subtype,)).get_content()
+
+
+def test_a_seeded_loss_sends_exactly_one_email_with_the_windows_and_a_link(tmp_path, smtp_server):
+    _controller, inbox, port = smtp_server
+    settings = settings_for(tmp_path, port)
+    frames = seed(settings, Loss("orders", "aggregate", 3, 40), SendFailed("orders", 3, 2))
+    expected = int(frames["completeness"].query("topic == 'orders' and tier == 'producer'")["expected"].iloc[3])
+    pct = 100.0 * (expected - 40) / expected
+
+    report = run_alerts(settings, now=NOW)
+
+    assert (report.new, report.emails, report.sent, report.pending, report.exit_code) == (2, 1, 2, 0, 0)
+    [message] = inbox.messages
+    assert subj(message) == f"[kaudit] LOSS dc1.orders at aggregate: {pct:.2f}% in 2025-03-04 10:40 UTC (+1 more)"
+    assert message["To"] == "orders-oncall@example.com" and message["From"] == "kaudit@localhost"
+    text = body(message, "plain")
+    assert f"topic: dc1.orders | tier: aggregate | window: 2025-03-04 10:40 UTC | expected: {expected:,} | " \
+           f"observed: {expected - 40:,} | missing: 40" in text
+    assert "tier: lake | window: 2025-03-04 10:40 UTC" in text
+    assert "lost between dc1 -> aggregate (the replicator)" in text
+    assert "the producers failed to send 2 message(s) in this window" in text
+    assert f"{UI}/topic?topic=dc1.orders&window=2025-03-04T10%3A40Z&tier=aggregate" in text
+    html = body(message, "html")
+    assert "<th>missing</th>" in html and "<td>40</td>" in html and 'href="http://ui.example:8050/topic?' in html
+    # The log holds both, sent; a rerun (and a later one) sends nothing more.
+    log = read_log(settings.lake_root)
+    assert sorted(log["tier"]) == ["aggregate", "lake"] and set(log["state"]) == {"sent"}
+    assert set(log["attempts"]) == {1} and log["sent_at"].notna().all()
+    assert run_alerts(settings, now=NOW).new == 0
+    assert len(inbox.messages) == 1
+
+
+def test_a_lagging_tier_gets_no_loss_email_and_one_lag_email(tmp_path, smtp_server):
+    _controller, inbox, port = smtp_server
+    settings = settings_for(tmp_path, port, lag_minutes=120)
+    frames = seed(settings, Lagging("clicks", "lake", behind_minutes=45, lag=5000))
+    lagging = frames["completeness"].query("topic == 'clicks' and tier == 'lake' and status == 'lagging'")
+    assert (lagging["missing"] > 0).all() and len(lagging) >= 4  # short, but not final: must not alert
+
+    assert run_alerts(settings, now=NOW).new == 0
+    assert inbox.messages == []
+
+    settings = replace(settings, alerts=replace(settings.alerts, lag_minutes=30))
+    report = run_alerts(settings, now=NOW)
+    assert (report.new, report.emails) == (1, 1)
+    [message] = inbox.messages
+    assert subj(message) == "[kaudit] LAG dc1.clicks at lake: lake is 45 min behind (watermark 2025-03-04 11:18 UTC)"
+    assert message["To"] == "audit@example.com"
+    assert "lag 5,000 messages" in body(message, "plain")
+    assert run_alerts(settings, now=NOW).new == 0 and len(inbox.messages) == 1
+
+
+def test_one_recovery_email_when_an_alerted_window_becomes_complete(tmp_path, smtp_server):
+    _controller, inbox, port = smtp_server
+    settings = settings_for(tmp_path, port)
+    seed(settings, Duplicate("payments", "lake", 5, 7))
+    run_alerts(settings, now=NOW)
+    [over] = inbox.messages
+    assert subj(over).startswith("[kaudit] DUPLICATES dc1.payments at lake: ")
+    assert "duplicated: 7" in body(over, "plain")
+
+    seed(settings)  # the reconciliation rewrote the window: complete now
+    report = run_alerts(settings, now=NOW)
+    assert (report.new, report.emails) == (1, 1)
+    recovery = inbox.messages[1]
+    assert subj(recovery) == "[kaudit] RECOVERED dc1.payments at lake: 100.00% in 2025-03-04 11:00 UTC"
+    assert "complete now" in body(recovery, "plain")
+    assert run_alerts(settings, now=NOW).new == 0 and len(inbox.messages) == 2
+    states = read_log(settings.lake_root).set_index("kind")["state"].to_dict()
+    assert states == {"over": "sent", "recovery": "sent"}
+
+
+def test_smtp_down_keeps_the_alert_pending_then_sends_it_once(tmp_path, smtp_server):
+    controller, inbox, port = smtp_server
+    settings = settings_for(tmp_path, port)
+    seed(settings, Loss("payments", "lake", 2, 5))
+    controller.stop()
+    slept: list[float] = []
+
+    report = run_alerts(settings, now=NOW, sleep=slept.append)
+
+    assert (report.new, report.emails, report.pending, report.exit_code) == (1, 0, 1, 3)
+    assert "unreachable after 2 attempt(s)" in report.errors[0]
+    assert slept == [0.01]
+    [row] = read_log(settings.lake_root).itertuples()
+    assert (row.state, row.attempts, row.kind) == ("pending", 2, "loss") and "unreachable" in row.last_error
+
+    controller.start()  # back, on the same port
+    report = run_alerts(settings, now=NOW)
+    assert (report.new, report.emails, report.sent, report.pending, report.exit_code) == (0, 1, 1, 0, 0)
+    [message] = inbox.messages
+    assert subj(message).startswith("[kaudit] LOSS dc1.payments at lake: ")
+    [row] = read_log(settings.lake_root).itertuples()
+    assert (row.state, row.attempts, row.last_error) == ("sent", 3, None)
+    assert run_alerts(settings, now=NOW).emails == 0 and len(inbox.messages) == 1
+
+
+def test_a_pending_loss_that_recovered_before_delivery_is_resolved_not_sent(tmp_path, smtp_server):
+    controller, inbox, port = smtp_server
+    settings = settings_for(tmp_path, port)
+    seed(settings, Loss("payments", "lake", 2, 5))
+    controller.stop()
+    run_alerts(settings, now=NOW, sleep=lambda _s: None)
+    controller.start()
+    seed(settings)
+    report = run_alerts(settings, now=NOW)
+    assert (report.resolved, report.emails) == (1, 0) and inbox.messages == []
+    assert read_log(settings.lake_root)["state"].tolist() == ["resolved"]
+
+
+def test_alerts_without_recipients_are_logged_as_failed(tmp_path, smtp_server):
+    _controller, inbox, port = smtp_server
+    settings = replace(settings_for(tmp_path, port), alerts=AlertSettings(ui_url=UI))
+    seed(settings, Loss("clicks", "dc1", 1, 3))
+    report = run_alerts(settings, now=NOW)
+    assert (report.failed, report.exit_code, inbox.messages) == (3, 3, [])  # dc1, aggregate and lake are short
+    assert set(read_log(settings.lake_root)["last_error"].str.slice(0, 13)) == {"no recipients"}
+
+
+# -- pure parts --------------------------------------------------------------------------------------
+
+
+def test_the_alert_id_depends_on_kind_window_tier_and_status_only():
+    start = datetime(2025, 3, 4, 10, 40, tzinfo=timezone.utc)
+    same = alert_id("loss", "dc1", "orders", pd.Timestamp(start), "lake", "incomplete")
+    assert same == alert_id("loss", "dc1", "orders", start, "lake", "incomplete")
+    others = {alert_id(*args) for args in [("over", "dc1", "orders", start, "lake", "incomplete"),
+                                           ("loss", "dc2", "orders", start, "lake", "incomplete"),
+                                           ("loss", "dc1", "orders", start.replace(minute=50), "lake", "incomplete"),
+                                           ("loss", "dc1", "orders", start, "aggregate", "incomplete"),
+                                           ("loss", "dc1", "orders", start, "lake", "over")]}
+    assert same not in others and len(others) == 5
+
+
+@pytest.mark.parametrize("watermark_minutes_ago, tier, expected", [
+    (29, "lake", 0),        # within lag_minutes
+    (31, "lake", 1),        # behind
+    (300, "producer", 0),   # the reference tier is never lagging: a quiet producer is not lag
+    (None, "lake", 0),      # no watermark yet
+])
+def test_lag_alerts(watermark_minutes_ago, tier, expected):
+    watermark = None if watermark_minutes_ago is None else pd.Timestamp(NOW) - pd.Timedelta(minutes=watermark_minutes_ago)
+    frame = pd.DataFrame([dict(tier=tier, origin_cluster="dc1", topic="orders", watermark=watermark, lag=10,
+                               stalled=False, reporters="x")])
+    frame["watermark"] = pd.to_datetime(frame["watermark"], utc=True)
+    assert len(lag_alerts(frame, now=NOW, lag_minutes=30, window_minutes=10, reference_tier="producer")) == expected
+
+
+def test_the_subject_names_the_worst_window_and_counts_the_rest():
+    start = datetime(2025, 3, 4, 10, 40, tzinfo=timezone.utc)
+    alerts = [Alert("loss", "dc1", "orders", start, "lake", "incomplete", completeness_pct=99.5),
+              Alert("loss", "dc1", "orders", start.replace(minute=50), "aggregate", "incomplete", completeness_pct=90.0)]
+    assert subject(alerts) == "[kaudit] LOSS dc1.orders at aggregate: 90.00% in 2025-03-04 10:50 UTC (+1 more)"
+    assert subject(alerts[:1]) == "[kaudit] LOSS dc1.orders at lake: 99.50% in 2025-03-04 10:40 UTC"
+
+
+def test_kaudit_alert_exits_3_while_smtp_is_down_and_0_once_sent(tmp_path, smtp_server):
+    import subprocess
+    import sys
+
+    server, inbox, port = smtp_server
+    config = tmp_path / "kaudit.toml"
+    config.write_text(f'state_dir = "{tmp_path}"\n[smtp]\nport = {port}\nretries = 1\n'
+                      '[alerts]\ndefault_recipients = ["audit@example.com"]\n')
+    seed(Settings(state_dir=tmp_path), Loss("orders", "lake", 4, 9))
+
+    def kaudit_alert() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "audit.cli", "--config", str(config), "alert",
+                               "--now", NOW.strftime("%Y-%m-%dT%H:%MZ")], capture_output=True, text=True, timeout=120)
+
+    server.stop()
+    down = kaudit_alert()
+    assert down.returncode == 3, down.stderr
+    assert "1 new, 0 email(s) sent carrying 0 alert(s), 1 pending" in down.stdout and "unreachable" in down.stdout
+    server.start()
+    back = kaudit_alert()
+    assert back.returncode == 0, back.stderr
+    assert "0 new, 1 email(s) sent carrying 1 alert(s), 0 pending" in back.stdout
+    assert len(inbox.messages) == 1

@@ -1,0 +1,93 @@
+"""The completeness rules as a table of cases, plus properties that hold for any counts."""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from audit.contract.completeness import classify, partition_gaps, threshold_for
+
+WINDOW_END = 1_700_000_600_000
+GRACE = 300_000
+DUE = WINDOW_END + GRACE
+
+
+def row(expected, observed, *, watermark=DUE + 1, now=DUE + 10_000, threshold=None, exp_parts=None, obs_parts=None) -> dict:
+    frame = pd.DataFrame([{
+        "expected": expected, "observed": observed, "expected_by_partition": exp_parts,
+        "observed_by_partition": obs_parts, "window_end_ms": WINDOW_END, "tier_watermark_ms": watermark,
+        "threshold_pct": threshold,
+    }])
+    return classify(frame, now_ms=now, grace_ms=GRACE).iloc[0].to_dict()
+
+
+CASES = [
+    # (why, expected, observed, keyword arguments, status, missing, duplicated)
+    ("equal counts are complete", 100, 100, {}, "complete", 0, 0),
+    ("equal counts are complete even before the tier is final", 100, 100, {"watermark": 0}, "complete", 0, 0),
+    ("a final tier short of messages is incomplete", 100, 97, {}, "incomplete", 3, 0),
+    ("a final tier over is over, never complete", 100, 104, {}, "over", 0, 4),
+    ("a tier behind its window is lagging, not losing", 100, 60, {"watermark": DUE - 1}, "lagging", 40, 0),
+    ("a tier with no watermark at all is lagging", 100, 60, {"watermark": float("nan")}, "lagging", 40, 0),
+    ("a window still open is pending", 100, 60, {"watermark": DUE - 1, "now": DUE - 1}, "pending", 40, 0),
+    ("the watermark exactly at window end + grace is final", 100, 99, {"watermark": DUE}, "incomplete", 1, 0),
+    ("above a lowered threshold a small loss is complete", 1000, 999, {"threshold": 99.0}, "complete", 1, 0),
+    ("below a lowered threshold it is incomplete", 1000, 980, {"threshold": 99.0}, "incomplete", 20, 0),
+    ("nothing expected but something seen is over", 0, 5, {}, "over", 0, 5),
+    ("a loss in one partition is not hidden by duplicates in another", 20, 20,
+     {"exp_parts": {0: 10, 1: 10}, "obs_parts": {0: 7, 1: 13}}, "incomplete", 3, 3),
+    ("duplicates alone, per partition", 20, 22, {"exp_parts": {0: 10, 1: 10}, "obs_parts": {0: 12, 1: 10}}, "over", 0, 2),
+    ("a partition only the tier has counts as duplicates", 10, 12, {"exp_parts": {0: 10}, "obs_parts": {0: 10, 5: 2}}, "over", 0, 2),
+    ("without partitions on one side the totals decide", 20, 20, {"exp_parts": {0: 10, 1: 10}}, "complete", 0, 0),
+]
+
+
+@pytest.mark.parametrize("why, expected, observed, kwargs, status, missing, duplicated", CASES, ids=[c[0] for c in CASES])
+def test_status_rules(why, expected, observed, kwargs, status, missing, duplicated):
+    result = row(expected, observed, **kwargs)
+    assert (result["status"], result["missing"], result["duplicated"]) == (status, missing, duplicated), why
+
+
+def test_percentage_and_final_flag():
+    result = row(200, 150)
+    assert result["completeness_pct"] == 75.0 and result["final"]
+    assert pd.isna(row(0, 0)["completeness_pct"])
+    assert not row(10, 10, watermark=DUE - 1)["final"]
+
+
+def test_partition_maps_arrive_as_arrow_pairs_too():
+    # Spark's mapInPandas hands MAP columns over as lists of (key, value) tuples.
+    result = row(20, 20, exp_parts=[(0, 10), (1, 10)], obs_parts=[(0, 9), (1, 11)])
+    assert (result["status"], result["missing"], result["duplicated"]) == ("incomplete", 1, 1)
+
+
+def test_threshold_for_takes_the_first_matching_pattern():
+    thresholds = [(re.compile(r"^dc1\.clicks$"), 99.0), (re.compile(r"clicks"), 95.0)]
+    assert threshold_for("dc1.clicks", thresholds) == 99.0
+    assert threshold_for("dc2.clicks", thresholds) == 95.0
+    assert threshold_for("dc1.orders", thresholds) == 100.0
+
+
+partition_maps = st.dictionaries(st.integers(0, 7), st.integers(0, 1000), max_size=8)
+
+
+@given(partition_maps, partition_maps)
+def test_partition_gaps_balance_the_totals(expected, observed):
+    missing, duplicated = partition_gaps(expected, observed)
+    assert missing >= 0 and duplicated >= 0
+    assert duplicated - missing == sum(observed.values()) - sum(expected.values())
+    assert missing >= max(sum(expected.values()) - sum(observed.values()), 0)
+
+
+@given(st.integers(0, 10**9), st.integers(0, 10**9), st.integers(0, 2 * DUE), st.integers(0, 2 * DUE))
+def test_a_window_that_is_not_final_is_never_a_loss(expected, observed, watermark, now):
+    result = row(expected, observed, watermark=watermark, now=now)
+    if watermark < DUE:
+        assert result["status"] in ("complete", "lagging", "pending")
+    if result["status"] == "incomplete":
+        assert result["final"] and result["missing"] == expected - observed > 0
+    if expected == observed:
+        assert result["status"] == "complete"

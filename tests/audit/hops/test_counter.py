@@ -1,0 +1,254 @@
+"""The per-cluster audit counter against real brokers: exact counts, crashes, rebalances, odd timestamps."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import pytest
+from confluent_kafka import Producer
+
+from audit.io.audit_log import counts_by_window, read_audit_topic
+from audit.io.clients import watermarks
+from audit.hops.counter import ClusterCounter, CounterOptions
+from audit.contract.record import AUDIT_TIME_HEADER, Kind
+from audit.contract.windows import window_start
+
+pytestmark = pytest.mark.kafka
+
+WINDOW_MINUTES = 10
+WINDOW_MS = WINDOW_MINUTES * 60_000
+BASE_MS = 1_763_800_000_000 // WINDOW_MS * WINDOW_MS  # an aligned window start in 2025
+
+
+def produce_plain(bootstrap: str, topics: list[str], count: int, *, windows: int, partitions: int, seed: int = 1) -> Counter:
+    """Produce `count` messages spread over `windows` windows; the expected (topic, window) counts."""
+    rng = random.Random(seed)
+    expected: Counter = Counter()
+    failures = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 10,
+                         "on_delivery": lambda err, _msg: err and failures.append(err)})
+    for i in range(count):
+        topic = topics[i % len(topics)]
+        ts = BASE_MS + rng.randrange(windows * WINDOW_MS)
+        while True:
+            try:
+                producer.produce(topic, value=b"x" * rng.randrange(1, 100), key=str(i).encode(), timestamp=ts,
+                                 partition=rng.randrange(partitions))
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+        expected[(topic, window_start(ts, WINDOW_MINUTES))] += 1
+    assert producer.flush(60) == 0
+    assert failures == [], failures[:3]
+    return expected
+
+
+def counter_for(bootstrap: str, audit_topic: str, prefix: str, *, instance: str = "0", group: str | None = None,
+                flush_interval_s: float = 0.5) -> ClusterCounter:
+    options = CounterOptions(
+        cluster="dc1", audit_topic=audit_topic, window_minutes=WINDOW_MINUTES, flush_interval_s=flush_interval_s,
+        instance=instance, group_id=group or f"g-{audit_topic}", topic_refresh_s=1.0, by_partition=True,
+    )
+    return ClusterCounter({"bootstrap.servers": bootstrap}, options, lambda topic: topic.startswith(prefix))
+
+
+def wait_for(condition, what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def counted(bootstrap: str, audit_topic: str) -> dict:
+    records, rejects = read_audit_topic({"bootstrap.servers": bootstrap}, audit_topic)
+    assert rejects == []
+    return counts_by_window(records, "dc1")
+
+
+def test_counts_every_message_once_per_topic_and_window(local_clusters, topic_factory, unique_name):
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    prefix = unique_name("exact")
+    topics = [topic_factory("dc1", partitions=6, name=f"{prefix}-{i}") for i in range(3)]
+    audit_topic = topic_factory("dc1", partitions=1, name=f"{prefix}-audit")
+    expected = produce_plain(bootstrap, topics, 30_000, windows=6, partitions=6)
+
+    stats = counter_for(bootstrap, audit_topic, prefix).run(until_caught_up=True, max_seconds=120)
+
+    assert stats.counted == 30_000
+    assert counted(bootstrap, audit_topic) == dict(expected)
+    assert len({window for _topic, window in expected}) >= 5
+
+
+def test_status_records_report_positions_lag_and_watermark(local_clusters, topic_factory, unique_name):
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    prefix = unique_name("status")
+    topic = topic_factory("dc1", partitions=2, name=f"{prefix}-t")
+    audit_topic = topic_factory("dc1", name=f"{prefix}-audit")
+    produce_plain(bootstrap, [topic], 500, windows=2, partitions=2)
+
+    counter_for(bootstrap, audit_topic, prefix).run(until_caught_up=True, max_seconds=60)
+
+    records, _ = read_audit_topic({"bootstrap.servers": bootstrap}, audit_topic)
+    status = [r for r in records if r.kind == Kind.STATUS]
+    assert status, "no status record written"
+    last = status[-1]
+    assert last.topic == topic and last.tier == "dc1"
+    assert sorted(p.partition for p in last.partitions) == [0, 1]
+    assert sum(p.position for p in last.partitions) == 500
+    assert all(p.lag == 0 and p.end_offset == p.position for p in last.partitions)
+    assert last.watermark_ms is not None and last.watermark_ms > BASE_MS
+
+
+def test_two_instances_and_a_rebalance_mid_stream_stay_exact(local_clusters, topic_factory, unique_name):
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    prefix = unique_name("group")
+    topics = [topic_factory("dc1", partitions=6, name=f"{prefix}-{i}") for i in range(2)]
+    audit_topic = topic_factory("dc1", name=f"{prefix}-audit")
+    group = f"g-{prefix}"
+    expected: Counter = Counter()
+
+    def produce_in_background(batches: int) -> threading.Thread:
+        def work():
+            for batch in range(batches):
+                expected.update(produce_plain(bootstrap, topics, 4000, windows=5, partitions=6, seed=batch))
+        thread = threading.Thread(target=work)
+        thread.start()
+        return thread
+
+    first = counter_for(bootstrap, audit_topic, prefix, instance="a", group=group, flush_interval_s=0.3)
+    second = counter_for(bootstrap, audit_topic, prefix, instance="b", group=group, flush_interval_s=0.3)
+    runners = [threading.Thread(target=counter.run, kwargs={"max_seconds": 120}) for counter in (first, second)]
+    runners[0].start()
+    producing = produce_in_background(10)
+    wait_for(lambda: first.stats.counted > 0, "the first instance to count")
+    runners[1].start()  # joins the group while messages flow: a rebalance
+    wait_for(lambda: second.progress and second.stats.counted > 0, "the second instance to get partitions and count")
+    assert producing.is_alive(), "the rebalance should happen mid-stream"
+    first.stop()  # leaves: after its session times out, the second takes everything over
+    runners[0].join(60)
+    producing.join(180)
+    second.stop()
+    runners[1].join(60)
+    assert first.stats.counted > 0 and second.stats.counted > 0
+
+    counter_for(bootstrap, audit_topic, prefix, instance="c", group=group).run(until_caught_up=True, max_seconds=60)
+
+    assert counted(bootstrap, audit_topic) == dict(expected)
+
+
+def test_kill_minus_nine_at_random_moments_changes_no_count(local_clusters, topic_factory, unique_name, tmp_path):
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    prefix = unique_name("crash")
+    topics = [topic_factory("dc1", partitions=6, name=f"{prefix}-{i}") for i in range(3)]
+    audit_topic = topic_factory("dc1", name=f"{prefix}-audit")
+    config = tmp_path / "kaudit.toml"
+    config.write_text(
+        f'state_dir = "{tmp_path}"\naudit_topic = "{audit_topic}"\nflush_interval_s = 0.2\n'
+        f'[topics]\ninclude = ["^{prefix}-[0-9]+$"]\n'
+        f'[[clusters]]\nname = "dc1"\nbootstrap_servers = "{bootstrap}"\n'
+    )
+    expected: Counter = Counter()
+    producing = threading.Thread(
+        target=lambda: [expected.update(produce_plain(bootstrap, topics, 5000, windows=5, partitions=6, seed=s)) for s in range(8)]
+    )
+    producing.start()
+    command = [sys.executable, "-m", "audit.cli", "--config", str(config), "count", "--cluster", "dc1",
+               "--topic-refresh-s", "1"]
+    rng = random.Random(7)
+    kills = 0
+    while kills < 5 or producing.is_alive():
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ))
+        time.sleep(rng.uniform(1.5, 4.0))
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+        kills += 1
+    producing.join()
+
+    final = subprocess.run(command + ["--until-caught-up"], capture_output=True, text=True, timeout=180)
+    assert final.returncode == 0, final.stderr[-2000:]
+
+    assert kills >= 5
+    got = counted(bootstrap, audit_topic)
+    if got != dict(expected):
+        print(diagnose(bootstrap, audit_topic, topics, "kaudit-counter-dc1"))
+        print(final.stderr[-5000:])
+    assert got == dict(expected)
+
+
+def diagnose(bootstrap: str, audit_topic: str, topics: list[str], group: str) -> str:
+    """Per partition: end offset, the group's committed offset, and what the audit records counted."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    records, _ = read_audit_topic({"bootstrap.servers": bootstrap}, audit_topic)
+    per_partition: Counter = Counter()
+    for record in records:
+        if record.kind == Kind.COUNT and record.by_partition:
+            for partition, count in record.by_partition.items():
+                per_partition[(record.topic, partition)] += count
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    lines = []
+    for topic in topics:
+        tps = [TopicPartition(topic, p) for p in range(6)]
+        for tp in consumer.committed(tps, timeout=10):
+            end = watermarks(consumer, topic, tp.partition)[1]
+            lines.append(f"{topic}[{tp.partition}] end={end} committed={tp.offset} counted={per_partition[(topic, tp.partition)]}")
+    consumer.close()
+    return "\n".join(lines)
+
+
+def test_missing_and_garbage_timestamps_are_counted_and_flagged(local_clusters, topic_factory, unique_name):
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    prefix = unique_name("time")
+    log_append = topic_factory("dc1", name=f"{prefix}-append", config={"message.timestamp.type": "LogAppendTime"})
+    create_time = topic_factory("dc1", name=f"{prefix}-create")
+    audit_topic = topic_factory("dc1", name=f"{prefix}-audit")
+    header_ms = BASE_MS + 3 * WINDOW_MS + 1234
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(log_append, value=b"no header")
+    producer.produce(log_append, value=b"garbage header", headers=[(AUDIT_TIME_HEADER, b"not-a-number")])
+    producer.produce(log_append, value=b"good header", headers=[(AUDIT_TIME_HEADER, str(header_ms).encode())])
+    producer.produce(create_time, value=b"garbage header", timestamp=BASE_MS + 5, headers=[(AUDIT_TIME_HEADER, b"\xff\xfe")])
+    assert producer.flush(10) == 0
+
+    counter = counter_for(bootstrap, audit_topic, prefix)
+    stats = counter.run(until_caught_up=True, max_seconds=60)
+
+    assert stats.counted == 4
+    records, _ = read_audit_topic({"bootstrap.servers": bootstrap}, audit_topic)
+    counts = counts_by_window(records, "dc1")
+    no_timestamp = counts_by_window(records, "dc1", "no_timestamp")
+    assert counts[(log_append, BASE_MS + 3 * WINDOW_MS)] == 1  # the header's window, not the broker's clock
+    assert counts[(create_time, BASE_MS)] == 1  # CreateTime wins over a garbage header
+    assert sum(counts.values()) == 4
+    assert sum(no_timestamp.values()) == 2  # the two log-append messages without a usable header
+
+
+def test_producer_and_counter_tiers_agree_on_100k_messages(local_clusters, topic_factory, unique_name):
+    """Invariant 1 for the first two tiers: with no fault, the cluster counts what the producer counted."""
+    from producers.audited import AuditedProducer
+    from producers.loadgen import generate
+
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    prefix = unique_name("agree")
+    topics = [topic_factory("dc1", partitions=6, name=f"{prefix}-{i}") for i in range(3)]
+    audit_topic = topic_factory("dc1", name=f"{prefix}-audit")
+    with AuditedProducer(config={"bootstrap.servers": bootstrap, "linger.ms": 20}, cluster="dc1",
+                         audit_topic=audit_topic, flush_interval_s=1.0) as producer:
+        stats = generate(producer, topics, count=100_000, backfill_hours=1, seed=11)
+
+    counter_for(bootstrap, audit_topic, prefix).run(until_caught_up=True, max_seconds=180)
+
+    records, rejects = read_audit_topic({"bootstrap.servers": bootstrap}, audit_topic)
+    assert rejects == [] and stats.acked == 100_000
+    producer_counts = counts_by_window(records, "producer")
+    assert producer_counts == dict(stats.acked_by_window)
+    assert counts_by_window(records, "dc1") == producer_counts
+    assert counts_by_window(records, "dc1", "bytes") == counts_by_window(records, "producer", "bytes")
+    assert len({window for _topic, window in producer_counts}) >= 5
