@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 from confluent_kafka import KafkaError, Producer
 from prometheus_client import Counter
 
+from audit.contract.names import DEFAULT_AUDIT_TOPIC, PRODUCER_TIER
 from audit.contract.errors import KafkaClientError
 from audit.contract.record import AUDIT_TIME_HEADER, count_record, encode, new_instance_id, record_id
 from audit.contract.tally import Tally
@@ -52,7 +53,7 @@ class AuditedProducer:
         *,
         config: Mapping[str, Any],
         cluster: str,
-        audit_topic: str = "_audit",
+        audit_topic: str = DEFAULT_AUDIT_TOPIC,
         window_minutes: int = DEFAULT_WINDOW_MINUTES,
         flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
         service: str = "app",
@@ -187,7 +188,7 @@ class AuditedProducer:
             for (topic, window_start_ms), tally in sorted(self._tally.drain().items()):
                 rid = record_id(self.instance_id, next(self._sequence))
                 record = count_record(
-                    record_id=rid, tier="producer", cluster=self.cluster, service=self.service, host=self.host,
+                    record_id=rid, tier=PRODUCER_TIER, cluster=self.cluster, service=self.service, host=self.host,
                     instance_id=self.instance_id, topic=topic, window_start_ms=window_start_ms,
                     window_minutes=self._tally.window_minutes, count=tally.count, bytes=tally.bytes,
                     send_failed=tally.send_failed, latency_ms=tally.latency_ms(),

@@ -30,6 +30,7 @@ from urllib.parse import urlencode
 
 import pandas as pd
 
+from audit.contract.names import LAKE_TIER
 from audit.contract.errors import KafkaAuditError
 from audit.io.lake_read import read_frame
 from audit.contract.tables import ALERTS, arrow_table, table_path
@@ -195,7 +196,7 @@ def likely_cause(row, completeness: pd.DataFrame, tier_status: pd.DataFrame, tie
         previous = other.tier
     hop = f"{previous} -> {first_bad}"
     if row.status == "incomplete":
-        what = "the lake job" if first_bad == "lake" else ("the counter" if previous == row.reference_tier
+        what = "the lake job" if first_bad == LAKE_TIER else ("the counter" if previous == row.reference_tier
                                                           and first_bad == row.origin_cluster else "the replicator")
         causes.append(f"lost between {hop} ({what}): {previous} counted {_int(row.expected) or 0:,}, "
                       f"{first_bad} is short")
@@ -209,7 +210,7 @@ def likely_cause(row, completeness: pd.DataFrame, tier_status: pd.DataFrame, tie
                 causes.append(f"a replicator into {tier} is stalled ({info.reporters})")
             elif _int(info.lag):
                 causes.append(f"{tier} has a lag of {int(info.lag):,} messages")
-            if tier == "lake" and pd.notna(info.watermark) and info.watermark < pd.Timestamp(now) - pd.Timedelta(
+            if tier == LAKE_TIER and pd.notna(info.watermark) and info.watermark < pd.Timestamp(now) - pd.Timedelta(
                     minutes=lag_minutes):
                 causes.append("the lake job is behind")
     if not tier_counts.empty:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from audit.contract.names import PRODUCER_TIER
 from audit.io import delta_io
 from audit.io.clients import client_config, java_client_options, list_offsets
 from audit.contract.completeness import classify, threshold_for
@@ -285,7 +286,7 @@ def tier_paths(spark, settings):
         threshold = threshold_for(f"{origin}.{topic}", thresholds)
         lowest = None
         for tier in tiers:
-            if tier == "producer":
+            if tier == PRODUCER_TIER:
                 continue  # producers report no watermark: their counts are final once flushed
             own = watermarks.get(tier)
             lowest = own if lowest is None else (None if own is None else min(lowest, own))
@@ -295,6 +296,17 @@ def tier_paths(spark, settings):
     schema = ("origin_cluster STRING, topic STRING, tier STRING, tier_order INT, reference_tier STRING, "
               "threshold_pct DOUBLE, tier_watermark_ms BIGINT")
     return spark.createDataFrame(rows, schema) if rows else None
+
+
+# What the judge step yields per (window, tier): `classify`'s verdict with times still in epoch ms.
+JUDGED_COLUMNS = {
+    "origin_cluster": "STRING", "topic": "STRING", "window_start": "TIMESTAMP", "window_minutes": "INT",
+    "tier": "STRING", "tier_order": "INT", "reference_tier": "STRING", "expected": "BIGINT", "observed": "BIGINT",
+    "missing": "BIGINT", "duplicated": "BIGINT", "completeness_pct": "DOUBLE", "threshold_pct": "DOUBLE",
+    "status": "STRING", "final": "BOOLEAN", "window_end_ms": "BIGINT", "tier_watermark_ms": "BIGINT",
+    "latency_p99_ms": "DOUBLE",
+}
+JUDGED_DDL = ", ".join(f"{name} {kind}" for name, kind in JUDGED_COLUMNS.items())
 
 
 def update_completeness(spark, settings, touched, *, now_ms: int) -> int:
@@ -326,10 +338,7 @@ def update_completeness(spark, settings, touched, *, now_ms: int) -> int:
                          "expected_by_partition", "observed_by_partition", "window_end_ms", "tier_watermark_ms",
                          "threshold_pct", "latency_p99_ms").mapInPandas(
         _Judge(now_ms=now_ms, grace_ms=int(settings.grace_s * 1000)),
-        "origin_cluster STRING, topic STRING, window_start TIMESTAMP, window_minutes INT, tier STRING, tier_order INT, "
-        "reference_tier STRING, expected BIGINT, observed BIGINT, missing BIGINT, duplicated BIGINT, "
-        "completeness_pct DOUBLE, threshold_pct DOUBLE, status STRING, final BOOLEAN, window_end_ms BIGINT, "
-        "tier_watermark_ms BIGINT, latency_p99_ms DOUBLE")
+        JUDGED_DDL)
     result = (judged.withColumn("logical_topic", F.concat_ws(".", "origin_cluster", "topic"))
               .withColumn("window_end", F.timestamp_millis("window_end_ms"))
               .withColumn("tier_watermark", F.timestamp_millis("tier_watermark_ms"))
@@ -360,9 +369,7 @@ class _Judge:
         for frame in frames:
             judged = classify(frame, now_ms=self.now_ms, grace_ms=self.grace_ms)
             judged["tier_watermark_ms"] = judged["tier_watermark_ms"].astype("Int64")
-            yield judged[["origin_cluster", "topic", "window_start", "window_minutes", "tier", "tier_order",
-                          "reference_tier", "expected", "observed", "missing", "duplicated", "completeness_pct",
-                          "threshold_pct", "status", "final", "window_end_ms", "tier_watermark_ms", "latency_p99_ms"]]
+            yield judged[list(JUDGED_COLUMNS)]
 
 
 # -- 4. offsets ----------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any, Iterable, Mapping
 
 from audit.contract.errors import RecordError
+from audit.contract.names import CONTROL_CHARACTERS, NAME_PATTERN, is_topic_name
 from audit.contract.windows import DEFAULT_WINDOW_MINUTES, is_aligned, to_datetime, to_ms, validate_window_minutes
 
 SCHEMA_VERSION = 1
@@ -25,10 +26,6 @@ MAX_COUNT = 10**15
 MAX_RECORD_BYTES = 1_000_000
 MAX_RECORD_ID_CHARS = 200
 MAX_AUDIT_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
-# \Z, not $: `$` also matches before a trailing newline, which would let "orders\n" pass as a topic.
-NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
-TOPIC_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,249}\Z")
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 MAX_PARTITION = 2**31 - 1  # Kafka partitions are int32
 MAX_OFFSET = 2**63 - 1  # Kafka offsets are int64
 COUNT_FIELDS = ("count", "bytes", "send_failed", "no_timestamp")
@@ -377,7 +374,7 @@ def _check_identity(record: AuditRecord) -> str | None:
         value = getattr(record, name)
         if not NAME_PATTERN.match(value):
             return f"{name}: {_short(value)} is not a name (letters, digits, '.', '_', '-'; at most 64)"
-    if not TOPIC_PATTERN.match(record.topic) or record.topic in (".", ".."):
+    if not is_topic_name(record.topic):
         return f"topic: {_short(record.topic)} is not a legal Kafka topic name"
     if not 0 <= record.emitted_at_ms <= MAX_AUDIT_TIME_MS:
         return f"emitted_at: {record.emitted_at_ms} ms is out of range"

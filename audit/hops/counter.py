@@ -20,6 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_CREATE_TIME, Consumer, K
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import Counter, Gauge
 
+from audit.contract.names import DEFAULT_AUDIT_TOPIC
 from audit.contract.audit_time import audit_time
 from audit.io.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 from audit.contract.errors import KafkaClientError
@@ -47,7 +48,7 @@ class CounterOptions:
     """How one counter instance runs; defaults suit the embedded local clusters."""
 
     cluster: str
-    audit_topic: str = "_audit"
+    audit_topic: str = DEFAULT_AUDIT_TOPIC
     window_minutes: int = 10
     flush_interval_s: float = 10.0
     instance: str = "0"  # slot name: stable across restarts of the same slot

@@ -21,6 +21,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import Counter, Gauge
 
+from audit.contract.names import LAKE_TIER
 from audit.io import delta_io
 from audit.io.clients import client_config, ensure_topics, java_client_options, list_offsets
 from audit.contract.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS, count_record, encode, status_record, topic_statuses, watermark_ms
@@ -30,7 +31,7 @@ from audit.contract.windows import MS_PER_MINUTE
 log = logging.getLogger(__name__)
 
 SERVICE = "kaudit-lake"
-TIER = "lake"
+TIER = LAKE_TIER
 
 ROWS = Counter("kaudit_lake_rows_total", "Rows landed in bronze", ["cluster"])
 BATCHES = Counter("kaudit_lake_batches_total", "Micro-batches committed", ["cluster"])

@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 from prometheus_client import Counter, Gauge
 
+from audit.contract.names import DEFAULT_AUDIT_TOPIC
 from audit.contract.audit_time import header_value
 from audit.io.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 from audit.contract.errors import KafkaClientError
@@ -51,7 +52,7 @@ class MirrorOptions:
 
     source: str
     target: str
-    audit_topic: str = "_audit"
+    audit_topic: str = DEFAULT_AUDIT_TOPIC
     window_minutes: int = 10
     group_id: str | None = None  # default kaudit-mirror-<source>-<target>
     session_timeout_ms: int = 10_000  # a crashed instance's partitions move on after this long

@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from audit.contract.errors import ConfigError
+from audit.contract.names import (CLUSTER_NAME_PATTERN, CONTROL_CHARACTERS, DEFAULT_AUDIT_TOPIC, LAKE_TIER,
+                                  PRODUCER_TIER, RESERVED_TIERS, is_topic_name)
 from audit.contract.windows import DEFAULT_WINDOW_MINUTES, MINUTES_PER_DAY, validate_window_minutes
 
 EXAMPLE_CONFIG = Path(__file__).with_name("default.toml")
@@ -49,22 +51,14 @@ OTHER_ENV = frozenset({CONFIG_ENV, "KAUDIT_LOG_LEVEL", "KAUDIT_LOG_FORMAT", "KAU
 DEFAULT_CLUSTERS = ("dc1", "dc2", "aggregate")
 DEFAULT_STATE_DIR = Path(".kaudit")
 DEFAULT_CACHE_DIR = Path("~/.cache/kafka-audit")
-DEFAULT_AUDIT_TOPIC = "_audit"
 DEFAULT_GRACE_S = 300.0
 DEFAULT_FLUSH_INTERVAL_S = 10.0
 DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_NAMING = "prefix"
 DEFAULT_INCLUDE = (".*",)
-DEFAULT_EXCLUDE = (r"^__.*", r"^_audit$", r"^_kaudit.*")  # Kafka's internal topics, the audit topic, ours
+DEFAULT_EXCLUDE = (r"^__.*", rf"^{DEFAULT_AUDIT_TOPIC}$", r"^_kaudit.*")  # Kafka's internal topics, the audit topic, ours
 NAMING_POLICIES = ("prefix", "identity")
-PRODUCER_TIER = "producer"
-LAKE_TIER = "lake"
-RESERVED_TIERS = (PRODUCER_TIER, LAKE_TIER)
 
-# \Z, not $: `$` also matches before a trailing newline, which would let "dc1\n" pass as a name.
-NAME_PATTERN = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
-TOPIC_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,249}\Z")
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 HOST_PATTERN = re.compile(r"\A[A-Za-z0-9.:_-]{1,253}\Z")  # a host name, IPv4 or IPv6 address
 # Deeper than this, a client table is a mistake, not a librdkafka setting (and would exhaust the stack).
 MAX_CLIENT_DEPTH = 16
@@ -224,7 +218,7 @@ class ClusterSettings:
 
     def __post_init__(self) -> None:
         _coerce_fields(self, CLUSTER_KEY)
-        if not NAME_PATTERN.match(self.name):
+        if not CLUSTER_NAME_PATTERN.match(self.name):
             raise _error(f"{CLUSTER_KEY}name", f"{_show(self.name)} is not a name (a letter or digit, then up to "
                          "63 letters, digits, '_' or '-')")
         if self.name in RESERVED_TIERS:
@@ -590,7 +584,7 @@ def _validate(settings: Settings) -> None:
         raise _error("grace_s", f"{settings.grace_s:g} is negative; it must be >= 0 seconds")
     if not math.isfinite(settings.flush_interval_s) or settings.flush_interval_s <= 0:
         raise _error("flush_interval_s", f"{settings.flush_interval_s:g} must be a finite number of seconds > 0")
-    if not TOPIC_PATTERN.match(settings.audit_topic) or settings.audit_topic in (".", ".."):
+    if not is_topic_name(settings.audit_topic):
         raise _error("audit_topic", f"{settings.audit_topic!r} is not a legal Kafka topic name "
                      "(1 to 249 letters, digits, '.', '_', '-')")
     if not settings.metrics_host.strip():
