@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import traceback
 from pathlib import Path
 
 from audit.contract.errors import KafkaAuditError
@@ -44,7 +45,23 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(args.config)
         return int(args.handler(args, settings) or 0)
     except KafkaAuditError as exc:
-        print(f"kaudit: error: {exc}", file=sys.stderr)
-        return 2
+        return _error(str(exc))
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a user must see what failed and where, never a traceback (that goes to the log)
+        log.debug("unexpected error", exc_info=True)
+        where = _origin(exc)
+        return _error(f"{type(exc).__name__}: {exc} (in {where}); run again with --log-level DEBUG for the traceback")
+
+
+def _error(message: str) -> int:
+    print(f"kaudit: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _origin(exc: BaseException) -> str:
+    """`module:line` of the innermost frame of ours that the exception passed through."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [frame for frame in frames if "/audit/" in frame.filename or "/producers/" in frame.filename] or frames
+    frame = ours[-1]
+    return f"{Path(frame.filename).name}:{frame.lineno}" if frame else "kaudit"

@@ -25,6 +25,14 @@ class SetupError(KafkaAuditError):
     """A part installed by `make setup` (a jar folder, Java) is missing."""
 
 
+class JobError(KafkaAuditError):
+    """A running job (the lake job, the reconciliation) failed; it resumes from its checkpoint when restarted."""
+
+
+class HarnessError(KafkaAuditError):
+    """The local harness (demo, soak, pipeline, supervised services) could not go on."""
+
+
 class KafkaClientError(KafkaAuditError):
     """A Kafka client call failed; `code` keeps the librdkafka error code when there is one."""
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
+from audit.contract.errors import ConfigError
+
 DEFAULT_SEPARATOR = "."
 
 
@@ -72,4 +74,4 @@ def naming_policy(kind: str, clusters: Iterable[str], separator: str = DEFAULT_S
         return IdentityNaming()
     if kind == "prefix":
         return PrefixNaming(frozenset(clusters), separator)
-    raise ValueError(f"naming: {kind!r} is not a naming policy (identity or prefix)")
+    raise ConfigError(f"naming: {kind!r} is not a naming policy (identity or prefix)")

@@ -10,6 +10,8 @@ import random
 import re
 from dataclasses import dataclass, field
 
+from audit.contract.errors import ConfigError
+
 
 @dataclass
 class DropFault:
@@ -27,15 +29,15 @@ class DropFault:
 
     def __post_init__(self) -> None:
         if (self.count is None) == (not self.fraction):
-            raise ValueError("drop fault: give exactly one of count or fraction")
+            raise ConfigError("drop fault: give exactly one of count or fraction")
         if self.count is not None and self.count < 0:
-            raise ValueError(f"drop fault: count {self.count} is negative")
+            raise ConfigError(f"drop fault: count {self.count} is negative")
         if not 0 <= self.fraction <= 1:
-            raise ValueError(f"drop fault: fraction {self.fraction} is not between 0 and 1")
+            raise ConfigError(f"drop fault: fraction {self.fraction} is not between 0 and 1")
         try:
             self._pattern = re.compile(self.topics)
         except re.error as exc:
-            raise ValueError(f"drop fault: topics {self.topics!r} is not a valid regex: {exc}") from None
+            raise ConfigError(f"drop fault: topics {self.topics!r} is not a valid regex: {exc}") from None
         self._rng = random.Random(self.seed)
 
     def should_drop(self, topic: str, timestamp_ms: int = 0) -> bool:
@@ -67,7 +69,7 @@ class PauseFault:
 
     def __post_init__(self) -> None:
         if self.after_s < 0 or self.for_s <= 0:
-            raise ValueError(f"pause fault: after {self.after_s} s for {self.for_s} s: both must be >= 0, for > 0")
+            raise ConfigError(f"pause fault: after {self.after_s} s for {self.for_s} s: both must be >= 0, for > 0")
 
     def paused(self, now: float) -> bool:
         if self._started is None:

@@ -21,6 +21,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import Counter, Gauge
 
+from audit.contract.errors import JobError
 from audit.contract.names import LAKE_TIER
 from audit.io import delta_io
 from audit.io.clients import client_config, ensure_topics, java_client_options, list_offsets
@@ -166,7 +167,8 @@ class LakeJob:
                                    on_delivery=lambda err, _m: failures.append(err) if err else None)
         if self._producer.flush(self.options.client_timeout_s) or failures:
             # Failing the batch makes Spark replay it; the replay sends the same record ids.
-            raise RuntimeError(f"lake counts of batch {batch_id} not delivered to {self.options.cluster}: {failures[:1]}")
+            raise JobError(f"lake job: counts of batch {batch_id} not delivered to {self.options.cluster}'s audit topic "
+                           f"({failures[:1] or 'flush timed out'}); Spark replays the batch with the same record ids")
         total = sum(entry["count"] for entry in windows.values())
         self.stats.batches += 1
         self.stats.rows += total
@@ -254,7 +256,8 @@ class LakeJob:
             if query.isActive:
                 query.stop()
         if query.exception() is not None:
-            raise RuntimeError(f"lake job on {self.options.cluster} failed: {query.exception()}")
+            raise JobError(f"lake job on {self.options.cluster} failed: {query.exception()}; a restart resumes from "
+                           f"the checkpoint {self.options.checkpoint}")
         self.emit_status(query)
         return self.stats
 

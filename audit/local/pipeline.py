@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from audit.contract.errors import HarnessError
 from audit.io.clients import client_config, ensure_topics
 from audit.local.services import Supervisor
 from audit.contract.windows import window_start
@@ -107,7 +108,7 @@ def backfill(supervisor: Supervisor, plan: PipelinePlan, *, messages: int, hours
         result = supervisor.run("produce", "--cluster", cluster, "--topics", ",".join(plan.topics), "--count", str(messages),
                                 "--backfill-hours", str(hours), "--seed", str(seed + index), timeout_s=900)
         if result.returncode != 0:
-            raise RuntimeError(f"producing to {cluster} failed: {result.stderr[-2000:]}")
+            raise HarnessError(f"producing to {cluster} failed: {result.stderr[-2000:]}")
 
 
 def start_live_traffic(supervisor: Supervisor, plan: PipelinePlan, *, rate: float, duration_s: float) -> list[str]:

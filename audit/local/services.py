@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from audit.contract.errors import HarnessError
+
 log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 30.0
@@ -51,7 +53,7 @@ class Supervisor:
     def start(self, name: str, *args: str) -> Service:
         """Start `kaudit <args>` as service `name` (replacing a dead one of that name)."""
         if name in self.services and self.services[name].alive:
-            raise RuntimeError(f"service {name} is already running (pid {self.services[name].process.pid})")
+            raise HarnessError(f"service {name} is already running (pid {self.services[name].process.pid})")
         log_path = self.state_dir / "logs" / f"{name}.log"
         argv = self.command(*args)
         with open(log_path, "ab") as output:

@@ -30,6 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from audit.contract.errors import HarnessError
 from audit.local.pipeline import DropPlan, PipelinePlan, create_topics, drop_window, mirror_args, start_services
 from audit.local.services import Supervisor, stop_leftovers
 from audit.settings import EXAMPLE_CONFIG
@@ -128,7 +129,7 @@ def write_soak_config(settings, soak_dir: Path) -> Path:
                      ("window_minutes = 10", f"window_minutes = {WINDOW_MINUTES}"), ("grace_s = 300", f"grace_s = {GRACE_S}"),
                      ("flush_interval_s = 10", "flush_interval_s = 5")):
         if old not in text:
-            raise RuntimeError(f"soak config: {old!r} not found in default.toml; update write_soak_config")
+            raise HarnessError(f"soak config: {old!r} not found in default.toml; update write_soak_config")
         text = text.replace(old, new)
     path = soak_dir / "soak.toml"
     path.write_text(text)
@@ -139,7 +140,7 @@ def fresh_soak_dir(soak_dir: Path) -> None:
     """Stop what a previous soak left and wipe its folder (only a folder a soak made, or an empty one)."""
     if soak_dir.exists():
         if any(soak_dir.iterdir()) and not (soak_dir / SOAK_MARKER).exists():
-            raise RuntimeError(f"{soak_dir} exists and is not a soak folder (no {SOAK_MARKER}); choose another --state-dir")
+            raise HarnessError(f"{soak_dir} exists and is not a soak folder (no {SOAK_MARKER}); choose another --state-dir")
         stop_leftovers(soak_dir)
         from audit.local.clusters import LocalClusters
 
@@ -197,7 +198,7 @@ class Soak:
                                          str(BACKFILL_HOURS), "--seed", str(self.log.seed + index), timeout_s=900)
             self._tally_producer(cluster, result.stdout)
             if result.returncode != 0:
-                raise RuntimeError(f"backfilling {cluster} failed: {result.stderr[-2000:]}")
+                raise HarnessError(f"backfilling {cluster} failed: {result.stderr[-2000:]}")
         self.inject_malformed_records()
         self.wait_drop_committed()
 
@@ -217,7 +218,7 @@ class Soak:
         for value in bad:
             producer.produce(self.settings.audit_topic, value=value)
         if producer.flush(30):
-            raise RuntimeError(f"could not write the malformed audit records to {cluster}")
+            raise HarnessError(f"could not write the malformed audit records to {cluster}")
         self.log.malformed_markers = tuple(f"{marker}-{i}" for i in range(len(bad)))
         self.say(f"wrote {len(bad)} malformed records into {cluster}'s {self.settings.audit_topic}")
 
@@ -243,7 +244,7 @@ class Soak:
                 time.sleep(2.0)
         finally:
             consumer.close()
-        raise RuntimeError(f"replicator {self.drop.cluster} did not commit past the backfill of {topic} in {timeout_s:.0f} s")
+        raise HarnessError(f"replicator {self.drop.cluster} did not commit past the backfill of {topic} in {timeout_s:.0f} s")
 
     def load_with_faults(self) -> None:
         duration_s = self.args.minutes * 60
@@ -265,7 +266,7 @@ class Soak:
                      + (f" ({done.note})" if done.note else ""))
         while any(self.supervisor.services[f"produce-{c}"].alive for c in self.regional):
             if time.monotonic() - load_began > duration_s + 300:
-                raise RuntimeError("the producers did not finish 300 s after the load's end")
+                raise HarnessError("the producers did not finish 300 s after the load's end")
             self.watch_services()
             time.sleep(1.0)
         for cluster in self.regional:
@@ -348,7 +349,7 @@ class Soak:
         result = self.supervisor.run("reconcile", timeout_s=CATCH_UP_TIMEOUT_S)
         (self.soak_dir / "logs" / "final-reconcile.log").write_text(result.stdout + result.stderr)
         if result.returncode != 0:
-            raise RuntimeError(f"the final reconciliation failed (exit {result.returncode}): {result.stderr[-2000:]}")
+            raise HarnessError(f"the final reconciliation failed (exit {result.returncode}): {result.stderr[-2000:]}")
 
     def _run_all(self, steps: dict[str, list[str]]) -> None:
         for name, args in steps.items():
@@ -358,12 +359,12 @@ class Soak:
             service = self.supervisor.services[name]
             service.process.wait(max(1.0, deadline - time.monotonic()))
             if service.process.returncode != 0:
-                raise RuntimeError(f"{name} exited {service.process.returncode}: {_last_lines(service.log_path, 5)}")
+                raise HarnessError(f"{name} exited {service.process.returncode}: {_last_lines(service.log_path, 5)}")
 
     def _tally_producer(self, cluster: str, output: str) -> None:
         found = ACKED.findall(output)
         if not found:
-            raise RuntimeError(f"no 'produced N acked' line from the producer of {cluster}")
+            raise HarnessError(f"no 'produced N acked' line from the producer of {cluster}")
         acked, failed = found[-1]
         self.log.acked[cluster] += int(acked.replace(",", ""))
         self.log.failed[cluster] += int(failed.replace(",", ""))

@@ -95,3 +95,29 @@ def test_counter_exports_prometheus_metrics(local_clusters, topic_factory, uniqu
     assert f'kaudit_counter_messages_total{{cluster="dc1",topic="{topic}"}} 100.0' in body
     assert f'kaudit_counter_lag_messages{{cluster="dc1",partition="0",topic="{topic}"}} 0.0' in body
     assert "kaudit_counter_last_flush_timestamp_seconds" in body and "kaudit_counter_transaction_aborts_total" in body
+
+
+@pytest.mark.parametrize("args, names", [
+    (["mirror", "--from", "dc1", "--to", "aggregate", "--drop-topics", "x", "--drop-count", "-5"], "count -5 is negative"),
+    (["mirror", "--from", "dc1", "--to", "aggregate", "--drop-topics", "(", "--drop-count", "1"], "not a valid regex"),
+    (["count", "--cluster", "nowhere"], "nowhere"),
+])
+def test_a_bad_flag_is_one_error_line_with_exit_2_never_a_traceback(args, names):
+    result = kaudit(*args, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("kaudit: error: ") and names in result.stderr, result.stderr
+
+
+def test_an_unexpected_failure_names_its_type_and_place_not_a_traceback(monkeypatch, capsys):
+    from audit.cli import config
+    from audit.cli.main import main
+
+    def broken(args, settings):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(config, "run", broken)
+    assert main(["config", "show"]) == 2
+    stderr = capsys.readouterr().err
+    assert "Traceback" not in stderr
+    assert stderr.startswith("kaudit: error: OSError: disk full (in test_cli.py:") and "--log-level DEBUG" in stderr

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from audit.contract.errors import ConfigError
 from audit.hops.faults import DropFault, PauseFault
 
 WINDOW = 1_700_000_400_000  # aligned to 10 minutes
@@ -28,5 +29,5 @@ def test_pause_covers_its_interval_only():
 
 @pytest.mark.parametrize("kwargs", [{"count": -1}, {"fraction": 2.0}, {"count": 1, "fraction": 0.5}, {}])
 def test_bad_drop_settings_are_refused(kwargs):
-    with pytest.raises(ValueError, match="drop fault"):
+    with pytest.raises(ConfigError, match="drop fault"):
         DropFault("x", **kwargs)
