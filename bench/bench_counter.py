@@ -15,8 +15,8 @@ import uuid
 
 from confluent_kafka import Consumer, Producer
 
-from audit.io.clients import ensure_topics
 from audit.hops.counter import ClusterCounter, CounterOptions
+from audit.io.clients import ensure_topics
 from bench.harness import bench_cluster, compare, parse_args
 
 PARTITIONS = 6
@@ -68,8 +68,8 @@ def counter_loop(bootstrap: str, topic: str, messages: int) -> float:
     options = CounterOptions(cluster="bench", audit_topic=audit_topic, flush_interval_s=3600,
                              group_id=f"counter-{uuid.uuid4().hex}", topic_refresh_s=3600)
     counter = ClusterCounter({"bootstrap.servers": bootstrap}, options, lambda name: name == topic)
-    counter._open()
-    counter._refresh_subscription()
+    counter.open()
+    counter.refresh_topics()
     began = None
     while counter.stats.counted < messages:
         batch = counter._consumer.consume(options.batch_size, timeout=1)
@@ -78,7 +78,7 @@ def counter_loop(bootstrap: str, topic: str, messages: int) -> float:
         counter.count_batch(batch)
     counter.flush()
     elapsed = time.monotonic() - began
-    counter._close()
+    counter.close()
     return messages / elapsed
 
 

@@ -22,15 +22,15 @@ from pathlib import Path
 import pandas as pd
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from audit.io.clients import ensure_topics
-from audit.contract.completeness import classify
-from audit.local.clusters import LocalClusters
-from audit.io.logs import setup_logging
 from audit.books.reconcile import reconcile
+from audit.contract.completeness import classify
 from audit.contract.record import PartitionStatus, count_record, encode, parse, status_record
-from audit.settings import ClusterSettings, Settings, load_settings
-from audit.io.spark import spark_session
 from audit.contract.windows import window_start
+from audit.io.clients import ensure_topics
+from audit.io.logs import setup_logging
+from audit.io.spark import spark_session
+from audit.local.clusters import LocalClusters
+from audit.settings import ClusterSettings, Settings, load_settings
 
 TIERS = ("producer", "dc1", "dc2", "aggregate", "lake")
 PARTITIONS = 4
@@ -163,7 +163,7 @@ def main() -> None:
         finally:
             clusters.down()
     print()
-    print(f"| what | records | pandas (1 process) | reconcile (local Spark) | ratio spark/pandas time | goal |")
+    print("| what | records | pandas (1 process) | reconcile (local Spark) | ratio spark/pandas time | goal |")
     print(f"| full run | {total:,} | {base:.1f} s | {ours:.1f} s | {ours / base:.2f} | under 60 s |")
     print(f"| increment | {increment:,} | {base_increment:.1f} s | {ours_increment:.1f} s | {ours_increment / base_increment:.2f} | under 10 s |")
     print(f"full run: {total / ours:,.0f} records/s (Spark), {base_records / base:,.0f} records/s (pandas)")

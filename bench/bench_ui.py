@@ -18,7 +18,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from audit.settings import Settings, load_settings
@@ -50,7 +50,7 @@ def main() -> int:
     from audit.contract.tables import table_path
     from dashboards.sample import bulk_completeness
 
-    now = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
     with tempfile.TemporaryDirectory(prefix="kaudit-bench-ui-") as lake:
         start = time.perf_counter()
         table = bulk_completeness(now=now, topics=args.topics, days=args.days)

@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from audit.local.clusters import LocalCluster
 from audit.settings import load_settings

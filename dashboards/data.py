@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Callable
+from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pyarrow as pa
@@ -50,7 +50,7 @@ class LakeCache:
         if entry and entry[1] == version and version is not None:
             data = entry[2]
         else:
-            since = (datetime.now(timezone.utc) - timedelta(days=self.days + 1)).date()
+            since = (datetime.now(UTC) - timedelta(days=self.days + 1)).date()
             data = read_arrow(self.lake_root, name, columns=columns, since=since)
         with self._lock:
             self._entries[key] = (now, version, data)
@@ -84,7 +84,7 @@ def time_range(latest: pd.Timestamp | None, range_key: str | None, end: str | No
     span = RANGES.get(range_key or DEFAULT_RANGE, RANGES[DEFAULT_RANGE])
     anchor = parse_time(end) if end else latest
     if anchor is None or pd.isna(anchor):
-        anchor = pd.Timestamp(datetime.now(timezone.utc))
+        anchor = pd.Timestamp(datetime.now(UTC))
     anchor = pd.Timestamp(anchor)
     return TimeRange(start=anchor - span, end=anchor + pd.Timedelta(seconds=1))
 

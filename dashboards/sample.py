@@ -9,11 +9,10 @@ audit/contract/tables.py, the statuses follow its rules (complete | incomplete |
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Iterable, Mapping, Sequence
-
 import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pandas as pd
@@ -81,7 +80,7 @@ class SampleSpec:
 def window_starts(now: datetime, windows: int, window_minutes: int) -> list[datetime]:
     """The `windows` window starts ending with the window that holds `now`, oldest first."""
     size = timedelta(minutes=window_minutes)
-    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
     last = epoch + ((now - epoch) // size) * size
     return [last - size * (windows - 1 - i) for i in range(windows)]
 

@@ -5,17 +5,16 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from audit.settings import Settings
 from dashboards.sample import demo_frames, window_starts, write_frames
 
 
-
 def recent_now() -> datetime:
     """Three minutes into the current 10-minute window: the UI keeps only the last ui.days of partitions."""
-    now = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
     return now.replace(minute=now.minute - now.minute % 10 + 3)
 
 

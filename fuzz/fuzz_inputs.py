@@ -18,10 +18,8 @@ from pathlib import Path
 import atheris
 
 with atheris.instrument_imports():
-    from audit.contract import audit_time
-    from audit.contract import record
     from audit import settings
-    from audit.contract import windows
+    from audit.contract import audit_time, record, windows
     from audit.contract.errors import ConfigError
     from audit.hops.replicator import provenance
 

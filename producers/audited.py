@@ -19,13 +19,14 @@ import logging
 import socket
 import threading
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 from prometheus_client import Counter
 
-from audit.contract.names import DEFAULT_AUDIT_TOPIC, PRODUCER_TIER
 from audit.contract.errors import KafkaClientError
+from audit.contract.names import DEFAULT_AUDIT_TOPIC, PRODUCER_TIER
 from audit.contract.record import AUDIT_TIME_HEADER, count_record, encode, new_instance_id, record_id
 from audit.contract.tally import Tally
 from audit.contract.windows import DEFAULT_WINDOW_MINUTES
@@ -169,7 +170,7 @@ class AuditedProducer:
     def __len__(self) -> int:
         return len(self.producer)
 
-    def __enter__(self) -> "AuditedProducer":
+    def __enter__(self) -> AuditedProducer:
         return self
 
     def __exit__(self, *exc_info) -> None:

@@ -10,13 +10,14 @@ import random
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, TextIO
+from typing import TextIO
 
 from confluent_kafka import Producer
 
-from audit.io.clients import check_credentials, client_config, ensure_topics
 from audit.contract.windows import window_start
+from audit.io.clients import check_credentials, client_config, ensure_topics
 from producers.audited import AuditedProducer
 
 PROGRESS_INTERVAL_S = 1.0

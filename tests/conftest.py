@@ -91,7 +91,7 @@ def settings_factory(local_clusters, unique_name, tmp_path):
     """Settings for the session clusters (dc1, aggregate) with this test's own audit topic and lake."""
     from audit.settings import ClusterSettings, Settings
 
-    def make(**overrides) -> "Settings":
+    def make(**overrides) -> Settings:
         clusters = tuple(ClusterSettings(name=name, bootstrap_servers=local_clusters[name].bootstrap_servers, local=False)
                          for name in SESSION_CLUSTERS)
         values = dict(clusters=clusters, audit_topic=unique_name("_audit").replace("-", "_"), state_dir=tmp_path / "state",

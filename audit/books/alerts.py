@@ -21,19 +21,19 @@ import logging
 import smtplib
 import ssl
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
-from typing import Callable, Iterable, Sequence
 from urllib.parse import urlencode
 
 import pandas as pd
 
-from audit.contract.names import LAKE_TIER
 from audit.contract.errors import KafkaAuditError
-from audit.io.lake_read import read_frame
+from audit.contract.names import LAKE_TIER
 from audit.contract.tables import ALERTS, arrow_table, table_path
+from audit.io.lake_read import read_frame
 
 log = logging.getLogger(__name__)
 
@@ -397,7 +397,7 @@ def _alert_of(row) -> Alert:
 
 def run_alerts(settings, *, now: datetime | None = None, sleep: Callable[[float], None] = time.sleep) -> AlertReport:
     """Decide, record and send the alerts of the tables under `settings.lake_root`; see the module doc."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     lake = settings.lake_root
     config = settings.alerts
     since = (now - timedelta(hours=config.lookback_hours)).date()
@@ -466,7 +466,7 @@ def run_alerts(settings, *, now: datetime | None = None, sleep: Callable[[float]
                                                           "state": "pending" if transient else "failed"})
             continue
         upsert_log(lake, group.assign(state="sent", attempts=attempts_before + attempts, last_error=None,
-                                      subject=message["Subject"], sent_at=pd.Timestamp(datetime.now(timezone.utc))))
+                                      subject=message["Subject"], sent_at=pd.Timestamp(datetime.now(UTC))))
         report.sent += len(group)
         report.emails += 1
         log.info("alert email sent", extra={"kind": kind, "alerts": len(group), "subject": message["Subject"],

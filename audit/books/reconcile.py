@@ -23,13 +23,21 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from audit.books.record_check import CHECKED_DDL, RecordChecker
+from audit.contract.completeness import classify, threshold_for
 from audit.contract.names import PRODUCER_TIER
+from audit.contract.tables import (
+    AUDIT_RECORDS,
+    AUDIT_REJECTS,
+    COMPLETENESS,
+    PARTITION_STATUS,
+    SOURCE_OFFSETS,
+    TIER_COUNTS,
+    TIER_STATUS,
+)
+from audit.contract.windows import MS_PER_MINUTE
 from audit.io import delta_io
 from audit.io.clients import client_config, java_client_options, list_offsets
-from audit.contract.completeness import classify, threshold_for
-from audit.books.record_check import CHECKED_DDL, RecordChecker
-from audit.contract.tables import AUDIT_RECORDS, AUDIT_REJECTS, COMPLETENESS, PARTITION_STATUS, SOURCE_OFFSETS, TIER_COUNTS, TIER_STATUS
-from audit.contract.windows import MS_PER_MINUTE
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +279,6 @@ def tier_paths(spark, settings):
     topic's origin cluster.
     """
     import pandas as pd
-    from pyspark.sql import functions as F
 
     counted = delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name).select("origin_cluster", "topic", "tier").distinct()
     reported = delta_io.read_table(spark, settings.lake_root, TIER_STATUS.name).select("origin_cluster", "topic", "tier", "watermark")

@@ -6,8 +6,9 @@ import logging
 
 from prometheus_client import start_http_server
 
+from audit.hops.counter import ClusterCounter, CounterOptions
+from audit.hops.runloop import stop_on_signals
 from audit.io.clients import client_config
-from audit.hops.counter import ClusterCounter, CounterOptions, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace, settings) -> int:
         return settings.topics.matches(topic) and not settings.is_audit_topic(args.cluster, topic)
 
     counter = ClusterCounter(client_config(settings, args.cluster), options, select)
-    stop_on_signals(counter)
+    stop_on_signals(counter.stop)
     log.info("counter starting", extra={"cluster": options.cluster, "instance": options.instance, "group": options.group})
     stats = counter.run(max_seconds=args.max_seconds, until_caught_up=args.until_caught_up)
     log.info("counter stopped", extra={"cluster": options.cluster, "counted": stats.counted, "flushes": stats.flushes, "aborts": stats.aborts})

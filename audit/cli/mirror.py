@@ -6,10 +6,11 @@ import logging
 
 from prometheus_client import start_http_server
 
-from audit.io.clients import client_config
-from audit.hops.faults import DropFault, PauseFault
 from audit.contract.naming import naming_policy
-from audit.hops.replicator import MirrorOptions, Replicator, stop_on_signals
+from audit.hops.faults import DropFault, PauseFault
+from audit.hops.replicator import MirrorOptions, Replicator
+from audit.hops.runloop import stop_on_signals
+from audit.io.clients import client_config
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace, settings) -> int:
         start_http_server(args.metrics_port, addr=settings.metrics_host)
     replicator = Replicator(client_config(settings, source), client_config(settings, target), options, naming,
                             settings.topics.matches, fault=fault, pause=pause)
-    stop_on_signals(replicator)
+    stop_on_signals(replicator.stop)
     stats = replicator.run(max_seconds=args.max_seconds, until_caught_up=args.until_caught_up)
     log.info("mirror stopped", extra={"source": source, "target": target, "copied": stats.copied,
                                       "skipped": stats.skipped, "dropped": stats.dropped, "errors": stats.errors})

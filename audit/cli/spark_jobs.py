@@ -11,6 +11,8 @@ import threading
 
 from prometheus_client import start_http_server
 
+from audit.hops.runloop import stop_on_signals
+
 log = logging.getLogger(__name__)
 
 
@@ -66,7 +68,7 @@ def run_lake(args: argparse.Namespace, settings) -> int:
                           trigger_s=args.trigger_s, max_offsets_per_trigger=args.max_offsets_per_trigger)
     job = LakeJob(_spark(settings, f"kaudit-lake-{cluster}"), settings, options, settings.topics.matches)
     stop = threading.Event()
-    _stop_on_signals(stop)
+    stop_on_signals(stop.set)
     stats = job.run(until_caught_up=args.until_caught_up, max_seconds=args.max_seconds, stop=stop)
     print(f"lake {cluster}: {stats.rows:,} rows in {stats.batches} batches; lag {stats.lag:,}")
     return 0
@@ -77,7 +79,7 @@ def run_reconcile(args: argparse.Namespace, settings) -> int:
 
     spark = _spark(settings, "kaudit-reconcile")
     stop = threading.Event()
-    _stop_on_signals(stop)
+    stop_on_signals(stop.set)
     runs = 0
     while True:
         report = reconcile(spark, settings)
@@ -97,10 +99,3 @@ def _alerts(settings) -> None:
         print(run_alerts(settings).summary(), flush=True)
     except Exception as exc:  # an alert failure must not stop the books from being balanced
         log.error("alerts failed", extra={"error": str(exc)})
-
-
-def _stop_on_signals(stop: threading.Event) -> None:
-    import signal
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())

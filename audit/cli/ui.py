@@ -5,7 +5,7 @@ import argparse
 import logging
 import tempfile
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, settings) -> int:
         from dashboards.sample import demo_frames, write_frames
 
         lake_root = tempfile.mkdtemp(prefix="kaudit-sample-lake-")
-        write_frames(lake_root, demo_frames(datetime.now(timezone.utc)))
+        write_frames(lake_root, demo_frames(datetime.now(UTC)))
     app = create_app(settings, lake_root=lake_root)
     log.info("audit UI serving", extra={"url": f"http://{ui.host}:{ui.port}", "lake_root": lake_root,
                                         "login": bool(ui.auth_user)})

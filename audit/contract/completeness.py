@@ -16,7 +16,7 @@ The rules, in order (see docs/tables.md):
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd

@@ -6,8 +6,9 @@ a topic it sees on a cluster, for our replicator and for MirrorMaker 2's default
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Protocol
 
 from audit.contract.errors import ConfigError
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from audit.contract.errors import RecordError
 from audit.contract.names import CONTROL_CHARACTERS, NAME_PATTERN, is_topic_name
@@ -99,7 +99,7 @@ def record_id(instance_id: str, sequence: int) -> str:
 
 
 def now_ms() -> int:
-    return to_ms(datetime.now(timezone.utc))
+    return to_ms(datetime.now(UTC))
 
 
 def _latency(value: Latency | Mapping[str, float] | None) -> Latency | None:
@@ -314,7 +314,7 @@ def _by_partition(data: Mapping[str, Any]) -> dict[int, int] | None:
     if raw is None:
         return None
     result = {}
-    for key, value in raw.items():
+    for key in raw:
         if not (isinstance(key, str) and key.isdigit() and key.isascii()):
             raise _Invalid(f"by_partition: key {_short(key)} is not a partition number")
         if len(key) > len(str(MAX_PARTITION)) or int(key) > MAX_PARTITION:

@@ -5,13 +5,13 @@ window to UTC midnight.
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Iterator
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 DEFAULT_WINDOW_MINUTES = 10
 MINUTES_PER_DAY = 1440
 MS_PER_MINUTE = 60_000
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def validate_window_minutes(minutes: object) -> str | None:

@@ -9,23 +9,40 @@ predecessor's open transaction at once instead of waiting for it to time out.
 from __future__ import annotations
 
 import logging
-import signal
 import socket
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
-from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_CREATE_TIME, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_CREATE_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import Counter, Gauge
 
-from audit.contract.names import DEFAULT_AUDIT_TOPIC
 from audit.contract.audit_time import audit_time
-from audit.io.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 from audit.contract.errors import KafkaClientError
-from audit.contract.record import MAX_AUDIT_TIME_MS, count_record, encode, new_instance_id, record_id, status_record, topic_statuses, watermark_ms
+from audit.contract.names import DEFAULT_AUDIT_TOPIC
+from audit.contract.record import (
+    MAX_AUDIT_TIME_MS,
+    count_record,
+    encode,
+    new_instance_id,
+    record_id,
+    status_record,
+    topic_statuses,
+    watermark_ms,
+)
 from audit.contract.tally import Tally
+from audit.hops.runloop import run_hop
+from audit.io.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +134,7 @@ class ClusterCounter:
 
     # -- clients -------------------------------------------------------------------------------
 
-    def _open(self) -> None:
+    def open(self) -> None:
         check_credentials(self.config, self.options.cluster, timeout_s=self.options.client_timeout_s)
         self._consumer = Consumer({
             **self.config,
@@ -160,7 +177,7 @@ class ClusterCounter:
 
     # -- subscription --------------------------------------------------------------------------
 
-    def _refresh_subscription(self) -> None:
+    def refresh_topics(self) -> None:
         topics = self._consumer.list_topics(timeout=self.options.client_timeout_s).topics
         wanted = sorted(
             name for name in topics
@@ -376,45 +393,41 @@ class ClusterCounter:
 
     def run(self, *, max_seconds: float | None = None, until_caught_up: bool = False) -> CounterStats:
         """Count until stopped (SIGTERM, `stop()`), `max_seconds`, or, with `until_caught_up`, no lag left."""
-        started = time.monotonic()
-        next_flush = started + self.options.flush_interval_s
-        next_refresh = started
-        try:
-            self._open()
-            while not self._stop.is_set():
-                now = time.monotonic()
-                if now >= next_refresh:
-                    self._refresh_subscription()
-                    next_refresh = now + self.options.topic_refresh_s
-                messages = self._consumer.consume(self.options.batch_size, timeout=0.5) if self._subscribed else []
-                if not self._subscribed:
-                    self._stop.wait(0.5)
-                self.count_batch(messages)
-                if time.monotonic() >= next_flush:
-                    self.flush()
-                    next_flush = time.monotonic() + self.options.flush_interval_s
-                    if until_caught_up and not messages and self.group_caught_up():
-                        break
-                if max_seconds is not None and time.monotonic() - started >= max_seconds:
-                    break
-            self.flush()
-        finally:
-            self._close()
+        self._next_flush = time.monotonic() + self.options.flush_interval_s
+        run_hop(self, self._stop, max_seconds=max_seconds, until_caught_up=until_caught_up)
         return self.stats
+
+    # -- the run loop's steps (audit.hops.runloop.Hop) --------------------------------------------
+
+    @property
+    def topic_refresh_s(self) -> float:
+        return self.options.topic_refresh_s
+
+    def step(self) -> bool:
+        """Count one batch and flush when due; idle only right after a flush with nothing new read."""
+        messages = self._consumer.consume(self.options.batch_size, timeout=0.5) if self._subscribed else []
+        if not self._subscribed:
+            self._stop.wait(0.5)
+        self.count_batch(messages)
+        if time.monotonic() < self._next_flush:
+            return False
+        self.flush()
+        self._next_flush = time.monotonic() + self.options.flush_interval_s
+        return not messages
+
+    def caught_up(self) -> bool:
+        return self.group_caught_up()
+
+    def finish(self) -> None:
+        self.flush()
 
     def group_caught_up(self) -> bool:
         """The group has committed up to the end of every partition of the subscribed topics."""
         return bool(self._subscribed) and group_caught_up(self._consumer, self._admin, self._subscribed,
                                                           timeout_s=self.options.client_timeout_s)
 
-    def _close(self) -> None:
+    def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
         if self._producer is not None:
             self._producer.flush(self.options.client_timeout_s)
-
-
-def stop_on_signals(counter: ClusterCounter) -> None:
-    """SIGTERM and SIGINT end the loop after a last flush."""
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: counter.stop())

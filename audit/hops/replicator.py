@@ -10,24 +10,32 @@ the clusters the message has been in, and a message is never written to a cluste
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 from prometheus_client import Counter, Gauge
 
-from audit.contract.names import DEFAULT_AUDIT_TOPIC
 from audit.contract.audit_time import header_value
-from audit.io.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 from audit.contract.errors import KafkaClientError
-from audit.hops.faults import DropFault, PauseFault
+from audit.contract.names import DEFAULT_AUDIT_TOPIC
 from audit.contract.naming import NamingPolicy
-from audit.contract.record import PROVENANCE_HEADER, encode, new_instance_id, record_id, status_record, topic_statuses, watermark_ms
+from audit.contract.record import (
+    PROVENANCE_HEADER,
+    encode,
+    new_instance_id,
+    record_id,
+    status_record,
+    topic_statuses,
+    watermark_ms,
+)
+from audit.hops.faults import DropFault, PauseFault
+from audit.hops.runloop import run_hop
+from audit.io.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +151,7 @@ class Replicator:
 
     # -- clients -------------------------------------------------------------------------------
 
-    def _open(self) -> None:
+    def open(self) -> None:
         check_credentials(self.source_config, self.options.source, timeout_s=self.options.client_timeout_s)
         check_credentials(self.target_config, self.options.target, timeout_s=self.options.client_timeout_s)
         self._consumer = Consumer({
@@ -182,7 +190,7 @@ class Replicator:
     def _is_replica_of_target(self, topic: str) -> bool:
         return self.naming.origin(self.options.source, topic).cluster == self.options.target
 
-    def _refresh_topics(self) -> None:
+    def refresh_topics(self) -> None:
         metadata = self._consumer.list_topics(timeout=self.options.client_timeout_s).topics
         wanted = sorted(
             name for name, meta in metadata.items()
@@ -446,7 +454,7 @@ class Replicator:
             self.emit_status(self.check_stall())
             self._next_status = now + self.options.status_interval_s
 
-    def caught_up(self, topics: list[str]) -> bool:
+    def group_caught_up(self, topics: list[str]) -> bool:
         """Every partition of `topics` acknowledged and committed up to its end, by the group."""
         return group_caught_up(self._consumer, self._source_admin, topics, timeout_s=self.options.client_timeout_s)
 
@@ -457,49 +465,50 @@ class Replicator:
             return False
         audit = [t for t in self._subscribed if self.naming.origin(self.options.source, t).topic == self.options.audit_topic]
         if not self._quiet:
-            self._quiet = self.caught_up([t for t in self._subscribed if t not in audit])
+            self._quiet = self.group_caught_up([t for t in self._subscribed if t not in audit])
             return False
-        return self.caught_up(audit)
+        return self.group_caught_up(audit)
 
     def run(self, *, max_seconds: float | None = None, until_caught_up: bool = False) -> MirrorStats:
         """Copy until stopped (SIGTERM, `stop()`), `max_seconds`, or, with `until_caught_up`, nothing left."""
         started = time.monotonic()
         self._next_commit = started + self.options.commit_interval_s
         self._next_status = started
-        next_refresh = started
-        try:
-            self._open()
-            while not self._stop.is_set():
-                now = time.monotonic()
-                if now >= next_refresh:
-                    self._refresh_topics()
-                    next_refresh = now + self.options.topic_refresh_s
-                if self.pause is not None and self.pause.paused(time.monotonic()):
-                    self._consumer.pause(self._consumer.assignment())
-                    # Polling paused partitions returns nothing but keeps us in the group; status goes on.
-                    self.copy_batch(self._consumer.consume(self.options.batch_size, timeout=0.5))
-                    self._maybe_housekeep()
-                    continue
-                if self.pause is not None:
-                    self._consumer.resume(self._consumer.assignment())
-                messages = self._consumer.consume(self.options.batch_size, timeout=0.5) if self._subscribed else []
-                self.copy_batch(messages)
-                self._producer.poll(0)
-                self._maybe_housekeep()
-                if until_caught_up and not messages and len(self._producer) == 0:
-                    self.commit()
-                    if self._finished():
-                        break
-                if max_seconds is not None and time.monotonic() - started >= max_seconds:
-                    break
-            self._producer.flush(self.options.client_timeout_s)
-            self.commit()
-            self.emit_status(self.check_stall())
-        finally:
-            self._close()
+        run_hop(self, self._stop, max_seconds=max_seconds, until_caught_up=until_caught_up)
         return self.stats
 
-    def _close(self) -> None:
+    # -- the run loop's steps (audit.hops.runloop.Hop) --------------------------------------------
+
+    @property
+    def topic_refresh_s(self) -> float:
+        return self.options.topic_refresh_s
+
+    def step(self) -> bool:
+        """Copy one batch, commit and report when due; idle when nothing was read and nothing is in flight."""
+        if self.pause is not None and self.pause.paused(time.monotonic()):
+            self._consumer.pause(self._consumer.assignment())
+            # Polling paused partitions returns nothing but keeps us in the group; status goes on.
+            self.copy_batch(self._consumer.consume(self.options.batch_size, timeout=0.5))
+            self._maybe_housekeep()
+            return False
+        if self.pause is not None:
+            self._consumer.resume(self._consumer.assignment())
+        messages = self._consumer.consume(self.options.batch_size, timeout=0.5) if self._subscribed else []
+        self.copy_batch(messages)
+        self._producer.poll(0)
+        self._maybe_housekeep()
+        return not messages and len(self._producer) == 0
+
+    def caught_up(self) -> bool:
+        self.commit()
+        return self._finished()
+
+    def finish(self) -> None:
+        self._producer.flush(self.options.client_timeout_s)
+        self.commit()
+        self.emit_status(self.check_stall())
+
+    def close(self) -> None:
         # Whatever the target acknowledges from here on is not committed any more: a short last
         # flush only saves the next run some repeats, and a target that is down must not hold up exit.
         for closing in (lambda: self._consumer.close(), lambda: self._status_producer.flush(self.options.client_timeout_s),
@@ -508,9 +517,3 @@ class Replicator:
                 closing()
             except (AttributeError, KafkaException) as exc:  # never opened, or the cluster is gone
                 log.warning("closing", extra={"source": self.options.source, "error": str(exc)})
-
-
-def stop_on_signals(replicator: Replicator) -> None:
-    """SIGTERM and SIGINT end the loop after delivering and committing what is in flight."""
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: replicator.stop())

@@ -8,12 +8,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections import defaultdict
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from audit.io.clients import watermarks
 from audit.contract.record import AuditRecord, Kind, parse
+from audit.io.clients import watermarks
 
 
 def read_audit_topic(

@@ -6,8 +6,8 @@ A table that does not exist yet reads as empty with its declared columns, so a f
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import date
-from typing import Sequence
 
 import pandas as pd
 

@@ -48,7 +48,7 @@ def ensure_tls_files(folder: Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "lo
     from cryptography.hazmat.primitives.asymmetric import rsa
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     not_before, not_after = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=valid_days)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=KEY_BITS)
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kafka-audit test CA")])

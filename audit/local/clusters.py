@@ -15,25 +15,25 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from confluent_kafka.admin import AdminClient
 
+from audit.contract.errors import ClusterError, ConfigError
 from audit.io import jvm
 from audit.io.local_state import ClusterState, cluster_folder, load_state, state_file
 from audit.local.certs import TlsFiles, ensure_tls_files
-from audit.contract.errors import ClusterError, ConfigError
 
 log = logging.getLogger(__name__)
 

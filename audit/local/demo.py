@@ -19,8 +19,17 @@ from pathlib import Path
 from audit.contract.record import iso
 from audit.local.clusters import local_clusters
 from audit.local.mailbox import mail_dir, saved_emails
-from audit.local.pipeline import (DropPlan, PipelinePlan, StallPlan, backfill, create_topics, drop_window, hub_and_spokes,
-                            start_live_traffic, start_services)
+from audit.local.pipeline import (
+    DropPlan,
+    PipelinePlan,
+    StallPlan,
+    backfill,
+    create_topics,
+    drop_window,
+    hub_and_spokes,
+    start_live_traffic,
+    start_services,
+)
 from audit.local.services import Supervisor, stop_leftovers
 from audit.settings import EXAMPLE_CONFIG
 

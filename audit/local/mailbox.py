@@ -55,9 +55,9 @@ def add_command(commands) -> None:
 
 
 def run(args: argparse.Namespace, settings) -> int:
-    from aiosmtpd.controller import Controller
-
     import signal
+
+    from aiosmtpd.controller import Controller
 
     port = args.port or settings.smtp.port
     controller = Controller(SavingHandler(mail_dir(settings)), hostname="127.0.0.1", port=port)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from audit.contract.errors import HarnessError
+from audit.contract.windows import window_start
 from audit.io.clients import client_config, ensure_topics
 from audit.local.services import Supervisor
-from audit.contract.windows import window_start
 
 TOPICS = ("orders", "clicks", "payments")
 PARTITIONS = 6
@@ -95,7 +95,7 @@ def mirror_args(plan: PipelinePlan, cluster: str) -> list[str]:
     args = ["mirror", "--from", cluster, "--to", plan.hub, "--status-interval-s", str(plan.status_interval_s),
             "--stall-after-s", str(plan.stall_after_s), "--topic-refresh-s", "10"]
     if plan.drop and plan.drop.cluster == cluster:
-        window = datetime.fromtimestamp(plan.drop.window_start_ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        window = datetime.fromtimestamp(plan.drop.window_start_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         args += ["--drop-topics", f"^{plan.drop.topic}$", "--drop-count", str(plan.drop.count), "--drop-window", window]
     if plan.stall and plan.stall.cluster == cluster:
         args += ["--pause-after-s", str(plan.stall.after_s), "--pause-for-s", str(plan.stall.for_s)]

@@ -20,9 +20,9 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import random
 import re
-import os
 import shutil
 import sys
 import time

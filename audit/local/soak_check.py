@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 import pandas as pd
 
-from audit.io.clients import watermarks
 from audit.contract.completeness import partition_gaps
+from audit.io.clients import watermarks
 
 log = logging.getLogger(__name__)
 

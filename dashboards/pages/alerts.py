@@ -8,7 +8,6 @@ from dashboards import ids
 from dashboards.app import context
 from dashboards.pages.controls import range_and_search, table
 
-
 COLUMNS = ["created_at", "kind", "logical_topic", "tier", "window_start", "status", "missing", "duplicated",
            "completeness_pct", "state", "attempts", "recipients", "sent_at", "last_error", "cause"]
 

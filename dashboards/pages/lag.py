@@ -9,7 +9,6 @@ from dashboards.app import context
 from dashboards.data import status_history, time_range
 from dashboards.pages.controls import range_and_search, table
 
-
 STATUS_COLUMNS = ["tier", "logical_topic", "watermark", "lag", "stalled", "reporters", "last_status_at"]
 HISTORY_COLUMNS = ["kind", "tier", "cluster", "service", "logical_topic", "emitted_at", "watermark", "lag", "stalled"]
 

@@ -11,7 +11,6 @@ from dashboards.data import OVERVIEW_COLUMNS, all_cells, overview_data
 from dashboards.pages.controls import range_and_search, table
 
 
-
 def load(range_key: str | None, search: str | None, end: str | None = None) -> dict:
     lake = context().lake
     return overview_data(lake.table("completeness", OVERVIEW_COLUMNS), lake.frame("tier_status"),

@@ -11,7 +11,6 @@ from dashboards.app import context, href
 from dashboards.data import latest_window, parse_time, time_range, topic_rows
 from dashboards.pages.controls import range_and_search, table
 
-
 WINDOW_COLUMNS = ["tier", "status", "final", "expected", "observed", "missing", "duplicated", "completeness_pct",
                   "tier_watermark", "latency_p99_ms"]
 

@@ -3,19 +3,19 @@ from __future__ import annotations
 
 import base64
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pandas as pd
 import pyarrow as pa
 import pytest
 
-from audit.settings import Settings, UiSettings
 from audit.contract.tables import COMPLETENESS, arrow_table
+from audit.settings import Settings, UiSettings
 from dashboards import figures
 from dashboards.data import LakeCache, latest_window, overview_cells, overview_data, tier_health, time_range
 from dashboards.sample import Duplicate, Lagging, Loss, SampleSpec, bulk_completeness, sample_frames, write_frames
 
-NOW = datetime(2025, 3, 4, 12, 3, tzinfo=timezone.utc)
+NOW = datetime(2025, 3, 4, 12, 3, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")

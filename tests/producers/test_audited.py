@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 from confluent_kafka import Consumer
 
-from audit.io.audit_log import counts_by_window, read_audit_topic
 from audit.contract.record import AUDIT_TIME_HEADER, Kind
 from audit.contract.windows import window_start
+from audit.io.audit_log import counts_by_window, read_audit_topic
 from producers.audited import AuditedProducer
 from producers.loadgen import generate
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import email
 import socket
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email import policy
 
 import pandas as pd
@@ -13,9 +13,9 @@ from aiosmtpd.controller import Controller
 
 from audit.books.alerts import Alert, alert_id, lag_alerts, read_log, run_alerts, subject
 from audit.settings import AlertRoute, AlertSettings, Settings, SmtpSettings
-from dashboards.sample import Lagging, Loss, SampleSpec, SendFailed, Duplicate, sample_frames, write_frames
+from dashboards.sample import Duplicate, Lagging, Loss, SampleSpec, SendFailed, sample_frames, write_frames
 
-NOW = datetime(2025, 3, 4, 12, 3, tzinfo=timezone.utc)
+NOW = datetime(2025, 3, 4, 12, 3, tzinfo=UTC)
 UI = "http://ui.example:8050"
 
 
@@ -206,7 +206,7 @@ def test_alerts_without_recipients_are_logged_as_failed(tmp_path, smtp_server):
 
 
 def test_the_alert_id_depends_on_kind_window_tier_and_status_only():
-    start = datetime(2025, 3, 4, 10, 40, tzinfo=timezone.utc)
+    start = datetime(2025, 3, 4, 10, 40, tzinfo=UTC)
     same = alert_id("loss", "dc1", "orders", pd.Timestamp(start), "lake", "incomplete")
     assert same == alert_id("loss", "dc1", "orders", start, "lake", "incomplete")
     others = {alert_id(*args) for args in [("over", "dc1", "orders", start, "lake", "incomplete"),
@@ -232,7 +232,7 @@ def test_lag_alerts(watermark_minutes_ago, tier, expected):
 
 
 def test_the_subject_names_the_worst_window_and_counts_the_rest():
-    start = datetime(2025, 3, 4, 10, 40, tzinfo=timezone.utc)
+    start = datetime(2025, 3, 4, 10, 40, tzinfo=UTC)
     alerts = [Alert("loss", "dc1", "orders", start, "lake", "incomplete", completeness_pct=99.5),
               Alert("loss", "dc1", "orders", start.replace(minute=50), "aggregate", "incomplete", completeness_pct=90.0)]
     assert subject(alerts) == "[kaudit] LOSS dc1.orders at aggregate: 90.00% in 2025-03-04 10:50 UTC (+1 more)"

@@ -11,12 +11,12 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from audit.io import delta_io
-from audit.io.clients import ensure_topics
 from audit.books.reconcile import ReconcileReport, read_and_store, reconcile
 from audit.contract.record import PartitionStatus, count_record, encode, status_record
 from audit.contract.tables import AUDIT_RECORDS, AUDIT_REJECTS, COMPLETENESS, SOURCE_OFFSETS, TIER_COUNTS, TIER_STATUS
 from audit.contract.windows import window_start
+from audit.io import delta_io
+from audit.io.clients import ensure_topics
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

@@ -6,8 +6,8 @@ import json
 import pandas as pd
 import pytest
 
-from audit.contract.record import count_record, encode, status_record, PartitionStatus
 from audit.books.record_check import CHECKED_COLUMNS, RecordChecker
+from audit.contract.record import PartitionStatus, count_record, encode, status_record
 
 NOW = 1_700_000_000_000
 WINDOW = 1_699_999_800_000  # aligned to 10 minutes

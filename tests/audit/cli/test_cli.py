@@ -9,8 +9,8 @@ import urllib.request
 
 import pytest
 
-from audit.hops.counter import ClusterCounter, CounterOptions
 from audit.contract.errors import KafkaClientError
+from audit.hops.counter import ClusterCounter, CounterOptions
 from audit.local.clusters import free_port
 
 

@@ -9,9 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from audit.contract.audit_time import audit_time, header_value
-from audit.contract.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS, PROVENANCE_HEADER, count_record, encode, parse, parse_audit_time_header
-from audit.hops.replicator import provenance
+from audit.contract.record import (
+    AUDIT_TIME_HEADER,
+    MAX_AUDIT_TIME_MS,
+    PROVENANCE_HEADER,
+    count_record,
+    encode,
+    parse,
+    parse_audit_time_header,
+)
 from audit.contract.windows import window_start
+from audit.hops.replicator import provenance
 
 NOW_MS = 1_763_800_000_000
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit.contract.record import MAX_RECORD_BYTES, count_record, encode, parse, status_record, to_json, PartitionStatus
+from audit.contract.record import MAX_RECORD_BYTES, PartitionStatus, count_record, encode, parse, status_record, to_json
 
 WINDOW_START_MS = 1_700_000_400_000
 

@@ -1,7 +1,7 @@
 """Window assignment: aligned, UTC, sizes that divide a day."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
@@ -47,8 +47,8 @@ def test_milliseconds_survive_the_trip_through_datetime(ts):
         (0, 10, 0),
         (599_999, 10, 0),
         (600_000, 10, 600_000),
-        (to_ms(datetime(2026, 11, 22, 13, 59, 59, tzinfo=timezone.utc)), 10, to_ms(datetime(2026, 11, 22, 13, 50, tzinfo=timezone.utc))),
-        (to_ms(datetime(2026, 11, 22, 13, 59, 59, tzinfo=timezone.utc)), 1440, to_ms(datetime(2026, 11, 22, tzinfo=timezone.utc))),
+        (to_ms(datetime(2026, 11, 22, 13, 59, 59, tzinfo=UTC)), 10, to_ms(datetime(2026, 11, 22, 13, 50, tzinfo=UTC))),
+        (to_ms(datetime(2026, 11, 22, 13, 59, 59, tzinfo=UTC)), 1440, to_ms(datetime(2026, 11, 22, tzinfo=UTC))),
     ],
 )
 def test_window_start_table(ts, minutes, start):

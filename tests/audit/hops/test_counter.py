@@ -13,11 +13,11 @@ from collections import Counter
 import pytest
 from confluent_kafka import Producer
 
-from audit.io.audit_log import counts_by_window, read_audit_topic
-from audit.io.clients import watermarks
-from audit.hops.counter import ClusterCounter, CounterOptions
 from audit.contract.record import AUDIT_TIME_HEADER, Kind
 from audit.contract.windows import window_start
+from audit.hops.counter import ClusterCounter, CounterOptions
+from audit.io.audit_log import counts_by_window, read_audit_topic
+from audit.io.clients import watermarks
 
 pytestmark = pytest.mark.kafka
 

@@ -9,10 +9,10 @@ from collections import Counter
 import pytest
 from confluent_kafka import Producer
 
-from audit.io.audit_log import counts_by_window, read_audit_topic
-from audit.hops.counter import ClusterCounter, CounterOptions
 from audit.contract.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS, PROVENANCE_HEADER
 from audit.contract.windows import window_start
+from audit.hops.counter import ClusterCounter, CounterOptions
+from audit.io.audit_log import counts_by_window, read_audit_topic
 
 pytestmark = pytest.mark.kafka
 

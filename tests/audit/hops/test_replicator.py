@@ -10,14 +10,13 @@ from dataclasses import replace
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from audit.contract.naming import IdentityNaming, PrefixNaming
+from audit.contract.record import PROVENANCE_HEADER, Kind, PartitionStatus, watermark_ms
+from audit.hops.faults import DropFault
+from audit.hops.replicator import MirrorOptions, Replicator
 from audit.io.audit_log import read_audit_topic
 from audit.io.clients import ensure_topics
-from audit.hops.faults import DropFault
 from audit.local.clusters import LocalClusters
-from audit.contract.naming import IdentityNaming, PrefixNaming
-from audit.contract.record import PROVENANCE_HEADER, Kind, PartitionStatus
-from audit.contract.record import watermark_ms
-from audit.hops.replicator import MirrorOptions, Replicator
 from tests.conftest import cache_dir
 
 kafka = pytest.mark.kafka
@@ -261,9 +260,9 @@ def test_status_watermark_trails_the_uncopied_messages_and_is_now_once_caught_up
     produce(dc1, topic, 1000, partitions=1)  # everything in partition 0; partition 1 stays empty (lag 0)
     options = options_for(unique_name, batch_size=100)
     mirror = replicator(dc1, aggregate, options, PREFIX, lambda t: t == topic)
-    mirror._open()
+    mirror.open()
     try:
-        mirror._refresh_topics()
+        mirror.refresh_topics()
         while mirror.stats.copied == 0:  # copy exactly one batch: offsets 0..99 of partition 0
             mirror.copy_batch(mirror._consumer.consume(options.batch_size, timeout=1))
             mirror._producer.flush(30)
@@ -279,7 +278,7 @@ def test_status_watermark_trails_the_uncopied_messages_and_is_now_once_caught_up
         mirror._status_producer.flush(30)
         caught_up = statuses_of(dc1, options.audit_topic, topic)[-1]
     finally:
-        mirror._close()
+        mirror.close()
 
     first_uncopied_ms = BASE_TS_MS + copied
     assert 0 < copied < 1000 and sum(p.lag for p in lagging.partitions) == 1000 - copied

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from audit.contract.record import Kind
+from audit.hops.counter import ClusterCounter, CounterOptions
 from audit.io.audit_log import read_audit_topic
 from audit.io.clients import watermarks
-from audit.hops.counter import ClusterCounter, CounterOptions
-from audit.contract.record import Kind
 
 pytestmark = pytest.mark.kafka
 
@@ -134,7 +134,7 @@ def test_kill_minus_nine_loses_nothing_and_every_duplicate_is_counted_downstream
     while kills < 5 or producing.is_alive():
         before = target_end(aggregate, f"dc1.{topic}")
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ))
-        wait_for(lambda: target_end(aggregate, f"dc1.{topic}") > before, "the replicator to copy", timeout_s=60)
+        wait_for(lambda before=before: target_end(aggregate, f"dc1.{topic}") > before, "the replicator to copy", timeout_s=60)
         time.sleep(rng.uniform(0.0, 3.0))  # kill at a random moment while it copies
         process.send_signal(signal.SIGKILL)
         process.wait(10)

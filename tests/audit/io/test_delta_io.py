@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from audit.io import delta_io
 from audit.contract.tables import BRONZE
+from audit.io import delta_io
 
 pytestmark = pytest.mark.spark
 

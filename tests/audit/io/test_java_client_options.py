@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from audit.io.clients import java_client_options
 from audit.contract.errors import ConfigError
+from audit.io.clients import java_client_options
 from audit.settings import from_dict
 
 

@@ -13,17 +13,17 @@ from collections import Counter
 import pytest
 from confluent_kafka import Consumer
 
-from audit.io import delta_io
-from audit.io.audit_log import counts_by_window, read_audit_topic
-from audit.io.clients import ensure_topics
+from audit.books.reconcile import reconcile
+from audit.contract.naming import PrefixNaming
+from audit.contract.tables import BRONZE, COMPLETENESS
+from audit.contract.windows import window_start
 from audit.hops.counter import ClusterCounter, CounterOptions
 from audit.hops.faults import DropFault
 from audit.hops.lake import LakeJob, LakeOptions, default_checkpoint
-from audit.contract.naming import PrefixNaming
-from audit.books.reconcile import reconcile
 from audit.hops.replicator import MirrorOptions, Replicator
-from audit.contract.tables import BRONZE, COMPLETENESS
-from audit.contract.windows import window_start
+from audit.io import delta_io
+from audit.io.audit_log import counts_by_window, read_audit_topic
+from audit.io.clients import ensure_topics
 from producers.audited import AuditedProducer
 from tests.conftest import write_config
 
