@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 import pandas as pd
@@ -34,6 +35,10 @@ from audit.contract.errors import KafkaAuditError
 from audit.contract.names import LAKE_TIER
 from audit.contract.tables import ALERTS, arrow_table, table_path
 from audit.io.lake_read import read_frame
+
+if TYPE_CHECKING:
+    from audit.settings import Settings
+
 
 log = logging.getLogger(__name__)
 
@@ -395,7 +400,7 @@ def _alert_of(row) -> Alert:
 # -- one run ----------------------------------------------------------------------------------------
 
 
-def run_alerts(settings, *, now: datetime | None = None, sleep: Callable[[float], None] = time.sleep) -> AlertReport:
+def run_alerts(settings: Settings, *, now: datetime | None = None, sleep: Callable[[float], None] = time.sleep) -> AlertReport:
     """Decide, record and send the alerts of the tables under `settings.lake_root`; see the module doc."""
     now = now or datetime.now(UTC)
     lake = settings.lake_root

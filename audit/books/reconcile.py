@@ -19,6 +19,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -38,6 +39,12 @@ from audit.contract.tables import (
 from audit.contract.windows import MS_PER_MINUTE
 from audit.io import delta_io
 from audit.io.clients import client_config, java_client_options, list_offsets
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from audit.settings import Settings
+
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +83,7 @@ class ReconcileReport:
 # -- 1. what is new in the audit topics --------------------------------------------------------
 
 
-def audit_sources(settings, stored: dict[tuple[str, str, int], int], *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S,
+def audit_sources(settings: Settings, stored: dict[tuple[str, str, int], int], *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S,
                   report: ReconcileReport) -> list[AuditSource]:
     """For each reachable cluster: its audit topics' partitions, from the stored offset to the stable end."""
     sources = []
@@ -90,7 +97,7 @@ def audit_sources(settings, stored: dict[tuple[str, str, int], int], *, timeout_
     return sources
 
 
-def _audit_source(settings, cluster: str, stored, timeout_s: float) -> AuditSource:
+def _audit_source(settings: Settings, cluster: str, stored, timeout_s: float) -> AuditSource:
     admin = AdminClient({**client_config(settings, cluster), "socket.connection.setup.timeout.ms": int(timeout_s * 1000)})
     metadata = admin.list_topics(timeout=timeout_s).topics
     partitions = [(topic, p) for topic, meta in metadata.items() if meta.error is None
@@ -105,7 +112,7 @@ def _audit_source(settings, cluster: str, stored, timeout_s: float) -> AuditSour
     return source
 
 
-def read_new_messages(spark, settings, sources: list[AuditSource]):
+def read_new_messages(spark: SparkSession, settings: Settings, sources: list[AuditSource]):
     """One DataFrame (read_from_cluster, read_from_topic, read_from_partition, read_from_offset, value)."""
     from pyspark.sql import functions as F
 
@@ -160,7 +167,7 @@ def check_messages(messages, checker: RecordChecker):
             .withColumn("date", F.to_date(F.coalesce("window_start", "emitted_at", "ingested_at"))))
 
 
-def store_records_and_rejects(spark, settings, checked, report: ReconcileReport):
+def store_records_and_rejects(spark: SparkSession, settings: Settings, checked, report: ReconcileReport):
     """Insert new records (once per record_id) and rejects (once per audit-topic offset).
 
     Returns every valid record read, not only the new ones: the updates after this step must see the
@@ -194,7 +201,7 @@ def store_records_and_rejects(spark, settings, checked, report: ReconcileReport)
 WINDOW_KEY = ("origin_cluster", "topic", "window_start")
 
 
-def update_tier_counts(spark, settings, new_records):
+def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
     """Re-sum every (topic, window) that received count records; returns those window keys."""
     from pyspark.sql import functions as F
 
@@ -228,7 +235,7 @@ def update_tier_counts(spark, settings, new_records):
 # -- 3b. tier status ---------------------------------------------------------------------------
 
 
-def update_tier_status(spark, settings, new_records) -> None:
+def update_tier_status(spark: SparkSession, settings: Settings, new_records) -> None:
     """Keep each reporter partition's newest status, then sum them up per tier and logical topic."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -270,7 +277,7 @@ def update_tier_status(spark, settings, new_records) -> None:
 # -- 3c. completeness --------------------------------------------------------------------------
 
 
-def tier_paths(spark, settings):
+def tier_paths(spark: SparkSession, settings: Settings):
     """Per (logical topic, tier on its path): reference tier, threshold and the tier's effective watermark.
 
     A tier's effective watermark is the lowest of its own and of every cluster tier upstream of it on
@@ -316,7 +323,7 @@ JUDGED_COLUMNS = {
 JUDGED_DDL = ", ".join(f"{name} {kind}" for name, kind in JUDGED_COLUMNS.items())
 
 
-def update_completeness(spark, settings, touched, *, now_ms: int) -> int:
+def update_completeness(spark: SparkSession, settings: Settings, touched, *, now_ms: int) -> int:
     """Judge every touched window and every window not yet final; returns how many rows were judged."""
     from pyspark.sql import functions as F
 
@@ -382,12 +389,12 @@ class _Judge:
 # -- 4. offsets ----------------------------------------------------------------------------------
 
 
-def stored_offsets(spark, settings) -> dict[tuple[str, str, int], int]:
+def stored_offsets(spark: SparkSession, settings: Settings) -> dict[tuple[str, str, int], int]:
     rows = delta_io.read_table(spark, settings.lake_root, SOURCE_OFFSETS.name).collect()
     return {(row.cluster, row.topic, row.partition): row.next_offset for row in rows}
 
 
-def store_offsets(spark, settings, sources: list[AuditSource]) -> None:
+def store_offsets(spark: SparkSession, settings: Settings, sources: list[AuditSource]) -> None:
     from pyspark.sql import functions as F
 
     rows = [(source.cluster, topic, partition, end) for source in sources
@@ -413,7 +420,7 @@ class _Steps:
         self._last = now
 
 
-def read_and_store(spark, settings, report: ReconcileReport, *, now_ms: int, step: _Steps | None = None):
+def read_and_store(spark: SparkSession, settings: Settings, report: ReconcileReport, *, now_ms: int, step: _Steps | None = None):
     """The first steps of a run: read every audit topic from the stored offsets, check each message,
     store records and rejects. Returns (sources, the valid records read or None when nothing was new)."""
     step = step or _Steps()
@@ -432,7 +439,7 @@ def read_and_store(spark, settings, report: ReconcileReport, *, now_ms: int, ste
     return sources, records
 
 
-def reconcile(spark, settings, *, now_ms: int | None = None) -> ReconcileReport:
+def reconcile(spark: SparkSession, settings: Settings, *, now_ms: int | None = None) -> ReconcileReport:
     """One reconciliation run over everything new since the last one (see the module doc)."""
     began = time.monotonic()
     now_ms = now_ms if now_ms is not None else time.time_ns() // 1_000_000

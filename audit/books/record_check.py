@@ -17,11 +17,16 @@ import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from audit.contract.naming import naming_policy
 from audit.contract.record import MAX_COUNT, AuditRecord, Kind, parse
+
+if TYPE_CHECKING:
+    from audit.settings import Settings
+
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +63,7 @@ class RecordChecker:
     now_ms: int
 
     @classmethod
-    def from_settings(cls, settings, now_ms: int) -> RecordChecker:
+    def from_settings(cls, settings: Settings, now_ms: int) -> RecordChecker:
         return cls(tuple(settings.tiers), tuple(settings.cluster_names), settings.window_minutes, settings.naming, now_ms)
 
     # -- the whole check ------------------------------------------------------------------------

@@ -5,8 +5,13 @@ import argparse
 import logging
 import time
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from audit.contract.errors import ConfigError
+
+if TYPE_CHECKING:
+    from audit.settings import Settings
+
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +44,7 @@ def _parse_now(text: str | None) -> datetime | None:
     return moment
 
 
-def run(args: argparse.Namespace, settings) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     from audit.books.alerts import run_alerts
 
     now = _parse_now(args.now)

@@ -2,8 +2,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from audit.local.clusters import LocalClusters, local_clusters
+
+if TYPE_CHECKING:
+    from audit.settings import Settings
+
 
 
 def add_command(commands) -> None:
@@ -19,7 +24,7 @@ def add_command(commands) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, settings) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     clusters = local_clusters(settings, args.names)
     if args.action == "up":
         ready = clusters.up()

@@ -3,8 +3,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from audit.settings import describe
+
+if TYPE_CHECKING:
+    from audit.settings import Settings
+
 
 
 def add_command(commands) -> None:
@@ -18,7 +23,7 @@ def add_command(commands) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, settings) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "show":
         print(json.dumps(settings.redacted(), indent=2))
     else:

@@ -3,12 +3,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import TYPE_CHECKING
 
 from prometheus_client import start_http_server
 
 from audit.hops.counter import ClusterCounter, CounterOptions
 from audit.hops.runloop import stop_on_signals
 from audit.io.clients import client_config
+
+if TYPE_CHECKING:
+    from audit.settings import Settings
+
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +42,7 @@ def add_command(commands) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, settings) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     options = CounterOptions(
         cluster=settings.cluster(args.cluster).name,
         audit_topic=settings.audit_topic,

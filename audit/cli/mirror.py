@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import TYPE_CHECKING
 
 from prometheus_client import start_http_server
 
@@ -11,6 +12,10 @@ from audit.hops.faults import DropFault, PauseFault
 from audit.hops.replicator import MirrorOptions, Replicator
 from audit.hops.runloop import stop_on_signals
 from audit.io.clients import client_config
+
+if TYPE_CHECKING:
+    from audit.settings import Settings
+
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +51,7 @@ def add_command(commands) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, settings) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     source, target = settings.cluster(args.source).name, settings.cluster(args.target).name
     fault = None
     if args.drop_topics:

@@ -8,10 +8,15 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+from typing import TYPE_CHECKING
 
 from prometheus_client import start_http_server
 
 from audit.hops.runloop import stop_on_signals
+
+if TYPE_CHECKING:
+    from audit.settings import Settings
+
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +55,7 @@ def add_command(commands) -> None:
     reconcile.set_defaults(handler=run_reconcile)
 
 
-def _spark(settings, name: str):
+def _spark(settings: Settings, name: str):
     from audit.io.spark import spark_session
 
     session = spark_session(app_name=name, cache_dir=settings.cache_dir)
@@ -58,7 +63,7 @@ def _spark(settings, name: str):
     return session
 
 
-def run_lake(args: argparse.Namespace, settings) -> int:
+def run_lake(args: argparse.Namespace, settings: Settings) -> int:
     from audit.hops.lake import LakeJob, LakeOptions, default_checkpoint
 
     cluster = settings.cluster(args.cluster).name if args.cluster else settings.cluster_names[-1]
@@ -74,7 +79,7 @@ def run_lake(args: argparse.Namespace, settings) -> int:
     return 0
 
 
-def run_reconcile(args: argparse.Namespace, settings) -> int:
+def run_reconcile(args: argparse.Namespace, settings: Settings) -> int:
     from audit.books.reconcile import reconcile
 
     spark = _spark(settings, "kaudit-reconcile")
@@ -92,7 +97,7 @@ def run_reconcile(args: argparse.Namespace, settings) -> int:
     return 1 if report.unreachable else 0
 
 
-def _alerts(settings) -> None:
+def _alerts(settings: Settings) -> None:
     from audit.books.alerts import run_alerts
 
     try:

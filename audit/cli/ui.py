@@ -6,6 +6,11 @@ import logging
 import tempfile
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from audit.settings import Settings
+
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +32,7 @@ def add_command(commands) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, settings) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     from dashboards.app import create_app
 
     ui = replace(settings.ui, host=args.host or settings.ui.host, port=args.port or settings.ui.port)

@@ -16,6 +16,7 @@ The rules, in order (see docs/tables.md):
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -101,7 +102,7 @@ def classify(frame: pd.DataFrame, *, now_ms: int, grace_ms: int) -> pd.DataFrame
     return out
 
 
-def threshold_for(topic: str, thresholds: list[tuple[object, float]]) -> float:
+def threshold_for(topic: str, thresholds: list[tuple[re.Pattern[str], float]]) -> float:
     """The threshold of the first (compiled regex, percent) pair whose regex searches `topic`, else 100 %."""
     for pattern, percent in thresholds:
         if pattern.search(topic):

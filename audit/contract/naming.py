@@ -24,7 +24,8 @@ class Origin:
 
 
 class NamingPolicy(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def target_topic(self, source_cluster: str, topic: str) -> str:
         """The name `topic` of `source_cluster` gets on the target cluster."""

@@ -255,7 +255,8 @@ def _time(data: Mapping[str, Any], key: str, *, required: bool = True) -> int | 
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise _Invalid(f"{key}: {_short(text)} is not an ISO-8601 time") from None
-    if moment.utcoffset() is None or moment.utcoffset().total_seconds() != 0:
+    offset = moment.utcoffset()
+    if offset is None or offset.total_seconds() != 0:
         raise _Invalid(f"{key}: {_short(text)} is not UTC (end it with Z)")
     return to_ms(moment)
 

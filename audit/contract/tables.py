@@ -326,7 +326,9 @@ def _inside(text: str) -> str:
 
 def _split_top(text: str) -> list[str]:
     """`a, b<c, d>, e` split at the commas outside angle brackets."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         depth += (char == "<") - (char == ">")
         if char == "," and depth == 0:

@@ -41,12 +41,9 @@ class WindowTally:
         sketch = self.latency_sketch()
         if sketch is None:
             return None
-        return {
-            "p50": sketch.get_quantile_value(0.50),
-            "p95": sketch.get_quantile_value(0.95),
-            "p99": sketch.get_quantile_value(0.99),
-            "max": sketch.get_quantile_value(1.0),
-        }
+        quantiles = {"p50": 0.50, "p95": 0.95, "p99": 0.99, "max": 1.0}
+        # A sketch with at least one value answers every quantile.
+        return {name: float(sketch.get_quantile_value(q) or 0.0) for name, q in quantiles.items()}
 
     @property
     def empty(self) -> bool:

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -45,6 +46,7 @@ from audit.hops.runloop import run_hop
 from audit.io.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SERVICE = "kaudit-counter"
 DEFAULT_BATCH = 5000
@@ -111,7 +113,7 @@ class ClusterCounter:
 
     def __init__(
         self,
-        config: Mapping[str, object],
+        config: Mapping[str, Any],
         options: CounterOptions,
         select_topic: Callable[[str], bool],
         *,
@@ -133,6 +135,18 @@ class ClusterCounter:
         self._admin: AdminClient | None = None
 
     # -- clients -------------------------------------------------------------------------------
+
+    @property
+    def consumer(self) -> Consumer:
+        return _opened(self._consumer)
+
+    @property
+    def producer(self) -> Producer:
+        return _opened(self._producer)
+
+    @property
+    def admin(self) -> AdminClient:
+        return _opened(self._admin)
 
     def open(self) -> None:
         check_credentials(self.config, self.options.cluster, timeout_s=self.options.client_timeout_s)
@@ -160,7 +174,7 @@ class ClusterCounter:
         })
         try:
             # Fences an earlier incarnation of this slot and aborts its open transaction.
-            self._producer.init_transactions(self.options.client_timeout_s)
+            self.producer.init_transactions(self.options.client_timeout_s)
             # Without its audit topic every transaction would wait for a topic that never comes.
             ensure_topics(self.config, {self.options.audit_topic: 1}, timeout_s=self.options.client_timeout_s)
         except KafkaException as exc:
@@ -178,7 +192,7 @@ class ClusterCounter:
     # -- subscription --------------------------------------------------------------------------
 
     def refresh_topics(self) -> None:
-        topics = self._consumer.list_topics(timeout=self.options.client_timeout_s).topics
+        topics = self.consumer.list_topics(timeout=self.options.client_timeout_s).topics
         wanted = sorted(
             name for name in topics
             if name != self.options.audit_topic and not name.startswith("__") and self.select_topic(name)
@@ -186,9 +200,9 @@ class ClusterCounter:
         if wanted != self._subscribed:
             log.info("subscribing", extra={"cluster": self.options.cluster, "topics": len(wanted)})
             if wanted:
-                self._consumer.subscribe(wanted, on_assign=self._on_assign, on_revoke=self._on_revoke)
+                self.consumer.subscribe(wanted, on_assign=self._on_assign, on_revoke=self._on_revoke)
             else:
-                self._consumer.unsubscribe()
+                self.consumer.unsubscribe()
             self._subscribed = wanted
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -274,7 +288,7 @@ class ClusterCounter:
         self._sequence += 1
         return record_id(self.instance_id, self._sequence)
 
-    def _identity(self) -> dict[str, object]:
+    def _identity(self) -> dict[str, Any]:
         """The fields every record of this instance carries, with a fresh record id."""
         return {"record_id": self._next_record_id(), "tier": self.options.cluster, "cluster": self.options.cluster,
                 "service": SERVICE, "host": self.host, "instance_id": self.instance_id,
@@ -318,7 +332,7 @@ class ClusterCounter:
         ]
 
     def _list_offsets(self, partitions: list[tuple[str, int]], spec: OffsetSpec) -> dict[tuple[str, int], int]:
-        return list_offsets(self._admin, partitions, spec, timeout_s=self.options.client_timeout_s)
+        return list_offsets(self.admin, partitions, spec, timeout_s=self.options.client_timeout_s)
 
     def flush(self, *, heartbeat: bool = True) -> bool:
         """Commit deltas, status and offsets in one transaction; False when it had to abort.
@@ -333,13 +347,13 @@ class ClusterCounter:
         offsets = [TopicPartition(topic, partition, p.position) for (topic, partition), p in self.progress.items()]
         if not records and not offsets:
             return True
-        producer = self._producer
+        producer = self.producer
         try:
             producer.begin_transaction()
             for record in records:
                 producer.produce(self.options.audit_topic, key=record.topic.encode(), value=encode(record))
             if offsets:
-                producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), self.options.client_timeout_s)
+                producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), self.options.client_timeout_s)
         except KafkaException as exc:  # nothing was committed: the open transaction must be aborted, whatever the error
             self._abort(exc.args[0], open_transaction=True)
             return False
@@ -359,7 +373,7 @@ class ClusterCounter:
     def _commit_transaction(self) -> None:
         for attempt in range(3):
             try:
-                self._producer.commit_transaction(self.options.client_timeout_s)
+                self.producer.commit_transaction(self.options.client_timeout_s)
                 return
             except KafkaException as exc:
                 # Retriable (e.g. a timed-out request): the same commit may simply be repeated.
@@ -380,14 +394,14 @@ class ClusterCounter:
             raise KafkaClientError(f"counter {self.options.cluster}: fenced or fatal: {error.str()}", code=error.code())
         if error.txn_requires_abort() or open_transaction:
             try:
-                self._producer.abort_transaction(self.options.client_timeout_s)
+                self.producer.abort_transaction(self.options.client_timeout_s)
             except KafkaException as exc:  # the broker is still away: the next flush's begin fails and aborts again
                 log.warning("abort failed; retried at the next flush", extra={"cluster": self.options.cluster,
                                                                              "error": exc.args[0].str()})
         self.tally.drain()
         for (topic, partition), progress in self.progress.items():
             progress.position = progress.committed
-            self._consumer.seek(TopicPartition(topic, partition, progress.committed if progress.committed >= 0 else OFFSET_BEGINNING))
+            self.consumer.seek(TopicPartition(topic, partition, progress.committed if progress.committed >= 0 else OFFSET_BEGINNING))
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -405,7 +419,7 @@ class ClusterCounter:
 
     def step(self) -> bool:
         """Count one batch and flush when due; idle only right after a flush with nothing new read."""
-        messages = self._consumer.consume(self.options.batch_size, timeout=0.5) if self._subscribed else []
+        messages = self.consumer.consume(self.options.batch_size, timeout=0.5) if self._subscribed else []
         if not self._subscribed:
             self._stop.wait(0.5)
         self.count_batch(messages)
@@ -423,11 +437,17 @@ class ClusterCounter:
 
     def group_caught_up(self) -> bool:
         """The group has committed up to the end of every partition of the subscribed topics."""
-        return bool(self._subscribed) and group_caught_up(self._consumer, self._admin, self._subscribed,
+        return bool(self._subscribed) and group_caught_up(self.consumer, self.admin, self._subscribed,
                                                           timeout_s=self.options.client_timeout_s)
 
     def close(self) -> None:
         if self._consumer is not None:
-            self._consumer.close()
+            self.consumer.close()
         if self._producer is not None:
-            self._producer.flush(self.options.client_timeout_s)
+            self.producer.flush(self.options.client_timeout_s)
+
+
+def _opened(client: T | None) -> T:
+    if client is None:
+        raise KafkaClientError("counter: a client was used before open()")
+    return client

@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -36,6 +37,12 @@ from audit.contract.tables import BRONZE
 from audit.contract.windows import MS_PER_MINUTE
 from audit.io import delta_io
 from audit.io.clients import client_config, ensure_topics, java_client_options, list_offsets
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from audit.settings import Settings
+
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +97,7 @@ def with_audit_window(frame, window_minutes: int):
 class LakeJob:
     """One lake stream from `options.cluster` into `bronze`, with the lake tier's audit records."""
 
-    def __init__(self, spark, settings, options: LakeOptions, select_topic) -> None:
+    def __init__(self, spark: SparkSession, settings: Settings, options: LakeOptions, select_topic) -> None:
         self.spark = spark
         self.settings = settings
         self.options = options
@@ -278,5 +285,5 @@ def _json(value) -> dict:
     return value if isinstance(value, dict) else json.loads(value)
 
 
-def default_checkpoint(settings, cluster: str) -> str:
+def default_checkpoint(settings: Settings, cluster: str) -> str:
     return f"{str(settings.lake_root).rstrip('/')}/_checkpoints/lake-{cluster}"

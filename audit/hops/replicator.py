@@ -15,6 +15,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
@@ -117,8 +118,8 @@ class Replicator:
 
     def __init__(
         self,
-        source_config: Mapping[str, object],
-        target_config: Mapping[str, object],
+        source_config: Mapping[str, Any],
+        target_config: Mapping[str, Any],
         options: MirrorOptions,
         naming: NamingPolicy,
         select_topic: Callable[[str], bool],
@@ -143,7 +144,8 @@ class Replicator:
         self._released: dict[tuple[str, int], int] = {}  # acknowledged position of partitions given up
         self._stop = threading.Event()
         self._labels = (options.source, options.target)
-        self._copied_metrics: dict[str, object] = {}
+        self._copied_metrics: dict[str, Any] = {}  # prometheus_client children, one per topic
+        self._next_commit = self._next_status = 0.0  # monotonic seconds; set by run()
         self._quiet = False  # status records paused (only while finishing a run-until-caught-up)
         for hook in (fault, pause):
             if hook is not None:
@@ -335,9 +337,9 @@ class Replicator:
             self.stats.copied_by_topic[topic] += 1
             copied_metric.inc()
 
-        copied_metric = self._copied_metrics.get(topic)
-        if copied_metric is None:
-            copied_metric = self._copied_metrics[topic] = COPIED.labels(self.options.source, self.options.target, topic)
+        if topic not in self._copied_metrics:
+            self._copied_metrics[topic] = COPIED.labels(self.options.source, self.options.target, topic)
+        copied_metric = self._copied_metrics[topic]
         return delivered
 
     def _resolve_without_sending(self, topic: str, partition: int, offset: int, timestamp_ms: int, *, dropped: bool) -> None:

@@ -15,7 +15,8 @@ from typing import Protocol
 
 
 class Hop(Protocol):
-    topic_refresh_s: float
+    @property
+    def topic_refresh_s(self) -> float: ...
 
     def open(self) -> None: ...
 

@@ -5,6 +5,7 @@ import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
@@ -12,12 +13,16 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from audit.contract.errors import KafkaClientError
 from audit.io.local_state import recorded_bootstrap_servers
 
+if TYPE_CHECKING:
+    from audit.settings import Settings
+
+
 log = logging.getLogger(__name__)
 
 DEFAULT_ADMIN_TIMEOUT_S = 30.0
 
 
-def bootstrap_servers(settings, cluster_name: str) -> str:
+def bootstrap_servers(settings: Settings, cluster_name: str) -> str:
     """The configured address, or for an embedded cluster the one its launcher recorded."""
     cluster = settings.cluster(cluster_name)
     if cluster.bootstrap_servers:
@@ -25,7 +30,7 @@ def bootstrap_servers(settings, cluster_name: str) -> str:
     return recorded_bootstrap_servers(settings.state_dir, cluster_name)
 
 
-def client_config(settings, cluster_name: str, overrides: Mapping[str, object] | None = None) -> dict:
+def client_config(settings: Settings, cluster_name: str, overrides: Mapping[str, Any] | None = None) -> dict:
     """librdkafka settings for one cluster: address, security settings, then `overrides` (which win)."""
     config = {"bootstrap.servers": bootstrap_servers(settings, cluster_name)}
     config.update(settings.cluster(cluster_name).client_config())
@@ -34,7 +39,7 @@ def client_config(settings, cluster_name: str, overrides: Mapping[str, object] |
 
 
 def ensure_topics(
-    config: Mapping[str, object],
+    config: Mapping[str, Any],
     partitions: Mapping[str, int],
     *,
     topic_configs: Mapping[str, Mapping[str, str]] | None = None,
@@ -127,13 +132,14 @@ _AUTH_ERRORS = {KafkaError._AUTHENTICATION: "authentication failed", KafkaError.
                 KafkaError.SASL_AUTHENTICATION_FAILED: "authentication failed"}
 
 
-def check_credentials(config: Mapping[str, object], cluster: str, *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S) -> None:
+def check_credentials(config: Mapping[str, Any], cluster: str, *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S) -> None:
     """Reach `cluster` once before any work, so bad credentials or certificates fail at once (librdkafka
     would retry them forever): a KafkaClientError naming the cluster and saying "authentication",
     without any secret. An unreachable cluster returns after at most `timeout_s`; the caller's own
     calls then report it as they always have."""
     failures: list[KafkaError] = []
-    admin = AdminClient({**config, "error_cb": failures.append, "log_level": 2})
+    admin_config: dict[str, Any] = {**config, "error_cb": failures.append, "log_level": 2}
+    admin = AdminClient(admin_config)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -170,7 +176,7 @@ _HANDLED_KEYS = {"security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl
                  "ssl.certificate.pem", "ssl.key.pem", "ssl.endpoint.identification.algorithm"}
 
 
-def java_client_options(settings, cluster_name: str) -> dict[str, str]:
+def java_client_options(settings: Settings, cluster_name: str) -> dict[str, str]:
     """The cluster's librdkafka settings as Java Kafka client properties (for Spark's Kafka source:
     prefix each key with `kafka.`). The result holds the password inside `sasl.jaas.config`: hand it to
     the client, never log it. A setting with no Java equivalent is a ConfigError naming its key."""
@@ -235,7 +241,7 @@ def _java_ssl(client: Mapping[str, str], where: str) -> dict[str, str]:
         options.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": cert_file})
     elif cert_file:
         options.update({"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": _read_pem(where, "ssl.certificate.location", cert_file),
-                        "ssl.keystore.key": _read_pem(where, "ssl.key.location", key_file)})
+                        "ssl.keystore.key": _read_pem(where, "ssl.key.location", str(key_file))})
     elif "ssl.certificate.pem" in client or "ssl.key.pem" in client:
         if not ("ssl.certificate.pem" in client and "ssl.key.pem" in client):
             _java_error(where, "ssl.key.pem", "missing: a client certificate needs both ssl.certificate.pem and ssl.key.pem")

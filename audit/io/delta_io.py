@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import logging
 from functools import reduce
+from typing import TYPE_CHECKING, Any
 
 from audit.contract.tables import INTERNAL_TABLES, TABLES, Table, table_path  # noqa: F401 (table_path is re-used by the jobs)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +31,7 @@ def spark_schema(table: Table):
 _ENSURED: set[str] = set()  # paths this process has created or found, so later runs skip the check
 
 
-def ensure_table(spark, lake_root: str, table: Table) -> str:
+def ensure_table(spark: SparkSession, lake_root: str, table: Table) -> str:
     """Create `table` under `lake_root` when it does not exist; returns its path."""
     from delta.tables import DeltaTable
 
@@ -48,11 +53,11 @@ def ensure_table(spark, lake_root: str, table: Table) -> str:
     return path
 
 
-def _remove_interrupted_creation(spark, path: str) -> bool:
+def _remove_interrupted_creation(spark: SparkSession, path: str) -> bool:
     """A creation killed before its first commit leaves a `_delta_log` folder with no commit in it,
     and Delta then takes the folder for a table that does not exist, for ever. Such a folder holds
     no data: remove it (any Hadoop file system) so the creation can run again. True when removed."""
-    jvm = spark.sparkContext._jvm
+    jvm: Any = spark.sparkContext._jvm  # py4j's view of the driver JVM
     log_dir = jvm.org.apache.hadoop.fs.Path(path, "_delta_log")
     fs = log_dir.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     if not fs.exists(log_dir) or any(status.getPath().getName().endswith(".json") for status in fs.listStatus(log_dir)):
@@ -61,7 +66,7 @@ def _remove_interrupted_creation(spark, path: str) -> bool:
     return bool(fs.delete(log_dir, True))
 
 
-def ensure_tables(spark, lake_root: str, names: tuple[str, ...] | None = None) -> dict[str, str]:
+def ensure_tables(spark: SparkSession, lake_root: str, names: tuple[str, ...] | None = None) -> dict[str, str]:
     """Every declared table (or those named), created when missing: {name: path}."""
     known = {**TABLES, **INTERNAL_TABLES}
     return {name: ensure_table(spark, lake_root, known[name]) for name in (names or tuple(known))}
@@ -84,7 +89,7 @@ def _is_empty(target) -> bool:
     return target.detail().select("numFiles").first()[0] == 0
 
 
-def insert_new(spark, lake_root: str, table: Table, rows, *, prune: bool = True) -> None:
+def insert_new(spark: SparkSession, lake_root: str, table: Table, rows, *, prune: bool = True) -> None:
     """Insert the rows whose key is not in the table yet; existing keys are left as they are.
 
     `prune=False` where the partition column does not follow from the key (a reject's ingest date).
@@ -100,7 +105,7 @@ def insert_new(spark, lake_root: str, table: Table, rows, *, prune: bool = True)
      .whenNotMatchedInsertAll().execute())
 
 
-def upsert(spark, lake_root: str, table: Table, rows, *, ignore: tuple[str, ...] = ("updated_at",)) -> None:
+def upsert(spark: SparkSession, lake_root: str, table: Table, rows, *, ignore: tuple[str, ...] = ("updated_at",)) -> None:
     """Insert new keys; update existing ones only where a column other than `ignore` changed."""
     from delta.tables import DeltaTable
 
@@ -125,5 +130,5 @@ def _comparable(side: str, column) -> str:
     return name
 
 
-def read_table(spark, lake_root: str, name: str):
+def read_table(spark: SparkSession, lake_root: str, name: str):
     return spark.read.format("delta").load(table_path(lake_root, name))

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from confluent_kafka.admin import AdminClient
 
@@ -34,6 +35,10 @@ from audit.contract.errors import ClusterError, ConfigError
 from audit.io import jvm
 from audit.io.local_state import ClusterState, cluster_folder, load_state, state_file
 from audit.local.certs import TlsFiles, ensure_tls_files
+
+if TYPE_CHECKING:
+    from audit.settings import Settings
+
 
 log = logging.getLogger(__name__)
 
@@ -549,7 +554,7 @@ def _reap(pids: Iterable[int]) -> None:
             pass
 
 
-def local_clusters(settings, names: list[str] | None = None) -> LocalClusters:
+def local_clusters(settings: Settings, names: list[str] | None = None) -> LocalClusters:
     """The configured clusters that are local (no bootstrap address given), optionally a subset."""
     local = [cluster.name for cluster in settings.clusters if cluster.local]
     chosen = names or local

@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from audit.contract.record import iso
 from audit.local.clusters import local_clusters
@@ -32,6 +33,10 @@ from audit.local.pipeline import (
 )
 from audit.local.services import Supervisor, stop_leftovers
 from audit.settings import EXAMPLE_CONFIG
+
+if TYPE_CHECKING:
+    from audit.settings import Settings
+
 
 DEMO_RECIPIENTS = '["kafka-sre@example.com"]'
 DEMO_ROUTE = '{ pattern = "orders", recipients = ["orders-team@example.com", "kafka-sre@example.com"] }'
@@ -88,7 +93,7 @@ class Findings:
                 and not self.stall_counted_as_loss)
 
 
-def write_demo_config(settings) -> Path:
+def write_demo_config(settings: Settings) -> Path:
     """The built-in default, with absolute paths and alert recipients for the local mailbox."""
     template = EXAMPLE_CONFIG.read_text()
     text = (template.replace('state_dir = ".kaudit"', f'state_dir = "{Path(settings.state_dir).resolve()}"')
@@ -100,7 +105,7 @@ def write_demo_config(settings) -> Path:
     return path
 
 
-def observe(settings, plan: PipelinePlan, findings: Findings) -> None:
+def observe(settings: Settings, plan: PipelinePlan, findings: Findings) -> None:
     """Read the tables (deltalake, no JVM) and the mailbox; update `findings`."""
     from audit.io.lake_read import read_frame
 
@@ -134,7 +139,7 @@ def progress_line(began: float, findings: Findings, plan: PipelinePlan) -> str:
     return f"[{time.monotonic() - began:5.0f} s] windows: {statuses} | {loss} | {stall} | emails: {len(findings.emails)}"
 
 
-def summary(settings, plan: PipelinePlan, supervisor: Supervisor, findings: Findings, began: float) -> str:
+def summary(settings: Settings, plan: PipelinePlan, supervisor: Supervisor, findings: Findings, began: float) -> str:
     lines = ["", "kafka-audit demo", "================"]
     for cluster in settings.clusters:
         from audit.io.clients import bootstrap_servers
@@ -157,7 +162,7 @@ def summary(settings, plan: PipelinePlan, supervisor: Supervisor, findings: Find
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace, settings) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     began = time.monotonic()
     short = args.short
     messages = 6000 if short else args.messages

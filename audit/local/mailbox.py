@@ -11,6 +11,11 @@ import threading
 import time
 from email import message_from_bytes, policy
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from audit.settings import Settings
+
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +44,7 @@ def saved_emails(folder: Path) -> list[tuple[Path, str]]:
             for path in sorted(Path(folder).glob("*.eml"))]
 
 
-def mail_dir(settings) -> Path:
+def mail_dir(settings: Settings) -> Path:
     return Path(settings.state_dir) / "mail"
 
 
@@ -54,7 +59,7 @@ def add_command(commands) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, settings) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     import signal
 
     from aiosmtpd.controller import Controller

@@ -10,11 +10,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from audit.contract.errors import HarnessError
 from audit.contract.windows import window_start
 from audit.io.clients import client_config, ensure_topics
 from audit.local.services import Supervisor
+
+if TYPE_CHECKING:
+    from audit.settings import Settings
+
 
 TOPICS = ("orders", "clicks", "payments")
 PARTITIONS = 6
@@ -55,7 +60,7 @@ class PipelinePlan:
     service_names: list[str] = field(default_factory=list)
 
 
-def hub_and_spokes(settings) -> tuple[tuple[str, ...], str]:
+def hub_and_spokes(settings: Settings) -> tuple[tuple[str, ...], str]:
     names = settings.cluster_names
     return (tuple(names[:-1]) or (names[0],)), names[-1]
 
@@ -66,13 +71,13 @@ def drop_window(backfill_hours: float, now_ms: int | None = None, window_minutes
     return window_start(now_ms - int(backfill_hours * 3_600_000 / 2), window_minutes)
 
 
-def create_topics(settings, plan: PipelinePlan) -> None:
+def create_topics(settings: Settings, plan: PipelinePlan) -> None:
     for cluster in plan.regional:
         ensure_topics(client_config(settings, cluster), {t: PARTITIONS for t in plan.topics} | {settings.audit_topic: 1})
     ensure_topics(client_config(settings, plan.hub), {settings.audit_topic: 1})
 
 
-def start_services(supervisor: Supervisor, settings, plan: PipelinePlan) -> list[str]:
+def start_services(supervisor: Supervisor, settings: Settings, plan: PipelinePlan) -> list[str]:
     """Start counters, replicators, the lake job, the reconciliation and the UI; returns their names."""
     started = []
     for cluster in settings.cluster_names:

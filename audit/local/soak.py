@@ -29,11 +29,16 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from audit.contract.errors import HarnessError
 from audit.local.pipeline import DropPlan, PipelinePlan, create_topics, drop_window, mirror_args, start_services
 from audit.local.services import Supervisor, stop_leftovers
 from audit.settings import EXAMPLE_CONFIG
+
+if TYPE_CHECKING:
+    from audit.settings import Settings
+
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +126,7 @@ def fault_schedule(rng: random.Random, duration_s: float, gap_s: float, regional
     return faults
 
 
-def write_soak_config(settings, soak_dir: Path) -> Path:
+def write_soak_config(settings: Settings, soak_dir: Path) -> Path:
     """The built-in default with the soak's folder, 1-minute windows, a 60 s grace and 5 s flushes."""
     text = EXAMPLE_CONFIG.read_text()
     for old, new in (('state_dir = ".kaudit"', f'state_dir = "{soak_dir.resolve()}"'),
@@ -151,7 +156,7 @@ def fresh_soak_dir(soak_dir: Path) -> None:
 
 
 class Soak:
-    def __init__(self, args: argparse.Namespace, settings, soak_dir: Path) -> None:
+    def __init__(self, args: argparse.Namespace, settings: Settings, soak_dir: Path) -> None:
         from audit.local.clusters import local_clusters
 
         self.args, self.settings, self.soak_dir = args, settings, soak_dir
@@ -441,7 +446,7 @@ def render(verdict) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace, settings) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     from audit.settings import load_settings
 
     if args.seed is None:
