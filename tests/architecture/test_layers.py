@@ -1,0 +1,64 @@
+"""The packages import only downward (docs/architecture.md): the contract imports nothing of ours, the
+CLI sits on top. Every import counts, lazy ones inside functions too."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BELOW_HOPS = {"audit.contract", "audit.settings", "audit.io"}
+MAY_IMPORT: dict[str, set[str]] = {
+    "audit.contract": set(),
+    "audit.settings": {"audit.contract"},
+    "audit.io": {"audit.contract", "audit.settings"},
+    "audit.hops": BELOW_HOPS,
+    "audit.books": BELOW_HOPS,
+    "producers": BELOW_HOPS,
+    "dashboards": BELOW_HOPS | {"audit.books"},
+    "audit.local": BELOW_HOPS | {"audit.hops", "audit.books", "producers", "dashboards"},
+    "audit.cli": BELOW_HOPS | {"audit.hops", "audit.books", "audit.local", "producers", "dashboards"},
+}
+
+
+def package_of(module: str) -> str | None:
+    for package in sorted(MAY_IMPORT, key=len, reverse=True):
+        if module == package or module.startswith(package + "."):
+            return package
+    return None
+
+
+def modules() -> list[tuple[str, Path]]:
+    found = []
+    for top in ("audit", "producers", "dashboards"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            found.append((name, path))
+    return found
+
+
+def imported(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_every_module_belongs_to_a_layer():
+    orphans = [name for name, _ in modules() if package_of(name) is None and name not in ("audit", "audit.cli")]
+    assert orphans == [], f"modules outside every layer of docs/architecture.md: {orphans}"
+
+
+@pytest.mark.parametrize("name, path", modules(), ids=[name for name, _ in modules()])
+def test_imports_only_go_down(name, path):
+    own = package_of(name)
+    if own is None:
+        return
+    upward = sorted({target for target in imported(path) if (package_of(target) or own) != own
+                     and package_of(target) not in MAY_IMPORT[own]})
+    assert upward == [], f"{name} ({own}) imports {upward}; it may import only {sorted(MAY_IMPORT[own])}"
