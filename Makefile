@@ -56,8 +56,14 @@ browser: ## headless Chromium + chromedriver (Debian packages) for the UI's brow
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  ($(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver)
 
+.PHONY: lint
+lint: $(VENV)/.installed ## ruff (lint + format check) over the tree, mypy on the contract and the hops
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
 .PHONY: test
-test: setup ## run the test suite (starts real Kafka clusters and Spark on loopback)
+test: setup lint ## lint, then the whole test suite (starts real Kafka clusters and Spark on loopback)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 FAST_TESTS := not kafka and not spark and not browser and not open_bug
