@@ -7,6 +7,7 @@ consume loop (fresh group, reads every message, touches nothing) with the audit 
 group, counts into a throw-away audit topic, one flush at the end) and prints messages per second
 of each and the ratio counter / bare. Goal: at least 0.9.
 """
+
 from __future__ import annotations
 
 import random
@@ -26,13 +27,17 @@ WINDOW_MS = 600_000
 def fill(bootstrap: str, topic: str, messages: int, size: int) -> None:
     rng = random.Random(1)
     base = int(time.time() * 1000) - 6 * WINDOW_MS
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4"})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4"}
+    )
     value = b"v" * size
     began = time.monotonic()
     for i in range(messages):
         while True:
             try:
-                producer.produce(topic, value=value, key=b"%d" % (i % 1000), timestamp=base + rng.randrange(6 * WINDOW_MS))
+                producer.produce(
+                    topic, value=value, key=b"%d" % (i % 1000), timestamp=base + rng.randrange(6 * WINDOW_MS)
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -45,8 +50,14 @@ def fill(bootstrap: str, topic: str, messages: int, size: int) -> None:
 
 
 def bare_loop(bootstrap: str, topic: str, messages: int) -> float:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bare-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bare-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([topic])
     seen = 0
     began = None
@@ -65,8 +76,13 @@ def bare_loop(bootstrap: str, topic: str, messages: int) -> float:
 def counter_loop(bootstrap: str, topic: str, messages: int) -> float:
     audit_topic = f"_bench_audit_{uuid.uuid4().hex[:8]}"
     ensure_topics({"bootstrap.servers": bootstrap}, {audit_topic: 1})
-    options = CounterOptions(cluster="bench", audit_topic=audit_topic, flush_interval_s=3600,
-                             group_id=f"counter-{uuid.uuid4().hex}", topic_refresh_s=3600)
+    options = CounterOptions(
+        cluster="bench",
+        audit_topic=audit_topic,
+        flush_interval_s=3600,
+        group_id=f"counter-{uuid.uuid4().hex}",
+        topic_refresh_s=3600,
+    )
     counter = ClusterCounter({"bootstrap.servers": bootstrap}, options, lambda name: name == topic)
     counter.open()
     counter.refresh_topics()
@@ -88,8 +104,12 @@ def main() -> None:
         topic = "bench"
         ensure_topics({"bootstrap.servers": bootstrap}, {topic: PARTITIONS})
         fill(bootstrap, topic, args.messages, args.size)
-        compare(("bare", lambda: bare_loop(bootstrap, topic, args.messages)),
-                ("counter", lambda: counter_loop(bootstrap, topic, args.messages)), rounds=args.rounds, goal=0.9)
+        compare(
+            ("bare", lambda: bare_loop(bootstrap, topic, args.messages)),
+            ("counter", lambda: counter_loop(bootstrap, topic, args.messages)),
+            rounds=args.rounds,
+            goal=0.9,
+        )
 
 
 if __name__ == "__main__":

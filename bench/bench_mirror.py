@@ -15,6 +15,7 @@ The copy phase alone (first message at the target to the last) is shown too, sin
 Connect framework take seconds to start. Prints a table and ours / MM2 for messages per CPU-second
 (goal >= 1.0).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,7 +71,9 @@ class Result:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100,1000", help="value sizes in bytes, comma-separated (default 100,1000)")
-    parser.add_argument("--messages", default="300000,100000", help="messages per size, comma-separated (default 300000,100000)")
+    parser.add_argument(
+        "--messages", default="300000,100000", help="messages per size, comma-separated (default 300000,100000)"
+    )
     parser.add_argument("--partitions", type=int, default=4, help="partitions of each source topic (default 4)")
     parser.add_argument("--only", choices=["ours", "mm2"], help="run one side only (while profiling)")
     args = parser.parse_args()
@@ -94,8 +97,9 @@ def fill(bootstrap: str, topic: str, messages: int, size: int, partitions: int) 
     for i in range(messages):
         while True:
             try:
-                producer.produce(topic, value=value, key=b"%d" % (i % 1000), partition=i % partitions,
-                                 headers=[("seq", b"%d" % i)])
+                producer.produce(
+                    topic, value=value, key=b"%d" % (i % 1000), partition=i % partitions, headers=[("seq", b"%d" % i)]
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -113,8 +117,9 @@ def target_count(consumer: Consumer, topic: str, partitions: int) -> int:
     return total
 
 
-def measure(name: str, size: int, messages: int, command: list[str], target: str, topic: str, partitions: int,
-            log_path: Path) -> Result:
+def measure(
+    name: str, size: int, messages: int, command: list[str], target: str, topic: str, partitions: int, log_path: Path
+) -> Result:
     """Launch `command`, wait until `topic` at `target` holds `messages`, stop it; its figures."""
     consumer = Consumer({"bootstrap.servers": target, "group.id": "bench-watch"})
     with open(log_path, "w") as log:
@@ -133,7 +138,9 @@ def measure(name: str, size: int, messages: int, command: list[str], target: str
                 if process.poll() is not None:
                     raise SystemExit(f"{name} exited with {process.returncode}; see {log_path}")
                 if now - began > TIMEOUT_S:
-                    raise SystemExit(f"{name}: only {count:,} of {messages:,} at the target after {TIMEOUT_S:.0f} s; see {log_path}")
+                    raise SystemExit(
+                        f"{name}: only {count:,} of {messages:,} at the target after {TIMEOUT_S:.0f} s; see {log_path}"
+                    )
                 time.sleep(POLL_S)
         finally:
             process.terminate()
@@ -143,43 +150,58 @@ def measure(name: str, size: int, messages: int, command: list[str], target: str
                 process.kill()
                 process.wait()
             consumer.close()
-    return Result(name, size, messages, wall_s=now - began, copy_s=now - first_at, cpu_s=end_cpu,
-                  copy_cpu_s=end_cpu - first_cpu)
+    return Result(
+        name, size, messages, wall_s=now - began, copy_s=now - first_at, cpu_s=end_cpu, copy_cpu_s=end_cpu - first_cpu
+    )
 
 
 def mm2_command(folder: Path, src: str, dst: str, topic: str) -> list[str]:
     properties = folder / f"mm2-{topic}.properties"
-    properties.write_text("\n".join([
-        "clusters = src, dst",
-        f"src.bootstrap.servers = {src}",
-        f"dst.bootstrap.servers = {dst}",
-        "src->dst.enabled = true",
-        "dst->src.enabled = false",
-        f"src->dst.topics = {topic}",
-        "tasks.max = 1",
-        "replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
-        "replication.factor = 1",
-        "offset-syncs.topic.replication.factor = 1",
-        "heartbeats.topic.replication.factor = 1",
-        "checkpoints.topic.replication.factor = 1",
-        "config.storage.replication.factor = 1",
-        "offset.storage.replication.factor = 1",
-        "status.storage.replication.factor = 1",
-        "emit.heartbeats.enabled = false",
-        "emit.checkpoints.enabled = false",
-        "sync.group.offsets.enabled = false",
-        "sync.topic.acls.enabled = false",
-        "refresh.topics.interval.seconds = 5",
-        "dst.producer.acks = all",
-        "dst.producer.enable.idempotence = true",
-        "src.consumer.auto.offset.reset = earliest",
-        "",
-    ]))
+    properties.write_text(
+        "\n".join(
+            [
+                "clusters = src, dst",
+                f"src.bootstrap.servers = {src}",
+                f"dst.bootstrap.servers = {dst}",
+                "src->dst.enabled = true",
+                "dst->src.enabled = false",
+                f"src->dst.topics = {topic}",
+                "tasks.max = 1",
+                "replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
+                "replication.factor = 1",
+                "offset-syncs.topic.replication.factor = 1",
+                "heartbeats.topic.replication.factor = 1",
+                "checkpoints.topic.replication.factor = 1",
+                "config.storage.replication.factor = 1",
+                "offset.storage.replication.factor = 1",
+                "status.storage.replication.factor = 1",
+                "emit.heartbeats.enabled = false",
+                "emit.checkpoints.enabled = false",
+                "sync.group.offsets.enabled = false",
+                "sync.topic.acls.enabled = false",
+                "refresh.topics.interval.seconds = 5",
+                "dst.producer.acks = all",
+                "dst.producer.enable.idempotence = true",
+                "src.consumer.auto.offset.reset = earliest",
+                "",
+            ]
+        )
+    )
     log4j = folder / "mm2-log4j2.properties"
     log4j.write_text(MM2_LOG4J2.format(log=folder / "mm2.log"))
-    return [jvm.java_executable(), "-Xms256m", "-Xmx1024m", *JVM_OPTIONS, f"-Dlog4j2.configurationFile={log4j}",
-            "-cp", jvm.classpath(load_settings().cache_dir, jvm.MIRRORMAKER_JARS),
-            "org.apache.kafka.connect.mirror.MirrorMaker", str(properties), "--clusters", "dst"]
+    return [
+        jvm.java_executable(),
+        "-Xms256m",
+        "-Xmx1024m",
+        *JVM_OPTIONS,
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        jvm.classpath(load_settings().cache_dir, jvm.MIRRORMAKER_JARS),
+        "org.apache.kafka.connect.mirror.MirrorMaker",
+        str(properties),
+        "--clusters",
+        "dst",
+    ]
 
 
 def ours_command(folder: Path, src: str, dst: str, topic: str) -> list[str]:
@@ -189,24 +211,44 @@ def ours_command(folder: Path, src: str, dst: str, topic: str) -> list[str]:
         f'[[clusters]]\nname = "src"\nbootstrap_servers = "{src}"\nlocal = false\n'
         f'[[clusters]]\nname = "dst"\nbootstrap_servers = "{dst}"\nlocal = false\n'
     )
-    return [sys.executable, "-m", "audit.cli", "--config", str(config), "--log-level", "WARNING", "mirror",
-            "--from", "src", "--to", "dst", "--naming", "prefix"]
+    return [
+        sys.executable,
+        "-m",
+        "audit.cli",
+        "--config",
+        str(config),
+        "--log-level",
+        "WARNING",
+        "mirror",
+        "--from",
+        "src",
+        "--to",
+        "dst",
+        "--naming",
+        "prefix",
+    ]
 
 
 def print_table(results: list[Result]) -> None:
     print()
-    print(f"{'replicator':<10} {'size':>6} {'messages':>9} {'wall s':>7} {'msg/s':>9} {'CPU s':>7} {'msg/CPU-s':>10} "
-          f"{'copy s':>7} {'copy msg/s':>10} {'copy CPU s':>10} {'copy msg/CPU-s':>14}")
+    print(
+        f"{'replicator':<10} {'size':>6} {'messages':>9} {'wall s':>7} {'msg/s':>9} {'CPU s':>7} {'msg/CPU-s':>10} "
+        f"{'copy s':>7} {'copy msg/s':>10} {'copy CPU s':>10} {'copy msg/CPU-s':>14}"
+    )
     for r in results:
-        print(f"{r.name:<10} {r.size:>5}B {r.messages:>9,} {r.wall_s:>7.1f} {r.messages / r.wall_s:>9,.0f} {r.cpu_s:>7.1f} "
-              f"{r.per_cpu_s:>10,.0f} {r.copy_s:>7.1f} {r.messages / r.copy_s:>10,.0f} {r.copy_cpu_s:>10.1f} {r.copy_per_cpu_s:>14,.0f}")
+        print(
+            f"{r.name:<10} {r.size:>5}B {r.messages:>9,} {r.wall_s:>7.1f} {r.messages / r.wall_s:>9,.0f} {r.cpu_s:>7.1f} "
+            f"{r.per_cpu_s:>10,.0f} {r.copy_s:>7.1f} {r.messages / r.copy_s:>10,.0f} {r.copy_cpu_s:>10.1f} {r.copy_per_cpu_s:>14,.0f}"
+        )
     by = {(r.name, r.size): r for r in results}
     for size in sorted({r.size for r in results}):
         ours, mm2 = by.get(("ours", size)), by.get(("mm2", size))
         if ours and mm2:
-            print(f"{size} B: ours/MM2 msg per CPU-s {ours.per_cpu_s / mm2.per_cpu_s:.2f} (goal >= 1.00), "
-                  f"copy phase {ours.copy_per_cpu_s / mm2.copy_per_cpu_s:.2f}; "
-                  f"msg/s {mm2.wall_s / ours.wall_s:.2f}, copy phase {mm2.copy_s / ours.copy_s:.2f}")
+            print(
+                f"{size} B: ours/MM2 msg per CPU-s {ours.per_cpu_s / mm2.per_cpu_s:.2f} (goal >= 1.00), "
+                f"copy phase {ours.copy_per_cpu_s / mm2.copy_per_cpu_s:.2f}; "
+                f"msg/s {mm2.wall_s / ours.wall_s:.2f}, copy phase {mm2.copy_s / ours.copy_s:.2f}"
+            )
 
 
 def main() -> None:
@@ -223,12 +265,32 @@ def main() -> None:
                 ensure_topics({"bootstrap.servers": src}, {topic: args.partitions})
                 fill(src, topic, messages, size, args.partitions)
                 if args.only != "ours":
-                    results.append(measure("mm2", size, messages, mm2_command(folder, src, dst, topic), dst, topic,
-                                           args.partitions, folder / f"mm2-{size}.out"))
+                    results.append(
+                        measure(
+                            "mm2",
+                            size,
+                            messages,
+                            mm2_command(folder, src, dst, topic),
+                            dst,
+                            topic,
+                            args.partitions,
+                            folder / f"mm2-{size}.out",
+                        )
+                    )
                     print(f"mm2 {size} B done", flush=True)
                 if args.only != "mm2":
-                    results.append(measure("ours", size, messages, ours_command(folder, src, dst, topic), dst,
-                                           f"src.{topic}", args.partitions, folder / f"ours-{size}.out"))
+                    results.append(
+                        measure(
+                            "ours",
+                            size,
+                            messages,
+                            ours_command(folder, src, dst, topic),
+                            dst,
+                            f"src.{topic}",
+                            args.partitions,
+                            folder / f"ours-{size}.out",
+                        )
+                    )
                     print(f"ours {size} B done", flush=True)
         finally:
             clusters.down()

@@ -6,6 +6,7 @@ Starts its own local cluster in a temporary folder and alternates the two produc
 idempotence, linger.ms=20 for both), timing produce + flush. Prints messages per second of each and
 the ratio audited / plain. Goal: at least 0.97.
 """
+
 from __future__ import annotations
 
 import time
@@ -46,8 +47,12 @@ def main() -> None:
         ensure_topics({"bootstrap.servers": bootstrap}, {"bench": 6, "_audit": 1})
         config = {"bootstrap.servers": bootstrap, **CONFIG}
         run(Producer(config), "bench", 20_000, args.size)  # warm-up: producer id, topic metadata
-        compare(("plain", lambda: run(Producer(config), "bench", args.messages, args.size)),
-                ("audited", lambda: audited_run(config, args.size, args.messages)), rounds=args.rounds, goal=0.97)
+        compare(
+            ("plain", lambda: run(Producer(config), "bench", args.messages, args.size)),
+            ("audited", lambda: audited_run(config, args.size, args.messages)),
+            rounds=args.rounds,
+            goal=0.97,
+        )
 
 
 if __name__ == "__main__":

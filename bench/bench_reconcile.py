@@ -12,6 +12,7 @@ into dc1's audit topic, then:
 Prints seconds and records per second for each, and the ratios. Goals: 1M in under 60 s, an
 increment in under 10 s.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,16 @@ def records(topics: int, windows: int, *, first_window: int, sequence: str, late
         for tier in TIERS[1:]:
             cluster = "aggregate" if tier == "lake" else tier
             seen = f"topic{t:05d}" if cluster == "dc1" else f"dc1.topic{t:05d}"
-            yield encode(status_record(record_id=f"{tier}-{sequence}-status:{t}", tier=tier, cluster=cluster, topic=seen,
-                                       partitions=[PartitionStatus(0, 1000, 1000, 0, now)], emitted_at_ms=now))
+            yield encode(
+                status_record(
+                    record_id=f"{tier}-{sequence}-status:{t}",
+                    tier=tier,
+                    cluster=cluster,
+                    topic=seen,
+                    partitions=[PartitionStatus(0, 1000, 1000, 0, now)],
+                    emitted_at_ms=now,
+                )
+            )
 
 
 def _counts(topics: int, windows: int, first_window: int, sequence: str, late: bool, now: int):
@@ -58,14 +67,31 @@ def _counts(topics: int, windows: int, first_window: int, sequence: str, late: b
                 cluster = {"producer": "dc1", "lake": "aggregate"}.get(tier, tier)
                 seen = f"topic{t:05d}" if cluster == "dc1" else f"dc1.topic{t:05d}"
                 count = 1 if late else (999 if tier == "lake" and w % 100 == 0 else 1000)
-                yield encode(count_record(record_id=f"{tier}-{sequence}:{t}.{w}", tier=tier, cluster=cluster, topic=seen,
-                                          window_start_ms=start, count=count, bytes=count * 100,
-                                          by_partition={0: count}, emitted_at_ms=now))
+                yield encode(
+                    count_record(
+                        record_id=f"{tier}-{sequence}:{t}.{w}",
+                        tier=tier,
+                        cluster=cluster,
+                        topic=seen,
+                        window_start_ms=start,
+                        count=count,
+                        bytes=count * 100,
+                        by_partition={0: count},
+                        emitted_at_ms=now,
+                    )
+                )
 
 
 def produce(bootstrap: str, topic: str, payloads, total: int) -> float:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
-                         "compression.type": "lz4", "acks": "all"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+            "acks": "all",
+        }
+    )
     began, sent = time.monotonic(), 0
     for payload in payloads:
         while True:
@@ -81,11 +107,14 @@ def produce(bootstrap: str, topic: str, payloads, total: int) -> float:
     return time.monotonic() - began
 
 
-def pandas_baseline(bootstrap: str, topic: str, starts: dict[int, int], now_ms: int, grace_ms: int) -> tuple[float, int]:
+def pandas_baseline(
+    bootstrap: str, topic: str, starts: dict[int, int], now_ms: int, grace_ms: int
+) -> tuple[float, int]:
     """Read, parse, dedup, sum and judge in one process with pandas; (seconds, records)."""
     began = time.monotonic()
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.monotonic_ns()}",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"bench-{time.monotonic_ns()}", "enable.auto.commit": False}
+    )
     ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in range(PARTITIONS)}
     consumer.assign([TopicPartition(topic, p, starts.get(p, 0)) for p in range(PARTITIONS)])
     rows, remaining = [], {p for p in range(PARTITIONS) if ends[p] > starts.get(p, 0)}
@@ -95,8 +124,16 @@ def pandas_baseline(bootstrap: str, topic: str, starts: dict[int, int], now_ms: 
                 continue
             record, _reason = parse(message.value())
             if record is not None:
-                rows.append((record.record_id, record.tier, record.topic.split(".")[-1], record.window_start_ms,
-                             record.count, record.by_partition))
+                rows.append(
+                    (
+                        record.record_id,
+                        record.tier,
+                        record.topic.split(".")[-1],
+                        record.window_start_ms,
+                        record.count,
+                        record.by_partition,
+                    )
+                )
             if message.offset() + 1 >= ends[message.partition()]:
                 remaining.discard(message.partition())
     consumer.close()
@@ -130,15 +167,22 @@ def main() -> None:
         try:
             dc1, other = clusters["dc1"].bootstrap_servers, clusters["other"].bootstrap_servers
             settings = Settings(
-                clusters=(ClusterSettings(name="dc1", bootstrap_servers=dc1, local=False),
-                          ClusterSettings(name="dc2", bootstrap_servers=other, local=False),
-                          ClusterSettings(name="aggregate", bootstrap_servers=other, local=False)),
-                state_dir=Path(state), cache_dir=cache, lake_path=str(Path(state) / "lake"))
+                clusters=(
+                    ClusterSettings(name="dc1", bootstrap_servers=dc1, local=False),
+                    ClusterSettings(name="dc2", bootstrap_servers=other, local=False),
+                    ClusterSettings(name="aggregate", bootstrap_servers=other, local=False),
+                ),
+                state_dir=Path(state),
+                cache_dir=cache,
+                lake_path=str(Path(state) / "lake"),
+            )
             topic = settings.audit_topic
             ensure_topics({"bootstrap.servers": dc1}, {topic: PARTITIONS})
             now = time.time_ns() // 1_000_000
             first = window_start(now - (args.windows + 12) * 10 * MINUTE)
-            print(f"writing {total:,} audit records ({args.topics} topics x {args.windows} windows x {len(TIERS)} tiers)")
+            print(
+                f"writing {total:,} audit records ({args.topics} topics x {args.windows} windows x {len(TIERS)} tiers)"
+            )
             produce(dc1, topic, records(args.topics, args.windows, first_window=first, sequence="a"), total)
             spark = spark_session(app_name="bench-reconcile", cache_dir=cache)
             spark.sparkContext.setLogLevel("ERROR")
@@ -154,7 +198,9 @@ def main() -> None:
             starts = {p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in range(PARTITIONS)}
             consumer.close()
             increment = increment_topics * 10 * len(TIERS) + increment_topics * (len(TIERS) - 1)
-            produce(dc1, topic, records(increment_topics, 10, first_window=first, sequence="late", late=True), increment)
+            produce(
+                dc1, topic, records(increment_topics, 10, first_window=first, sequence="late", late=True), increment
+            )
             began = time.monotonic()
             again = reconcile(spark, settings, now_ms=now)
             ours_increment = time.monotonic() - began
@@ -165,7 +211,9 @@ def main() -> None:
     print()
     print("| what | records | pandas (1 process) | reconcile (local Spark) | ratio spark/pandas time | goal |")
     print(f"| full run | {total:,} | {base:.1f} s | {ours:.1f} s | {ours / base:.2f} | under 60 s |")
-    print(f"| increment | {increment:,} | {base_increment:.1f} s | {ours_increment:.1f} s | {ours_increment / base_increment:.2f} | under 10 s |")
+    print(
+        f"| increment | {increment:,} | {base_increment:.1f} s | {ours_increment:.1f} s | {ours_increment / base_increment:.2f} | under 10 s |"
+    )
     print(f"full run: {total / ours:,.0f} records/s (Spark), {base_records / base:,.0f} records/s (pandas)")
 
 

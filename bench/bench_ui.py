@@ -11,6 +11,7 @@ by date) to a temporary folder, then times, after one warm-up each:
     non-reference tiers) computed by a local Spark session with Delta, collected to pandas.
 Prints the medians and the ratio Spark / ours. Goal: ours under 1 s median, warm.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,10 @@ def main() -> int:
         write_deltalake(path, table, partition_by=["date"], mode="overwrite")
         rows = table.num_rows
         del table
-        print(f"completeness: {rows:,} rows ({args.topics:,} topics x {args.days * 144:,} windows x 4 tiers) "
-              f"written in {time.perf_counter() - start:.1f} s")
+        print(
+            f"completeness: {rows:,} rows ({args.topics:,} topics x {args.days * 144:,} windows x 4 tiers) "
+            f"written in {time.perf_counter() - start:.1f} s"
+        )
 
         settings = replace(Settings.default(), state_dir=Path(lake))
         from dashboards import app as ui_app
@@ -77,8 +80,10 @@ def main() -> int:
             ours_warm()
 
         data = overview.load("7d", None)
-        print(f"overview: {data['topics']:,} topics, {len(data['cells']):,} heatmap cells of the "
-              f"{len(data['order'])} worst, worst first: {data['order'][:3]}")
+        print(
+            f"overview: {data['topics']:,} topics, {len(data['cells']):,} heatmap cells of the "
+            f"{len(data['order'])} worst, worst first: {data['order'][:3]}"
+        )
         warm = timed(ours_warm, args.rounds)
         cold = timed(ours_cold, args.rounds)
         if args.skip_spark:
@@ -88,13 +93,19 @@ def main() -> int:
         print(f"spark: {spark_cells:,} overview cells")
         ours = statistics.median(warm)
         print(f"ours, warm (LakeCache):  median {ours:.3f} s  rounds {', '.join(f'{s:.3f}' for s in warm)}")
-        print(f"ours, cold (new cache):  median {statistics.median(cold):.3f} s  "
-              f"rounds {', '.join(f'{s:.3f}' for s in cold)}")
-        print(f"spark (local[2], Delta): median {statistics.median(spark):.3f} s  "
-              f"rounds {', '.join(f'{s:.3f}' for s in spark)}")
-        print(f"ratio spark / ours warm: {statistics.median(spark) / ours:.1f}x; spark / ours cold: "
-              f"{statistics.median(spark) / statistics.median(cold):.1f}x; goal ours warm < 1 s: "
-              f"{'met' if ours < 1 else 'NOT met'}")
+        print(
+            f"ours, cold (new cache):  median {statistics.median(cold):.3f} s  "
+            f"rounds {', '.join(f'{s:.3f}' for s in cold)}"
+        )
+        print(
+            f"spark (local[2], Delta): median {statistics.median(spark):.3f} s  "
+            f"rounds {', '.join(f'{s:.3f}' for s in spark)}"
+        )
+        print(
+            f"ratio spark / ours warm: {statistics.median(spark) / ours:.1f}x; spark / ours cold: "
+            f"{statistics.median(spark) / statistics.median(cold):.1f}x; goal ours warm < 1 s: "
+            f"{'met' if ours < 1 else 'NOT met'}"
+        )
     return 0
 
 
@@ -105,21 +116,33 @@ def spark_overview(path: str, rounds: int) -> tuple[int, list[float]]:
     from audit.io.spark import spark_session
     from dashboards.data import STATUS_RANK
 
-    spark = spark_session(app_name="bench-ui", cache_dir=load_settings().cache_dir,
-                          conf={"spark.sql.execution.arrow.pyspark.enabled": "true", "spark.driver.memory": "3g"})
-    rank = F.coalesce(*[F.when(F.col("status") == status, F.lit(value)) for status, value in STATUS_RANK.items()],
-                      F.lit(0))
+    spark = spark_session(
+        app_name="bench-ui",
+        cache_dir=load_settings().cache_dir,
+        conf={"spark.sql.execution.arrow.pyspark.enabled": "true", "spark.driver.memory": "3g"},
+    )
+    rank = F.coalesce(
+        *[F.when(F.col("status") == status, F.lit(value)) for status, value in STATUS_RANK.items()], F.lit(0)
+    )
     result: dict[str, int] = {}
 
     def run():
         frame = spark.read.format("delta").load(path)
         newest = frame.agg(F.max("window_start")).first()[0]
-        cells = (frame.where((F.col("window_start") >= F.lit(newest) - F.expr("INTERVAL 7 DAYS"))
-                             & (F.col("tier") != F.col("reference_tier")))
-                 .groupBy("logical_topic", "window_start")
-                 .agg(F.max(rank).alias("rank"), F.min("completeness_pct").alias("completeness_pct"),
-                      F.max("missing").alias("missing"), F.max("duplicated").alias("duplicated"))
-                 .toPandas())
+        cells = (
+            frame.where(
+                (F.col("window_start") >= F.lit(newest) - F.expr("INTERVAL 7 DAYS"))
+                & (F.col("tier") != F.col("reference_tier"))
+            )
+            .groupBy("logical_topic", "window_start")
+            .agg(
+                F.max(rank).alias("rank"),
+                F.min("completeness_pct").alias("completeness_pct"),
+                F.max("missing").alias("missing"),
+                F.max("duplicated").alias("duplicated"),
+            )
+            .toPandas()
+        )
         result["cells"] = len(cells)
 
     try:

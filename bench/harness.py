@@ -1,4 +1,5 @@
 """What every benchmark shares: arguments, a throw-away local cluster, alternating rounds, the ratio."""
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,9 @@ def bench_cluster() -> Iterator[str]:
             cluster.stop()
 
 
-def compare(baseline: tuple[str, Callable[[], float]], ours: tuple[str, Callable[[], float]], *, rounds: int,
-            goal: float) -> float:
+def compare(
+    baseline: tuple[str, Callable[[], float]], ours: tuple[str, Callable[[], float]], *, rounds: int, goal: float
+) -> float:
     """Alternate the two sides `rounds` times; print each round and the medians; return ours / baseline."""
     (base_name, base_run), (our_name, our_run) = baseline, ours
     base_rates, our_rates = [], []
@@ -43,6 +45,8 @@ def compare(baseline: tuple[str, Callable[[], float]], ours: tuple[str, Callable
         print(f"round {round_}: {base_name} {base_rates[-1]:,.0f} msg/s, {our_name} {our_rates[-1]:,.0f} msg/s")
     base_rate, our_rate = statistics.median(base_rates), statistics.median(our_rates)
     ratio = our_rate / base_rate
-    print(f"median: {base_name} {base_rate:,.0f} msg/s, {our_name} {our_rate:,.0f} msg/s, "
-          f"ratio {our_name}/{base_name} {ratio:.2f} (goal >= {goal:.2f})")
+    print(
+        f"median: {base_name} {base_rate:,.0f} msg/s, {our_name} {our_rate:,.0f} msg/s, "
+        f"ratio {our_name}/{base_name} {ratio:.2f} (goal >= {goal:.2f})"
+    )
     return ratio

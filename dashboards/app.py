@@ -5,6 +5,7 @@ through one `LakeCache` (deltalake, no JVM), reread at most every `ui.refresh_s`
 state is in its URL (`/topic?topic=dc1.orders&window=2025-03-04T10:40Z&range=24h`), so an alert email
 links straight to a topic and window.
 """
+
 from __future__ import annotations
 
 import base64
@@ -47,22 +48,31 @@ def href(path: str, **query) -> str:
 def create_app(settings, *, lake_root: str | None = None) -> dash.Dash:
     """The Dash app over the tables under `lake_root` (default: settings.lake_root)."""
     global _CONTEXT
-    _CONTEXT = Context(settings=settings, lake=LakeCache(lake_root or settings.lake_root,
-                                                         refresh_s=settings.ui.refresh_s, days=settings.ui.days))
-    app = dash.Dash(__name__, use_pages=True, pages_folder="", title="kafka-audit",
-                    suppress_callback_exceptions=True)
+    _CONTEXT = Context(
+        settings=settings,
+        lake=LakeCache(lake_root or settings.lake_root, refresh_s=settings.ui.refresh_s, days=settings.ui.days),
+    )
+    app = dash.Dash(__name__, use_pages=True, pages_folder="", title="kafka-audit", suppress_callback_exceptions=True)
     for page in PAGES:
         importlib.import_module(f"dashboards.pages.{page}")
-    app.layout = html.Div([
-        dcc.Location(id=ids.NAV, refresh="callback-nav"),
-        dcc.Interval(id=ids.REFRESH, interval=int(settings.ui.refresh_s * 1000)),
-        html.Div([
-            html.B("kafka-audit", style={"marginRight": "24px", "fontSize": "20px"}),
-            *[dcc.Link(page["name"], href=page["relative_path"], style={"marginRight": "18px"})
-              for page in dash.page_registry.values() if page["module"].startswith("dashboards.pages.")],
-        ], style={"padding": "10px 16px", "borderBottom": "1px solid #ddd", "fontFamily": "sans-serif"}),
-        html.Div(dash.page_container, style={"padding": "8px 16px", "fontFamily": "sans-serif"}),
-    ])
+    app.layout = html.Div(
+        [
+            dcc.Location(id=ids.NAV, refresh="callback-nav"),
+            dcc.Interval(id=ids.REFRESH, interval=int(settings.ui.refresh_s * 1000)),
+            html.Div(
+                [
+                    html.B("kafka-audit", style={"marginRight": "24px", "fontSize": "20px"}),
+                    *[
+                        dcc.Link(page["name"], href=page["relative_path"], style={"marginRight": "18px"})
+                        for page in dash.page_registry.values()
+                        if page["module"].startswith("dashboards.pages.")
+                    ],
+                ],
+                style={"padding": "10px 16px", "borderBottom": "1px solid #ddd", "fontFamily": "sans-serif"},
+            ),
+            html.Div(dash.page_container, style={"padding": "8px 16px", "fontFamily": "sans-serif"}),
+        ]
+    )
     if settings.ui.auth_user:
         _basic_auth(app.server, settings.ui.auth_user, settings.ui.auth_password.reveal())
     return app

@@ -4,6 +4,7 @@
 keeps only the last `days` days of partitioned tables. Everything else here is a pure function of
 DataFrames (or pyarrow Tables), tested without a server.
 """
+
 from __future__ import annotations
 
 import threading
@@ -20,14 +21,27 @@ from audit.io.lake_read import read_arrow, table_version
 
 STATUS_RANK = {"complete": 1, "pending": 2, "lagging": 3, "over": 4, "incomplete": 5}
 RANK_STATUS = {rank: status for status, rank in STATUS_RANK.items()}
-RANGES = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(hours=24),
-          "3d": timedelta(days=3), "7d": timedelta(days=7)}
+RANGES = {
+    "1h": timedelta(hours=1),
+    "6h": timedelta(hours=6),
+    "24h": timedelta(hours=24),
+    "3d": timedelta(days=3),
+    "7d": timedelta(days=7),
+}
 DEFAULT_RANGE = "24h"
 HEATMAP_TOPICS = 25
 
 # Columns each view needs: reading fewer columns is most of the speed.
-OVERVIEW_COLUMNS = ["logical_topic", "window_start", "tier", "reference_tier", "status", "completeness_pct",
-                    "missing", "duplicated"]
+OVERVIEW_COLUMNS = [
+    "logical_topic",
+    "window_start",
+    "tier",
+    "reference_tier",
+    "status",
+    "completeness_pct",
+    "missing",
+    "duplicated",
+]
 
 
 class LakeCache:
@@ -119,13 +133,27 @@ def all_cells(completeness: pa.Table) -> pd.DataFrame:
         return pd.DataFrame(columns=CELL_COLUMNS)
     table = table.filter(pc.not_equal(table["tier"], table["reference_tier"]))
     ranks = pc.coalesce(pc.index_in(table["status"], value_set=pa.array(list(STATUS_RANK))), -1)
-    table = pa.table({"logical_topic": table["logical_topic"], "window_start": table["window_start"],
-                      "rank": pc.add(ranks, 1), "completeness_pct": table["completeness_pct"],
-                      "missing": table["missing"], "duplicated": table["duplicated"]})
-    grouped = table.group_by(["logical_topic", "window_start"], use_threads=True).aggregate([
-        ("rank", "max"), ("completeness_pct", "min"), ("missing", "max"), ("duplicated", "max")])
-    frame = grouped.to_pandas().rename(columns={"rank_max": "rank", "completeness_pct_min": "completeness_pct",
-                                                "missing_max": "missing", "duplicated_max": "duplicated"})
+    table = pa.table(
+        {
+            "logical_topic": table["logical_topic"],
+            "window_start": table["window_start"],
+            "rank": pc.add(ranks, 1),
+            "completeness_pct": table["completeness_pct"],
+            "missing": table["missing"],
+            "duplicated": table["duplicated"],
+        }
+    )
+    grouped = table.group_by(["logical_topic", "window_start"], use_threads=True).aggregate(
+        [("rank", "max"), ("completeness_pct", "min"), ("missing", "max"), ("duplicated", "max")]
+    )
+    frame = grouped.to_pandas().rename(
+        columns={
+            "rank_max": "rank",
+            "completeness_pct_min": "completeness_pct",
+            "missing_max": "missing",
+            "duplicated_max": "duplicated",
+        }
+    )
     frame["logical_topic"] = frame["logical_topic"].astype("category")
     frame["status"] = frame["rank"].map(RANK_STATUS)
     return frame[CELL_COLUMNS]
@@ -137,8 +165,11 @@ def filter_cells(cells: pd.DataFrame, window: TimeRange, search: str | None = No
         return cells
     mask = (cells["window_start"] >= window.start) & (cells["window_start"] < window.end)
     if search:
-        topics = pd.Series(cells["logical_topic"].cat.categories if hasattr(cells["logical_topic"], "cat")
-                           else cells["logical_topic"].unique())
+        topics = pd.Series(
+            cells["logical_topic"].cat.categories
+            if hasattr(cells["logical_topic"], "cat")
+            else cells["logical_topic"].unique()
+        )
         wanted = topics[topics.str.contains(search.strip(), case=False, regex=False)]
         mask &= cells["logical_topic"].isin(wanted)
     return cells[mask]
@@ -152,17 +183,21 @@ def overview_cells(completeness: pa.Table, window: TimeRange, search: str | None
 def worst_topics(cells: pd.DataFrame, limit: int = HEATMAP_TOPICS) -> pd.DataFrame:
     """Topics ordered worst first: most incomplete windows, then over, then the lowest completeness."""
     if cells.empty:
-        return pd.DataFrame(columns=["logical_topic", "incomplete", "over", "lagging", "missing", "worst_pct",
-                                     "latest_status"])
+        return pd.DataFrame(
+            columns=["logical_topic", "incomplete", "over", "lagging", "missing", "worst_pct", "latest_status"]
+        )
     latest = cells.sort_values("window_start").groupby("logical_topic")["status"].last()
     summary = cells.groupby("logical_topic").agg(
         incomplete=("status", lambda s: int((s == "incomplete").sum())),
         over=("status", lambda s: int((s == "over").sum())),
         lagging=("status", lambda s: int((s == "lagging").sum())),
-        missing=("missing", "sum"), worst_pct=("completeness_pct", "min"))
+        missing=("missing", "sum"),
+        worst_pct=("completeness_pct", "min"),
+    )
     summary["latest_status"] = latest
-    summary = summary.reset_index().sort_values(["incomplete", "over", "worst_pct", "logical_topic"],
-                                                ascending=[False, False, True, True])
+    summary = summary.reset_index().sort_values(
+        ["incomplete", "over", "worst_pct", "logical_topic"], ascending=[False, False, True, True]
+    )
     return summary.head(limit).reset_index(drop=True)
 
 
@@ -170,16 +205,27 @@ def fast_worst_topic_names(cells: pd.DataFrame, limit: int = HEATMAP_TOPICS) -> 
     """The `limit` worst topics by (incomplete windows, over windows, lowest pct): vectorized, for 1,000s."""
     if cells.empty:
         return []
-    flags = cells.assign(incomplete=(cells["rank"] == STATUS_RANK["incomplete"]).astype(int),
-                         over=(cells["rank"] == STATUS_RANK["over"]).astype(int))
-    summary = flags.groupby("logical_topic", sort=False, observed=True).agg(incomplete=("incomplete", "sum"), over=("over", "sum"),
-                                                             worst=("completeness_pct", "min"))
+    flags = cells.assign(
+        incomplete=(cells["rank"] == STATUS_RANK["incomplete"]).astype(int),
+        over=(cells["rank"] == STATUS_RANK["over"]).astype(int),
+    )
+    summary = flags.groupby("logical_topic", sort=False, observed=True).agg(
+        incomplete=("incomplete", "sum"), over=("over", "sum"), worst=("completeness_pct", "min")
+    )
     summary = summary.sort_values(["incomplete", "over", "worst"], ascending=[False, False, True])
     return [str(name) for name in summary.index[:limit]]
 
 
-def overview_data(completeness: pa.Table, tier_status: pd.DataFrame, *, range_key: str | None, search: str | None,
-                  end: str | None = None, limit: int = HEATMAP_TOPICS, cells: pd.DataFrame | None = None) -> dict:
+def overview_data(
+    completeness: pa.Table,
+    tier_status: pd.DataFrame,
+    *,
+    range_key: str | None,
+    search: str | None,
+    end: str | None = None,
+    limit: int = HEATMAP_TOPICS,
+    cells: pd.DataFrame | None = None,
+) -> dict:
     """Everything the overview page draws: heatmap cells of the worst topics, the worst list, tier health.
 
     `cells`: `all_cells(completeness)` when the caller has it cached.
@@ -189,8 +235,14 @@ def overview_data(completeness: pa.Table, tier_status: pd.DataFrame, *, range_ke
     names = fast_worst_topic_names(cells, limit)
     shown = cells[cells["logical_topic"].isin(names)].copy()
     shown["logical_topic"] = shown["logical_topic"].astype(str)
-    return {"range": window, "cells": shown, "order": names, "worst": worst_topics(shown, limit),
-            "health": tier_health(tier_status), "topics": int(cells["logical_topic"].nunique())}
+    return {
+        "range": window,
+        "cells": shown,
+        "order": names,
+        "worst": worst_topics(shown, limit),
+        "health": tier_health(tier_status),
+        "topics": int(cells["logical_topic"].nunique()),
+    }
 
 
 def tier_health(tier_status: pd.DataFrame, now: pd.Timestamp | None = None) -> pd.DataFrame:
@@ -199,7 +251,8 @@ def tier_health(tier_status: pd.DataFrame, now: pd.Timestamp | None = None) -> p
         return pd.DataFrame(columns=["tier", "watermark", "behind_min", "lag", "stalled", "topics"])
     now = now or tier_status["updated_at"].max()
     health = tier_status.groupby("tier", sort=False).agg(
-        watermark=("watermark", "min"), lag=("lag", "sum"), stalled=("stalled", "sum"), topics=("topic", "nunique"))
+        watermark=("watermark", "min"), lag=("lag", "sum"), stalled=("stalled", "sum"), topics=("topic", "nunique")
+    )
     health["behind_min"] = ((now - health["watermark"]) / pd.Timedelta(minutes=1)).round(1)
     health["stalled"] = health["stalled"].astype(int)
     return health.reset_index()[["tier", "watermark", "behind_min", "lag", "stalled", "topics"]]
@@ -214,8 +267,11 @@ def topic_rows(frame: pd.DataFrame, logical_topic: str, window: TimeRange) -> pd
     """The rows of one topic in the range, sorted by window and tier."""
     if frame.empty:
         return frame
-    rows = frame[(frame["logical_topic"] == logical_topic) & (frame["window_start"] >= window.start)
-                 & (frame["window_start"] < window.end)]
+    rows = frame[
+        (frame["logical_topic"] == logical_topic)
+        & (frame["window_start"] >= window.start)
+        & (frame["window_start"] < window.end)
+    ]
     sort = ["window_start", "tier_order"] if "tier_order" in rows else ["window_start", "tier"]
     return rows.sort_values(sort)
 
@@ -224,8 +280,9 @@ def status_history(records: pd.DataFrame, window: TimeRange, search: str | None 
     """Status records in the range, with how far behind each watermark was when emitted (minutes)."""
     if records.empty:
         return records.assign(behind_min=pd.Series(dtype=float))
-    rows = records[(records["kind"] == "status") & (records["emitted_at"] >= window.start)
-                   & (records["emitted_at"] < window.end)]
+    rows = records[
+        (records["kind"] == "status") & (records["emitted_at"] >= window.start) & (records["emitted_at"] < window.end)
+    ]
     if search:
         rows = rows[rows["logical_topic"].str.contains(search, case=False, regex=False, na=False)]
     return rows.assign(behind_min=(rows["emitted_at"] - rows["watermark"]) / pd.Timedelta(minutes=1))

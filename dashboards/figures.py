@@ -1,4 +1,5 @@
 """Pure figure builders: a DataFrame in, a plotly Figure out. No Dash, no I/O; tested without a server."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,15 +8,23 @@ import plotly.graph_objects as go
 
 from dashboards.data import RANK_STATUS, STATUS_RANK
 
-STATUS_COLORS = {"complete": "#2ca02c", "pending": "#c7c7c7", "lagging": "#f2c14e", "over": "#ff7f0e",
-                 "incomplete": "#d62728"}
+STATUS_COLORS = {
+    "complete": "#2ca02c",
+    "pending": "#c7c7c7",
+    "lagging": "#f2c14e",
+    "over": "#ff7f0e",
+    "incomplete": "#d62728",
+}
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.2))
 
 
 def _empty(title: str) -> go.Figure:
     figure = go.Figure()
-    figure.update_layout(title=title, **LAYOUT, annotations=[dict(text="no data in this range", showarrow=False,
-                                                                  xref="paper", yref="paper", x=0.5, y=0.5)])
+    figure.update_layout(
+        title=title,
+        **LAYOUT,
+        annotations=[dict(text="no data in this range", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)],
+    )
     return figure
 
 
@@ -38,29 +47,57 @@ def status_heatmap(cells: pd.DataFrame, order: list[str] | None = None) -> go.Fi
     pct = cells.pivot(index="logical_topic", columns="window_start", values="completeness_pct").reindex(order)
     names = np.array(["no data", *(RANK_STATUS[rank] for rank in range(1, len(STATUS_RANK) + 1))], dtype=object)
     status = names[np.nan_to_num(z.to_numpy(dtype=float), nan=0).astype(int)]
-    figure = go.Figure(go.Heatmap(
-        z=z.to_numpy(dtype=float), x=list(z.columns), y=list(z.index), zmin=0.5, zmax=len(STATUS_RANK) + 0.5,
-        colorscale=_discrete_scale(), customdata=status,
-        text=pct.round(2).values, xgap=1, ygap=1,
-        hovertemplate="%{y}<br>%{x|%Y-%m-%d %H:%M} UTC<br>%{customdata}<br>worst tier: %{text}%<extra></extra>",
-        colorbar=dict(tickvals=list(RANK_STATUS), ticktext=list(RANK_STATUS.values()), title="status"),
-    ))
-    figure.update_layout(title=title, **{**LAYOUT, "margin": dict(l=140, r=20, t=50, b=40)},
-                         height=max(300, 28 * len(z.index) + 140), yaxis=dict(autorange="reversed"),
-                         xaxis=dict(title="window start (UTC)"), clickmode="event")
+    figure = go.Figure(
+        go.Heatmap(
+            z=z.to_numpy(dtype=float),
+            x=list(z.columns),
+            y=list(z.index),
+            zmin=0.5,
+            zmax=len(STATUS_RANK) + 0.5,
+            colorscale=_discrete_scale(),
+            customdata=status,
+            text=pct.round(2).values,
+            xgap=1,
+            ygap=1,
+            hovertemplate="%{y}<br>%{x|%Y-%m-%d %H:%M} UTC<br>%{customdata}<br>worst tier: %{text}%<extra></extra>",
+            colorbar=dict(tickvals=list(RANK_STATUS), ticktext=list(RANK_STATUS.values()), title="status"),
+        )
+    )
+    figure.update_layout(
+        title=title,
+        **{**LAYOUT, "margin": dict(l=140, r=20, t=50, b=40)},
+        height=max(300, 28 * len(z.index) + 140),
+        yaxis=dict(autorange="reversed"),
+        xaxis=dict(title="window start (UTC)"),
+        clickmode="event",
+    )
     return figure
 
 
-def _by_tier(rows: pd.DataFrame, value: str, title: str, yaxis: str, *, mode: str = "lines+markers",
-             selected: pd.Timestamp | None = None) -> go.Figure:
+def _by_tier(
+    rows: pd.DataFrame,
+    value: str,
+    title: str,
+    yaxis: str,
+    *,
+    mode: str = "lines+markers",
+    selected: pd.Timestamp | None = None,
+) -> go.Figure:
     if rows.empty:
         return _empty(title)
     figure = go.Figure()
     for tier in tier_order(rows):
         part = rows[rows["tier"] == tier].sort_values("window_start")
         reference = tier == "producer"
-        figure.add_trace(go.Scatter(x=part["window_start"], y=part[value], name=tier, mode=mode,
-                                    line=dict(width=7 if reference else 2, color="#bbbbbb" if reference else None)))
+        figure.add_trace(
+            go.Scatter(
+                x=part["window_start"],
+                y=part[value],
+                name=tier,
+                mode=mode,
+                line=dict(width=7 if reference else 2, color="#bbbbbb" if reference else None),
+            )
+        )
     figure.update_layout(title=title, yaxis_title=yaxis, xaxis_title="window start (UTC)", **LAYOUT)
     _mark(figure, selected)
     return figure
@@ -75,8 +112,15 @@ def tier_order(rows: pd.DataFrame) -> list[str]:
 
 def _mark(figure: go.Figure, selected: pd.Timestamp | None) -> None:
     if selected is not None:
-        figure.add_vrect(x0=selected, x1=selected + pd.Timedelta(minutes=10), fillcolor="#d62728", opacity=0.12,
-                         line_width=0, annotation_text="selected window", annotation_position="top left")
+        figure.add_vrect(
+            x0=selected,
+            x1=selected + pd.Timedelta(minutes=10),
+            fillcolor="#d62728",
+            opacity=0.12,
+            line_width=0,
+            annotation_text="selected window",
+            annotation_position="top left",
+        )
 
 
 def correlation_figure(counts: pd.DataFrame, selected: pd.Timestamp | None = None) -> go.Figure:
@@ -100,10 +144,21 @@ def missing_figure(rows: pd.DataFrame, selected: pd.Timestamp | None = None) -> 
         final = part[part["final"].fillna(False).astype(bool)]
         figure.add_trace(go.Bar(x=final["window_start"], y=-final["missing"].fillna(0), name=f"{tier} missing"))
         if final["duplicated"].fillna(0).any():
-            figure.add_trace(go.Bar(x=final["window_start"], y=final["duplicated"], name=f"{tier} duplicated",
-                                    marker_color=STATUS_COLORS["over"]))
-    figure.update_layout(title=title + " (final windows; missing drawn below zero)", barmode="group",
-                         yaxis_title="messages", xaxis_title="window start (UTC)", **LAYOUT)
+            figure.add_trace(
+                go.Bar(
+                    x=final["window_start"],
+                    y=final["duplicated"],
+                    name=f"{tier} duplicated",
+                    marker_color=STATUS_COLORS["over"],
+                )
+            )
+    figure.update_layout(
+        title=title + " (final windows; missing drawn below zero)",
+        barmode="group",
+        yaxis_title="messages",
+        xaxis_title="window start (UTC)",
+        **LAYOUT,
+    )
     _mark(figure, selected)
     return figure
 
@@ -119,8 +174,12 @@ def watermark_figure(history: pd.DataFrame) -> go.Figure:
     if history.empty:
         return _empty(title)
     worst = history.groupby(["tier", "emitted_at"], as_index=False)["behind_min"].max()
-    figure = go.Figure([go.Scatter(x=part["emitted_at"], y=part["behind_min"], name=tier, mode="lines+markers")
-                        for tier, part in worst.groupby("tier", sort=False)])
+    figure = go.Figure(
+        [
+            go.Scatter(x=part["emitted_at"], y=part["behind_min"], name=tier, mode="lines+markers")
+            for tier, part in worst.groupby("tier", sort=False)
+        ]
+    )
     figure.update_layout(title=title, yaxis_title="minutes", xaxis_title="reported at (UTC)", **LAYOUT)
     return figure
 
@@ -131,7 +190,11 @@ def lag_figure(history: pd.DataFrame) -> go.Figure:
     if history.empty:
         return _empty(title)
     total = history.groupby(["tier", "emitted_at"], as_index=False)["lag"].sum()
-    figure = go.Figure([go.Scatter(x=part["emitted_at"], y=part["lag"], name=tier, mode="lines")
-                        for tier, part in total.groupby("tier", sort=False)])
+    figure = go.Figure(
+        [
+            go.Scatter(x=part["emitted_at"], y=part["lag"], name=tier, mode="lines")
+            for tier, part in total.groupby("tier", sort=False)
+        ]
+    )
     figure.update_layout(title=title, yaxis_title="messages", xaxis_title="reported at (UTC)", **LAYOUT)
     return figure

@@ -1,8 +1,9 @@
 """Every component id of the audit UI, in one place: a typo fails at import, not silently in a callback."""
+
 from __future__ import annotations
 
 # shell
-NAV = "nav-location"          # dcc.Location the pages write to when they navigate (heatmap click, controls)
+NAV = "nav-location"  # dcc.Location the pages write to when they navigate (heatmap click, controls)
 REFRESH = "refresh-interval"  # dcc.Interval: pages reread the (cached) tables on each tick
 
 # controls, on every page that shows data over time

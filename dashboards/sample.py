@@ -7,6 +7,7 @@ audit/contract/tables.py, the statuses follow its rules (complete | incomplete |
     frames = sample_frames(now=..., topics=["orders"], faults=[Loss("orders", "aggregate", 3, 40)])
     write_frames(lake_root, frames)
 """
+
 from __future__ import annotations
 
 import zlib
@@ -96,32 +97,57 @@ def sample_frames(spec: SampleSpec | None = None, /, **kwargs) -> dict[str, pd.D
     counts, completeness, status = [], [], []
     for topic in spec.topics:
         lag_of = {f.tier: f for f in spec.faults if isinstance(f, Lagging) and f.topic == topic}
-        watermarks = {tier: now - timedelta(minutes=lag_of[tier].behind_minutes) if tier in lag_of
-                      else now - timedelta(seconds=30) for tier in spec.tiers}
+        watermarks = {
+            tier: now - timedelta(minutes=lag_of[tier].behind_minutes)
+            if tier in lag_of
+            else now - timedelta(seconds=30)
+            for tier in spec.tiers
+        }
         for index, start in enumerate(starts):
             end = start + size
             produced = spec.per_window + 37 * (zlib.crc32(f"{topic}/{index}".encode()) % 7)
-            send_failed = sum(f.count for f in spec.faults if isinstance(f, SendFailed)
-                              and f.topic == topic and f.window == index)
+            send_failed = sum(
+                f.count for f in spec.faults if isinstance(f, SendFailed) and f.topic == topic and f.window == index
+            )
             seen = produced
             expected = None
             for order, tier in enumerate(spec.tiers):
-                lost = sum(f.count for f in spec.faults if isinstance(f, Loss) and f.topic == topic
-                           and f.tier == tier and f.window == index)
-                doubled = sum(f.count for f in spec.faults if isinstance(f, Duplicate) and f.topic == topic
-                              and f.tier == tier and f.window == index)
+                lost = sum(
+                    f.count
+                    for f in spec.faults
+                    if isinstance(f, Loss) and f.topic == topic and f.tier == tier and f.window == index
+                )
+                doubled = sum(
+                    f.count
+                    for f in spec.faults
+                    if isinstance(f, Duplicate) and f.topic == topic and f.tier == tier and f.window == index
+                )
                 seen = seen - lost + doubled
                 watermark = watermarks[tier]
                 final = watermark >= end + grace
                 observed = seen
                 if not final and watermark < end:  # a lagging tier has not counted the window fully yet
                     observed = int(seen * max(0.0, min(1.0, (watermark - start) / size)))
-                counts.append(dict(
-                    origin_cluster=spec.origin_cluster, topic=topic, logical_topic=f"{spec.origin_cluster}.{topic}",
-                    window_start=start, window_minutes=spec.window_minutes, tier=tier, count=observed,
-                    bytes=observed * 120, send_failed=send_failed if tier == reference else 0, no_timestamp=0,
-                    by_partition=None, records=3, latency_p99_ms=float(40 + 25 * order + (index % 3) * 5),
-                    latency_max_ms=float(90 + 40 * order), updated_at=now, date=start.date()))
+                counts.append(
+                    dict(
+                        origin_cluster=spec.origin_cluster,
+                        topic=topic,
+                        logical_topic=f"{spec.origin_cluster}.{topic}",
+                        window_start=start,
+                        window_minutes=spec.window_minutes,
+                        tier=tier,
+                        count=observed,
+                        bytes=observed * 120,
+                        send_failed=send_failed if tier == reference else 0,
+                        no_timestamp=0,
+                        by_partition=None,
+                        records=3,
+                        latency_p99_ms=float(40 + 25 * order + (index % 3) * 5),
+                        latency_max_ms=float(90 + 40 * order),
+                        updated_at=now,
+                        date=start.date(),
+                    )
+                )
                 expected = observed if expected is None else expected  # the reference tier comes first
                 missing, duplicated = max(expected - observed, 0), max(observed - expected, 0)
                 pct = 100.0 * observed / expected if expected else None
@@ -135,27 +161,54 @@ def sample_frames(spec: SampleSpec | None = None, /, **kwargs) -> dict[str, pd.D
                     state = "over"
                 else:
                     state = "complete"
-                completeness.append(dict(
-                    origin_cluster=spec.origin_cluster, topic=topic, logical_topic=f"{spec.origin_cluster}.{topic}",
-                    window_start=start, window_minutes=spec.window_minutes, window_end=end, tier=tier,
-                    tier_order=order, reference_tier=reference, expected=expected, observed=observed,
-                    missing=missing, duplicated=duplicated, completeness_pct=pct, threshold_pct=spec.threshold_pct,
-                    status=state, final=final, tier_watermark=watermark,
-                    latency_p99_ms=float(40 + 25 * order), updated_at=now, date=start.date()))
+                completeness.append(
+                    dict(
+                        origin_cluster=spec.origin_cluster,
+                        topic=topic,
+                        logical_topic=f"{spec.origin_cluster}.{topic}",
+                        window_start=start,
+                        window_minutes=spec.window_minutes,
+                        window_end=end,
+                        tier=tier,
+                        tier_order=order,
+                        reference_tier=reference,
+                        expected=expected,
+                        observed=observed,
+                        missing=missing,
+                        duplicated=duplicated,
+                        completeness_pct=pct,
+                        threshold_pct=spec.threshold_pct,
+                        status=state,
+                        final=final,
+                        tier_watermark=watermark,
+                        latency_p99_ms=float(40 + 25 * order),
+                        updated_at=now,
+                        date=start.date(),
+                    )
+                )
         for tier in spec.tiers:
             fault = lag_of.get(tier)
-            status.append(dict(
-                tier=tier, origin_cluster=spec.origin_cluster, topic=topic,
-                logical_topic=f"{spec.origin_cluster}.{topic}", watermark=watermarks[tier],
-                lag=fault.lag if fault else 0, stalled=bool(fault and fault.stalled),
-                reporters=_reporter(tier, spec.origin_cluster), last_status_at=now - timedelta(seconds=10),
-                updated_at=now))
+            status.append(
+                dict(
+                    tier=tier,
+                    origin_cluster=spec.origin_cluster,
+                    topic=topic,
+                    logical_topic=f"{spec.origin_cluster}.{topic}",
+                    watermark=watermarks[tier],
+                    lag=fault.lag if fault else 0,
+                    stalled=bool(fault and fault.stalled),
+                    reporters=_reporter(tier, spec.origin_cluster),
+                    last_status_at=now - timedelta(seconds=10),
+                    updated_at=now,
+                )
+            )
     return {
         "completeness": pd.DataFrame(completeness),
         "tier_counts": pd.DataFrame(counts),
         "tier_status": pd.DataFrame(status),
-        "audit_records": status_history(spec, starts[0], watermark_of={
-            (f.topic, f.tier): f for f in spec.faults if isinstance(f, Lagging)}),
+        "audit_records": status_history(
+            spec, starts[0], watermark_of={(f.topic, f.tier): f for f in spec.faults if isinstance(f, Lagging)}
+        ),
     }
 
 
@@ -169,7 +222,9 @@ def _reporter(tier: str, origin: str) -> str:
     return f"kaudit-counter@{tier}, kaudit-mirror@{origin}"
 
 
-def status_history(spec: SampleSpec, since: datetime, *, watermark_of: Mapping[tuple[str, str], Lagging]) -> pd.DataFrame:
+def status_history(
+    spec: SampleSpec, since: datetime, *, watermark_of: Mapping[tuple[str, str], Lagging]
+) -> pd.DataFrame:
     """Status records every 5 minutes since `since` for every non-producer tier and topic: the lag page's data.
 
     A lagging tier falls behind linearly over the last hour up to its `behind_minutes`.
@@ -187,16 +242,37 @@ def status_history(spec: SampleSpec, since: datetime, *, watermark_of: Mapping[t
                     behind = max(behind, timedelta(minutes=fault.behind_minutes) * share)
                     lag = int(fault.lag * share)
                 cluster = "lake" if tier == "lake" else tier
-                service = "kaudit-lake" if tier == "lake" else ("kaudit-mirror" if tier != spec.origin_cluster
-                                                                 else "kaudit-counter")
+                service = (
+                    "kaudit-lake"
+                    if tier == "lake"
+                    else ("kaudit-mirror" if tier != spec.origin_cluster else "kaudit-counter")
+                )
                 sequence += 1
-                rows.append(dict(
-                    record_id=f"sample-{tier}-{sequence}", kind="status", tier=tier, cluster=cluster,
-                    service=service, host="sample-host", instance_id=f"sample-{tier}", seen_topic=topic,
-                    origin_cluster=spec.origin_cluster, topic=topic, logical_topic=f"{spec.origin_cluster}.{topic}",
-                    window_start=None, window_minutes=spec.window_minutes, emitted_at=moment,
-                    watermark=moment - behind, lag=lag, stalled=bool(fault and fault.stalled and lag > 0),
-                    read_from_cluster=cluster, read_from_topic="_audit", ingested_at=moment, date=moment.date()))
+                rows.append(
+                    dict(
+                        record_id=f"sample-{tier}-{sequence}",
+                        kind="status",
+                        tier=tier,
+                        cluster=cluster,
+                        service=service,
+                        host="sample-host",
+                        instance_id=f"sample-{tier}",
+                        seen_topic=topic,
+                        origin_cluster=spec.origin_cluster,
+                        topic=topic,
+                        logical_topic=f"{spec.origin_cluster}.{topic}",
+                        window_start=None,
+                        window_minutes=spec.window_minutes,
+                        emitted_at=moment,
+                        watermark=moment - behind,
+                        lag=lag,
+                        stalled=bool(fault and fault.stalled and lag > 0),
+                        read_from_cluster=cluster,
+                        read_from_topic="_audit",
+                        ingested_at=moment,
+                        date=moment.date(),
+                    )
+                )
         moment += step
     return pd.DataFrame(rows)
 
@@ -216,8 +292,16 @@ def write_frames(lake_root: str, frames: Mapping[str, pd.DataFrame], *, mode: st
         write_table(lake_root, name, frame, mode=mode)
 
 
-def bulk_completeness(*, now: datetime, topics: int, days: int, tiers: Sequence[str] = DEFAULT_TIERS,
-                      window_minutes: int = 10, per_window: int = 1000, loss_every: int = 997):
+def bulk_completeness(
+    *,
+    now: datetime,
+    topics: int,
+    days: int,
+    tiers: Sequence[str] = DEFAULT_TIERS,
+    window_minutes: int = 10,
+    per_window: int = 1000,
+    loss_every: int = 997,
+):
     """A large completeness table as pyarrow, vectorized: `topics` x `days` of windows x tiers (the benchmark's).
 
     Every `loss_every`-th (topic, window) cell loses 1 % at the last tier, so the overview has work to do.
@@ -269,12 +353,23 @@ def bulk_completeness(*, now: datetime, topics: int, days: int, tiers: Sequence[
     return pa.Table.from_pydict(columns, schema=arrow_schema(table))
 
 
-DEMO_FAULTS = (Loss("orders", "aggregate", 8, 40), Loss("orders", "lake", 20, 12), Duplicate("payments", "lake", 14, 9),
-               Lagging("clicks", "lake", behind_minutes=45, lag=5200), SendFailed("orders", 8, 3))
+DEMO_FAULTS = (
+    Loss("orders", "aggregate", 8, 40),
+    Loss("orders", "lake", 20, 12),
+    Duplicate("payments", "lake", 14, 9),
+    Lagging("clicks", "lake", behind_minutes=45, lag=5200),
+    SendFailed("orders", 8, 3),
+)
 
 
 def demo_frames(now: datetime) -> dict[str, pd.DataFrame]:
     """The tables the screenshots, the browser tests and `kaudit ui --sample` show: 6 topics, 4 hours."""
-    frames = sample_frames(SampleSpec(now=now, topics=("orders", "payments", "clicks", "users", "shipments", "refunds"),
-                                      windows=24, faults=list(DEMO_FAULTS)))
+    frames = sample_frames(
+        SampleSpec(
+            now=now,
+            topics=("orders", "payments", "clicks", "users", "shipments", "refunds"),
+            windows=24,
+            faults=list(DEMO_FAULTS),
+        )
+    )
     return frames

@@ -1,4 +1,5 @@
 """`python -m dashboards.screenshots docs/img`: a PNG of every page over the sample tables (for README.md)."""
+
 from __future__ import annotations
 
 import sys
@@ -39,7 +40,9 @@ def wait_for_graphs(driver, timeout_s: float = 30.0) -> None:
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if driver.find_elements(By.CSS_SELECTOR, ".main-svg") or driver.find_elements(By.CSS_SELECTOR, ".dash-spreadsheet"):
+        if driver.find_elements(By.CSS_SELECTOR, ".main-svg") or driver.find_elements(
+            By.CSS_SELECTOR, ".dash-spreadsheet"
+        ):
             time.sleep(1.0)  # let plotly finish drawing
             return
         time.sleep(0.2)
@@ -71,9 +74,13 @@ def _sample_alerts(lake: str) -> None:
     from audit.books.alerts import run_alerts
     from audit.settings import AlertSettings, SmtpSettings
 
-    settings = replace(Settings.default(), state_dir=Path(lake), lake_path=lake,
-                       smtp=SmtpSettings(port=1, retries=1, timeout_s=1),
-                       alerts=AlertSettings(default_recipients=("oncall@example.com",)))
+    settings = replace(
+        Settings.default(),
+        state_dir=Path(lake),
+        lake_path=lake,
+        smtp=SmtpSettings(port=1, retries=1, timeout_s=1),
+        alerts=AlertSettings(default_recipients=("oncall@example.com",)),
+    )
     run_alerts(settings, now=NOW, sleep=lambda _s: None)
 
 

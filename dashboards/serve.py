@@ -1,5 +1,6 @@
 """Serve the UI in a background thread and drive it with headless Chromium: for the browser tests and
 `python -m dashboards.screenshots`. Chromium and chromedriver are Debian's (`make setup` installs them)."""
+
 from __future__ import annotations
 
 import shutil
@@ -9,9 +10,18 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage", "--window-size=1400,1000")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1400,1000",
+)
 
 
 def free_port() -> int:

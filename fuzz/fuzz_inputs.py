@@ -8,6 +8,7 @@ exception: `parse` a record or a reason, the config loader Settings or a ConfigE
 readers a usable time. A finding is written as crash-<hash> in the working directory, and the run
 exits non-zero.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,9 +27,16 @@ with atheris.instrument_imports():
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE
 
 TARGETS = ("record", "settings", "headers")
-ENV_NAMES = ["KAUDIT_WINDOW_MINUTES", "KAUDIT_GRACE_S", "KAUDIT_METRICS_HOST", "KAUDIT_AUDIT_TOPIC",
-             "KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS", "KAUDIT_CLUSTER_DC1_LOCAL",
-             "KAUDIT_CLUSTER_DC1_CLIENT__SASL__PASSWORD", "KAUDIT_STATE_DIR"]
+ENV_NAMES = [
+    "KAUDIT_WINDOW_MINUTES",
+    "KAUDIT_GRACE_S",
+    "KAUDIT_METRICS_HOST",
+    "KAUDIT_AUDIT_TOPIC",
+    "KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS",
+    "KAUDIT_CLUSTER_DC1_LOCAL",
+    "KAUDIT_CLUSTER_DC1_CLIENT__SASL__PASSWORD",
+    "KAUDIT_STATE_DIR",
+]
 _CONFIG_FILE = Path(tempfile.mkdtemp(prefix="kaudit-fuzz-")) / "fuzz.toml"
 
 
@@ -45,7 +53,9 @@ def fuzz_record(data: bytes) -> None:
 
 def fuzz_settings(data: bytes) -> None:
     fdp = atheris.FuzzedDataProvider(data)
-    env = {fdp.PickValueInList(ENV_NAMES): fdp.ConsumeUnicodeNoSurrogates(12) for _ in range(fdp.ConsumeIntInRange(0, 2))}
+    env = {
+        fdp.PickValueInList(ENV_NAMES): fdp.ConsumeUnicodeNoSurrogates(12) for _ in range(fdp.ConsumeIntInRange(0, 2))
+    }
     _CONFIG_FILE.write_bytes(fdp.ConsumeBytes(fdp.remaining_bytes()))
     try:
         settings.load_settings(_CONFIG_FILE, env=env)
@@ -77,7 +87,7 @@ def main() -> None:
     if "--target" in argv:
         index = argv.index("--target")
         target = argv[index + 1]
-        del argv[index:index + 2]
+        del argv[index : index + 2]
     if target not in TARGETS:
         sys.exit(f"--target: {target!r} is not one of {', '.join(TARGETS)}")
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))

@@ -12,6 +12,7 @@ The wrapped producer always runs with acks=all and idempotence, so a count never
 the cluster could still lose. An audit record whose delivery fails is sent again with the same
 record id, which the reconciliation deduplicates.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -115,16 +116,28 @@ class AuditedProducer:
         def delivered(err: KafkaError | None, msg) -> None:
             if err is None:
                 msg_key = msg.key()
-                tally.add(topic, audit_time_ms, len(msg) + (len(msg_key) if msg_key else 0), partition=msg.partition(),
-                          latency_ms=time.time_ns() // 1_000_000 - audit_time_ms)
+                tally.add(
+                    topic,
+                    audit_time_ms,
+                    len(msg) + (len(msg_key) if msg_key else 0),
+                    partition=msg.partition(),
+                    latency_ms=time.time_ns() // 1_000_000 - audit_time_ms,
+                )
             else:
                 tally.fail(topic, audit_time_ms)
             if user_callback is not None:
                 user_callback(err, msg)
 
         try:
-            self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=delivered,
-                                  timestamp=audit_time_ms, headers=stamped)
+            self.producer.produce(
+                topic,
+                value=value,
+                key=key,
+                partition=partition,
+                on_delivery=delivered,
+                timestamp=audit_time_ms,
+                headers=stamped,
+            )
         except BufferError:
             self._produce_with_retry(topic, value, key, partition, delivered, audit_time_ms, stamped)
         if time.monotonic() >= self._next_emit:
@@ -134,8 +147,15 @@ class AuditedProducer:
         producer = self.producer
         for attempt in range(BUFFER_FULL_RETRIES + 1):
             try:
-                producer.produce(topic, value=value, key=key, partition=partition, on_delivery=delivered,
-                                 timestamp=timestamp, headers=headers)
+                producer.produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=partition,
+                    on_delivery=delivered,
+                    timestamp=timestamp,
+                    headers=headers,
+                )
                 return
             except BufferError:
                 # The local queue is full: serve delivery reports to make room, then try again.
@@ -164,7 +184,9 @@ class AuditedProducer:
         remaining = self.flush(timeout)
         self._closed = True
         if self._unacked:
-            log.error("audit records not delivered at close", extra={"cluster": self.cluster, "records": len(self._unacked)})
+            log.error(
+                "audit records not delivered at close", extra={"cluster": self.cluster, "records": len(self._unacked)}
+            )
         return remaining
 
     def __len__(self) -> int:
@@ -189,10 +211,19 @@ class AuditedProducer:
             for (topic, window_start_ms), tally in sorted(self._tally.drain().items()):
                 rid = record_id(self.instance_id, next(self._sequence))
                 record = count_record(
-                    record_id=rid, tier=PRODUCER_TIER, cluster=self.cluster, service=self.service, host=self.host,
-                    instance_id=self.instance_id, topic=topic, window_start_ms=window_start_ms,
-                    window_minutes=self._tally.window_minutes, count=tally.count, bytes=tally.bytes,
-                    send_failed=tally.send_failed, latency_ms=tally.latency_ms(),
+                    record_id=rid,
+                    tier=PRODUCER_TIER,
+                    cluster=self.cluster,
+                    service=self.service,
+                    host=self.host,
+                    instance_id=self.instance_id,
+                    topic=topic,
+                    window_start_ms=window_start_ms,
+                    window_minutes=self._tally.window_minutes,
+                    count=tally.count,
+                    bytes=tally.bytes,
+                    send_failed=tally.send_failed,
+                    latency_ms=tally.latency_ms(),
                     by_partition=dict(tally.by_partition) or None,
                 )
                 self._unacked[rid] = encode(record)
@@ -212,8 +243,10 @@ class AuditedProducer:
                 EMITTED.labels(self.cluster).inc()
             else:
                 # Kept in _unacked: the next emission sends it again under the same id.
-                log.warning("audit record not delivered; will retry",
-                            extra={"cluster": self.cluster, "topic": self.audit_topic, "record_id": rid, "error": err.str()})
+                log.warning(
+                    "audit record not delivered; will retry",
+                    extra={"cluster": self.cluster, "topic": self.audit_topic, "record_id": rid, "error": err.str()},
+                )
 
         try:
             self._produce_with_retry(self.audit_topic, payload, None, -1, delivered, 0, None)

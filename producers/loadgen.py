@@ -3,6 +3,7 @@
 Deterministic for a seed. With `backfill_hours`, audit times are spread uniformly over the last
 hours, so many windows fill in seconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,7 +55,9 @@ class Progress:
         self.last = now
         elapsed = max(now - self.began, 1e-9)
         of = f"/{self.total:,}" if self.total else ""
-        self.stream.write(f"{self.label}: {done:,}{of} msgs, {done / elapsed:,.0f} msg/s, {size_bytes / elapsed / 1e6:.1f} MB/s\n")
+        self.stream.write(
+            f"{self.label}: {done:,}{of} msgs, {done / elapsed:,.0f} msg/s, {size_bytes / elapsed / 1e6:.1f} MB/s\n"
+        )
         self.stream.flush()
 
 
@@ -89,6 +92,7 @@ def generate(
                 stats.acked_by_window[(topic, window_start(audit_ms, window_minutes))] += 1
             else:
                 stats.failed += 1
+
         return callback
 
     i = 0
@@ -132,19 +136,27 @@ def add_command(commands) -> None:
     parser.add_argument("--size", type=int, default=100, help="value size in bytes (default 100)")
     parser.add_argument("--keys", type=int, default=1000, help="distinct keys (default 1000; 0: no keys)")
     parser.add_argument("--seed", type=int, default=0, help="random seed: same seed, same messages and times")
-    parser.add_argument("--backfill-hours", type=float, default=0.0,
-                        help="spread audit times over the last H hours (fills many windows at once)")
+    parser.add_argument(
+        "--backfill-hours",
+        type=float,
+        default=0.0,
+        help="spread audit times over the last H hours (fills many windows at once)",
+    )
     parser.add_argument("--plain", action="store_true", help="use a plain producer that writes no audit records")
     parser.set_defaults(handler=run)
 
 
-def audited_producer(settings, cluster: str, *, service: str = "kaudit-produce",
-                     overrides: Mapping[str, object] | None = None) -> AuditedProducer:
+def audited_producer(
+    settings, cluster: str, *, service: str = "kaudit-produce", overrides: Mapping[str, object] | None = None
+) -> AuditedProducer:
     """An AuditedProducer for a configured cluster, with the configuration's audit settings."""
     return AuditedProducer(
         config=client_config(settings, cluster, {"linger.ms": 20, **(overrides or {})}),
-        cluster=cluster, audit_topic=settings.audit_topic, window_minutes=settings.window_minutes,
-        flush_interval_s=settings.flush_interval_s, service=service,
+        cluster=cluster,
+        audit_topic=settings.audit_topic,
+        window_minutes=settings.window_minutes,
+        flush_interval_s=settings.flush_interval_s,
+        service=service,
     )
 
 
@@ -158,12 +170,22 @@ def run(args: argparse.Namespace, settings) -> int:
     ensure_topics(config, {topic: args.partitions for topic in topics} | {settings.audit_topic: 1})
     producer = Producer({**config, "linger.ms": 20}) if args.plain else audited_producer(settings, args.cluster)
     stats = generate(
-        producer, topics, count=args.count, rate=args.rate, duration_s=args.duration_s, size=args.size,
-        keys=args.keys, seed=args.seed, backfill_hours=args.backfill_hours, window_minutes=settings.window_minutes,
+        producer,
+        topics,
+        count=args.count,
+        rate=args.rate,
+        duration_s=args.duration_s,
+        size=args.size,
+        keys=args.keys,
+        seed=args.seed,
+        backfill_hours=args.backfill_hours,
+        window_minutes=settings.window_minutes,
         progress=Progress(f"produce {args.cluster}", args.count),
     )
     if isinstance(producer, AuditedProducer):
         producer.close()
-    print(f"produced {stats.acked:,} acked, {stats.failed:,} failed, {stats.bytes / 1e6:.1f} MB in {stats.seconds:.1f} s "
-          f"({stats.rate:,.0f} msg/s) into {len(stats.acked_by_window)} topic-windows")
+    print(
+        f"produced {stats.acked:,} acked, {stats.failed:,} failed, {stats.bytes / 1e6:.1f} MB in {stats.seconds:.1f} s "
+        f"({stats.rate:,.0f} msg/s) into {len(stats.acked_by_window)} topic-windows"
+    )
     return 0 if stats.failed == 0 else 1

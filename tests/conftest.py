@@ -3,6 +3,7 @@
 Every name a test creates (topics, groups) is unique, so tests never depend on each other's data
 or on a fixed port.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,7 +20,10 @@ SESSION_CLUSTERS = ("dc1", "aggregate")
 # A test that uses one of these fixtures needs that infrastructure: it is marked so, and `make
 # test-fast` (-m "not kafka and not spark and not browser") leaves it out without a marker by hand.
 INFRASTRUCTURE_FIXTURES = {
-    "local_clusters": "kafka", "topic_factory": "kafka", "settings_factory": "kafka", "spark": "spark",
+    "local_clusters": "kafka",
+    "topic_factory": "kafka",
+    "settings_factory": "kafka",
+    "spark": "spark",
 }
 
 
@@ -79,8 +83,11 @@ def spark(tmp_path_factory):
     from audit.io.spark import spark_session
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    session = spark_session(app_name="kaudit-tests", cache_dir=cache_dir(),
-                            conf={"spark.sql.warehouse.dir": str(warehouse), "spark.driver.memory": "2g"})
+    session = spark_session(
+        app_name="kaudit-tests",
+        cache_dir=cache_dir(),
+        conf={"spark.sql.warehouse.dir": str(warehouse), "spark.driver.memory": "2g"},
+    )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
@@ -92,10 +99,17 @@ def settings_factory(local_clusters, unique_name, tmp_path):
     from audit.settings import ClusterSettings, Settings
 
     def make(**overrides) -> Settings:
-        clusters = tuple(ClusterSettings(name=name, bootstrap_servers=local_clusters[name].bootstrap_servers, local=False)
-                         for name in SESSION_CLUSTERS)
-        values = dict(clusters=clusters, audit_topic=unique_name("_audit").replace("-", "_"), state_dir=tmp_path / "state",
-                      cache_dir=cache_dir(), lake_path=str(tmp_path / "lake"))
+        clusters = tuple(
+            ClusterSettings(name=name, bootstrap_servers=local_clusters[name].bootstrap_servers, local=False)
+            for name in SESSION_CLUSTERS
+        )
+        values = dict(
+            clusters=clusters,
+            audit_topic=unique_name("_audit").replace("-", "_"),
+            state_dir=tmp_path / "state",
+            cache_dir=cache_dir(),
+            lake_path=str(tmp_path / "lake"),
+        )
         values.update(overrides)
         return Settings(**values)
 
@@ -104,11 +118,21 @@ def settings_factory(local_clusters, unique_name, tmp_path):
 
 def write_config(settings, path: Path) -> Path:
     """`settings` as a TOML file a `kaudit` subprocess can load (clusters by address, no secrets)."""
-    lines = [f'state_dir = "{settings.state_dir}"', f'cache_dir = "{settings.cache_dir}"',
-             f'lake_path = "{settings.lake_path}"', f'audit_topic = "{settings.audit_topic}"',
-             f'window_minutes = {settings.window_minutes}', f'grace_s = {settings.grace_s}',
-             f'flush_interval_s = {settings.flush_interval_s}']
+    lines = [
+        f'state_dir = "{settings.state_dir}"',
+        f'cache_dir = "{settings.cache_dir}"',
+        f'lake_path = "{settings.lake_path}"',
+        f'audit_topic = "{settings.audit_topic}"',
+        f"window_minutes = {settings.window_minutes}",
+        f"grace_s = {settings.grace_s}",
+        f"flush_interval_s = {settings.flush_interval_s}",
+    ]
     for cluster in settings.clusters:
-        lines += ["[[clusters]]", f'name = "{cluster.name}"', f'bootstrap_servers = "{cluster.bootstrap_servers}"', "local = false"]
+        lines += [
+            "[[clusters]]",
+            f'name = "{cluster.name}"',
+            f'bootstrap_servers = "{cluster.bootstrap_servers}"',
+            "local = false",
+        ]
     path.write_text("\n".join(lines) + "\n")
     return path

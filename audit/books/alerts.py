@@ -13,6 +13,7 @@ A pending loss whose window became complete before it could be sent is `resolved
 Delivery is at least once between "the server accepted" and "the log says sent": a crash exactly
 there resends that one email on the next run.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -80,8 +81,11 @@ class Alert:
 
 def alert_id(kind: str, origin_cluster: str, topic: str, window_start: datetime, tier: str, status: str) -> str:
     """Deterministic id of an alert: the same window, tier, kind and status always give the same id."""
-    moment = pd.Timestamp(window_start).tz_convert("UTC") if pd.Timestamp(window_start).tzinfo else pd.Timestamp(
-        window_start).tz_localize("UTC")
+    moment = (
+        pd.Timestamp(window_start).tz_convert("UTC")
+        if pd.Timestamp(window_start).tzinfo
+        else pd.Timestamp(window_start).tz_localize("UTC")
+    )
     text = "|".join((kind, origin_cluster, topic, moment.strftime("%Y-%m-%dT%H:%M:%SZ"), tier, status))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -103,15 +107,19 @@ class AlertReport:
         return 0 if not (self.pending or self.failed) else 3
 
     def summary(self) -> str:
-        return (f"alerts: {self.new} new, {self.emails} email(s) sent carrying {self.sent} alert(s), "
-                f"{self.pending} pending, {self.failed} failed, {self.resolved} resolved")
+        return (
+            f"alerts: {self.new} new, {self.emails} email(s) sent carrying {self.sent} alert(s), "
+            f"{self.pending} pending, {self.failed} failed, {self.resolved} resolved"
+        )
 
 
 # -- deciding (pure) ------------------------------------------------------------------------------
 
 
 def _key(frame: pd.DataFrame) -> pd.Series:
-    return frame["origin_cluster"] + "|" + frame["topic"] + "|" + frame["window_start"].astype(str) + "|" + frame["tier"]
+    return (
+        frame["origin_cluster"] + "|" + frame["topic"] + "|" + frame["window_start"].astype(str) + "|" + frame["tier"]
+    )
 
 
 def _int(value) -> int | None:
@@ -122,19 +130,37 @@ def _float(value) -> float | None:
     return None if value is None or pd.isna(value) else float(value)
 
 
-def window_alerts(completeness: pd.DataFrame, tier_status: pd.DataFrame, tier_counts: pd.DataFrame, *,
-                  now: datetime, lag_minutes: float) -> list[Alert]:
+def window_alerts(
+    completeness: pd.DataFrame,
+    tier_status: pd.DataFrame,
+    tier_counts: pd.DataFrame,
+    *,
+    now: datetime,
+    lag_minutes: float,
+) -> list[Alert]:
     """Loss and over alerts: rows FINAL for their tier whose status is incomplete or over."""
     if completeness.empty:
         return []
-    rows = completeness[completeness["final"].fillna(False).astype(bool)
-                        & completeness["status"].isin(list(ALERTING_STATUS))]
-    return [Alert(kind=ALERTING_STATUS[row.status], origin_cluster=row.origin_cluster, topic=row.topic,
-                  window_start=row.window_start, tier=row.tier, status=row.status, expected=_int(row.expected),
-                  observed=_int(row.observed), missing=_int(row.missing), duplicated=_int(row.duplicated),
-                  completeness_pct=_float(row.completeness_pct),
-                  cause=likely_cause(row, completeness, tier_status, tier_counts, now=now, lag_minutes=lag_minutes))
-            for row in rows.itertuples(index=False)]
+    rows = completeness[
+        completeness["final"].fillna(False).astype(bool) & completeness["status"].isin(list(ALERTING_STATUS))
+    ]
+    return [
+        Alert(
+            kind=ALERTING_STATUS[row.status],
+            origin_cluster=row.origin_cluster,
+            topic=row.topic,
+            window_start=row.window_start,
+            tier=row.tier,
+            status=row.status,
+            expected=_int(row.expected),
+            observed=_int(row.observed),
+            missing=_int(row.missing),
+            duplicated=_int(row.duplicated),
+            completeness_pct=_float(row.completeness_pct),
+            cause=likely_cause(row, completeness, tier_status, tier_counts, now=now, lag_minutes=lag_minutes),
+        )
+        for row in rows.itertuples(index=False)
+    ]
 
 
 def recovery_alerts(completeness: pd.DataFrame, log_frame: pd.DataFrame) -> list[Alert]:
@@ -146,15 +172,28 @@ def recovery_alerts(completeness: pd.DataFrame, log_frame: pd.DataFrame) -> list
     if alerted.empty or complete.empty:
         return []
     recovered = complete[_key(complete).isin(set(_key(alerted)))]
-    return [Alert(kind="recovery", origin_cluster=row.origin_cluster, topic=row.topic, window_start=row.window_start,
-                  tier=row.tier, status="complete", expected=_int(row.expected), observed=_int(row.observed),
-                  missing=_int(row.missing), duplicated=_int(row.duplicated),
-                  completeness_pct=_float(row.completeness_pct), cause="the window is complete now")
-            for row in recovered.itertuples(index=False)]
+    return [
+        Alert(
+            kind="recovery",
+            origin_cluster=row.origin_cluster,
+            topic=row.topic,
+            window_start=row.window_start,
+            tier=row.tier,
+            status="complete",
+            expected=_int(row.expected),
+            observed=_int(row.observed),
+            missing=_int(row.missing),
+            duplicated=_int(row.duplicated),
+            completeness_pct=_float(row.completeness_pct),
+            cause="the window is complete now",
+        )
+        for row in recovered.itertuples(index=False)
+    ]
 
 
-def lag_alerts(tier_status: pd.DataFrame, *, now: datetime, lag_minutes: float, window_minutes: int,
-               reference_tier: str) -> list[Alert]:
+def lag_alerts(
+    tier_status: pd.DataFrame, *, now: datetime, lag_minutes: float, window_minutes: int, reference_tier: str
+) -> list[Alert]:
     """A lag alert per tier and topic whose watermark is more than `lag_minutes` behind `now`.
 
     Its window is the one holding the watermark, so a tier stuck at one point alerts once, and once
@@ -163,8 +202,9 @@ def lag_alerts(tier_status: pd.DataFrame, *, now: datetime, lag_minutes: float, 
     if tier_status.empty:
         return []
     limit = pd.Timestamp(now) - pd.Timedelta(minutes=lag_minutes)
-    behind = tier_status[(tier_status["tier"] != reference_tier) & tier_status["watermark"].notna()
-                         & (tier_status["watermark"] < limit)]
+    behind = tier_status[
+        (tier_status["tier"] != reference_tier) & tier_status["watermark"].notna() & (tier_status["watermark"] < limit)
+    ]
     size = pd.Timedelta(minutes=window_minutes)
     alerts = []
     for row in behind.itertuples(index=False):
@@ -179,18 +219,37 @@ def lag_alerts(tier_status: pd.DataFrame, *, now: datetime, lag_minutes: float, 
             parts.append(f"stalled replicator ({row.reporters})")
         elif row.reporters:
             parts.append(f"reported by {row.reporters}")
-        alerts.append(Alert(kind="lag", origin_cluster=row.origin_cluster, topic=row.topic,
-                            window_start=row.watermark.floor(size), tier=row.tier, status="lagging",
-                            missing=_int(row.lag), cause="; ".join(parts)))
+        alerts.append(
+            Alert(
+                kind="lag",
+                origin_cluster=row.origin_cluster,
+                topic=row.topic,
+                window_start=row.watermark.floor(size),
+                tier=row.tier,
+                status="lagging",
+                missing=_int(row.lag),
+                cause="; ".join(parts),
+            )
+        )
     return alerts
 
 
-def likely_cause(row, completeness: pd.DataFrame, tier_status: pd.DataFrame, tier_counts: pd.DataFrame, *,
-                 now: datetime, lag_minutes: float) -> str:
+def likely_cause(
+    row,
+    completeness: pd.DataFrame,
+    tier_status: pd.DataFrame,
+    tier_counts: pd.DataFrame,
+    *,
+    now: datetime,
+    lag_minutes: float,
+) -> str:
     """The evidence for one incomplete or over window, as a sentence: where it went wrong and why it may have."""
     causes = []
-    same = completeness[(completeness["origin_cluster"] == row.origin_cluster) & (completeness["topic"] == row.topic)
-                        & (completeness["window_start"] == row.window_start)].sort_values("tier_order")
+    same = completeness[
+        (completeness["origin_cluster"] == row.origin_cluster)
+        & (completeness["topic"] == row.topic)
+        & (completeness["window_start"] == row.window_start)
+    ].sort_values("tier_order")
     upstream = same[same["tier_order"] < row.tier_order]
     first_bad = row.tier
     previous = row.reference_tier
@@ -201,13 +260,23 @@ def likely_cause(row, completeness: pd.DataFrame, tier_status: pd.DataFrame, tie
         previous = other.tier
     hop = f"{previous} -> {first_bad}"
     if row.status == "incomplete":
-        what = "the lake job" if first_bad == LAKE_TIER else ("the counter" if previous == row.reference_tier
-                                                          and first_bad == row.origin_cluster else "the replicator")
-        causes.append(f"lost between {hop} ({what}): {previous} counted {_int(row.expected) or 0:,}, "
-                      f"{first_bad} is short")
+        what = (
+            "the lake job"
+            if first_bad == LAKE_TIER
+            else (
+                "the counter"
+                if previous == row.reference_tier and first_bad == row.origin_cluster
+                else "the replicator"
+            )
+        )
+        causes.append(
+            f"lost between {hop} ({what}): {previous} counted {_int(row.expected) or 0:,}, {first_bad} is short"
+        )
     else:
-        causes.append(f"duplicated between {hop}: an at-least-once hop delivered some messages twice "
-                      "(a replicator or lake job restart)")
+        causes.append(
+            f"duplicated between {hop}: an at-least-once hop delivered some messages twice "
+            "(a replicator or lake job restart)"
+        )
     status = tier_status[(tier_status["origin_cluster"] == row.origin_cluster) & (tier_status["topic"] == row.topic)]
     for tier in dict.fromkeys((first_bad, row.tier)):
         for info in status[status["tier"] == tier].itertuples(index=False):
@@ -215,13 +284,23 @@ def likely_cause(row, completeness: pd.DataFrame, tier_status: pd.DataFrame, tie
                 causes.append(f"a replicator into {tier} is stalled ({info.reporters})")
             elif _int(info.lag):
                 causes.append(f"{tier} has a lag of {int(info.lag):,} messages")
-            if tier == LAKE_TIER and pd.notna(info.watermark) and info.watermark < pd.Timestamp(now) - pd.Timedelta(
-                    minutes=lag_minutes):
+            if (
+                tier == LAKE_TIER
+                and pd.notna(info.watermark)
+                and info.watermark < pd.Timestamp(now) - pd.Timedelta(minutes=lag_minutes)
+            ):
                 causes.append("the lake job is behind")
     if not tier_counts.empty:
-        failed = tier_counts[(tier_counts["origin_cluster"] == row.origin_cluster) & (tier_counts["topic"] == row.topic)
-                             & (tier_counts["window_start"] == row.window_start)
-                             & (tier_counts["tier"] == row.reference_tier)]["send_failed"].fillna(0).sum()
+        failed = (
+            tier_counts[
+                (tier_counts["origin_cluster"] == row.origin_cluster)
+                & (tier_counts["topic"] == row.topic)
+                & (tier_counts["window_start"] == row.window_start)
+                & (tier_counts["tier"] == row.reference_tier)
+            ]["send_failed"]
+            .fillna(0)
+            .sum()
+        )
         if failed:
             causes.append(f"the producers failed to send {int(failed):,} message(s) in this window")
     return "; ".join(causes)
@@ -262,16 +341,26 @@ def _rows(alerts: Sequence[Alert]) -> list[list[str]]:
     def number(value) -> str:
         return "" if value is None else f"{value:,}"
 
-    return [[a.logical_topic, a.tier, pd.Timestamp(a.window_start).strftime(WINDOW_FORMAT), number(a.expected),
-             number(a.observed), number(a.missing), number(a.duplicated),
-             "" if a.completeness_pct is None else f"{a.completeness_pct:.2f}%", a.cause]
-            for a in sorted(alerts, key=lambda a: (a.logical_topic, a.tier, a.window_start))]
+    return [
+        [
+            a.logical_topic,
+            a.tier,
+            pd.Timestamp(a.window_start).strftime(WINDOW_FORMAT),
+            number(a.expected),
+            number(a.observed),
+            number(a.missing),
+            number(a.duplicated),
+            "" if a.completeness_pct is None else f"{a.completeness_pct:.2f}%",
+            a.cause,
+        ]
+        for a in sorted(alerts, key=lambda a: (a.logical_topic, a.tier, a.window_start))
+    ]
 
 
 HEADER = ["topic", "tier", "window", "expected", "observed", "missing", "duplicated", "completeness", "likely cause"]
 INTROS = {
     "loss": "These windows are final (the tier has seen everything up to their end plus the grace period) "
-            "and below their completeness threshold:",
+    "and below their completeness threshold:",
     "over": "These windows are final and hold more messages than the reference tier (duplicates):",
     "recovery": "These windows, alerted on before, are complete now:",
     "lag": "These tiers are behind (their windows are not final yet, so no loss is reported for them):",
@@ -298,13 +387,18 @@ def compose(alerts: Sequence[Alert], *, sender: str, recipients: Sequence[str], 
     text += ["", f"Audit UI: {ui_url}"]
     message.set_content("\n".join(text) + "\n")
     cells = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(value)}</td>" for value in row)
-        + f'<td><a href="{html.escape(link)}">open</a></td></tr>' for row, link in zip(rows, links))
+        "<tr>"
+        + "".join(f"<td>{html.escape(value)}</td>" for value in row)
+        + f'<td><a href="{html.escape(link)}">open</a></td></tr>'
+        for row, link in zip(rows, links)
+    )
     head = "".join(f"<th>{html.escape(name)}</th>" for name in HEADER + ["UI"])
     message.add_alternative(
         f"<html><body><p>{html.escape(INTROS[kind])}</p>"
         f'<table border="1" cellpadding="4" cellspacing="0"><tr>{head}</tr>{cells}</table>'
-        f'<p><a href="{html.escape(ui_url)}">Audit UI</a></p></body></html>', subtype="html")
+        f'<p><a href="{html.escape(ui_url)}">Audit UI</a></p></body></html>',
+        subtype="html",
+    )
     return message
 
 
@@ -343,11 +437,15 @@ class Mailer:
                 raise AlertDeliveryError(f"recipients refused: {', '.join(exc.recipients)}") from None
             except (OSError, smtplib.SMTPException) as exc:
                 error = f"{type(exc).__name__}: {exc}"
-                log.warning("SMTP attempt failed", extra={"host": self.smtp.host, "port": self.smtp.port,
-                                                           "attempt": attempt + 1, "error": error})
+                log.warning(
+                    "SMTP attempt failed",
+                    extra={"host": self.smtp.host, "port": self.smtp.port, "attempt": attempt + 1, "error": error},
+                )
                 if attempt + 1 < self.smtp.retries:
-                    self.sleep(self.smtp.backoff_s * 2 ** attempt)
-        exc = AlertDeliveryError(f"SMTP {self.smtp.host}:{self.smtp.port} unreachable after {attempts} attempt(s): {error}")
+                    self.sleep(self.smtp.backoff_s * 2**attempt)
+        exc = AlertDeliveryError(
+            f"SMTP {self.smtp.host}:{self.smtp.port} unreachable after {attempts} attempt(s): {error}"
+        )
         exc.attempts = attempts  # type: ignore[attr-defined]
         exc.transient = True  # type: ignore[attr-defined]
         raise exc
@@ -365,10 +463,22 @@ def _log_rows(alerts: Iterable[Alert], *, recipients_of: Callable[[str], Sequenc
     for alert in alerts:
         values = asdict(alert)
         window = pd.Timestamp(alert.window_start)
-        rows.append({**values, "alert_id": alert.alert_id, "logical_topic": alert.logical_topic,
-                     "window_start": window, "recipients": ", ".join(recipients_of(alert.logical_topic)),
-                     "subject": None, "state": "pending", "attempts": 0, "last_error": None, "created_at": now,
-                     "sent_at": None, "date": window.date()})
+        rows.append(
+            {
+                **values,
+                "alert_id": alert.alert_id,
+                "logical_topic": alert.logical_topic,
+                "window_start": window,
+                "recipients": ", ".join(recipients_of(alert.logical_topic)),
+                "subject": None,
+                "state": "pending",
+                "attempts": 0,
+                "last_error": None,
+                "created_at": now,
+                "sent_at": None,
+                "date": window.date(),
+            }
+        )
     return rows
 
 
@@ -386,21 +496,37 @@ def upsert_log(lake_root: str, rows: pd.DataFrame | list[dict]) -> None:
     except TableNotFoundError:
         write_deltalake(path, data, mode="append")
         return
-    (target.merge(data, predicate="t.alert_id = s.alert_id", source_alias="s", target_alias="t")
-     .when_matched_update_all().when_not_matched_insert_all().execute())
+    (
+        target.merge(data, predicate="t.alert_id = s.alert_id", source_alias="s", target_alias="t")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
 
 
 def _alert_of(row) -> Alert:
-    return Alert(kind=row.kind, origin_cluster=row.origin_cluster, topic=row.topic, window_start=row.window_start,
-                 tier=row.tier, status=row.status, expected=_int(row.expected), observed=_int(row.observed),
-                 missing=_int(row.missing), duplicated=_int(row.duplicated),
-                 completeness_pct=_float(row.completeness_pct), cause=row.cause or "")
+    return Alert(
+        kind=row.kind,
+        origin_cluster=row.origin_cluster,
+        topic=row.topic,
+        window_start=row.window_start,
+        tier=row.tier,
+        status=row.status,
+        expected=_int(row.expected),
+        observed=_int(row.observed),
+        missing=_int(row.missing),
+        duplicated=_int(row.duplicated),
+        completeness_pct=_float(row.completeness_pct),
+        cause=row.cause or "",
+    )
 
 
 # -- one run ----------------------------------------------------------------------------------------
 
 
-def run_alerts(settings: Settings, *, now: datetime | None = None, sleep: Callable[[float], None] = time.sleep) -> AlertReport:
+def run_alerts(
+    settings: Settings, *, now: datetime | None = None, sleep: Callable[[float], None] = time.sleep
+) -> AlertReport:
     """Decide, record and send the alerts of the tables under `settings.lake_root`; see the module doc."""
     now = now or datetime.now(UTC)
     lake = settings.lake_root
@@ -408,35 +534,56 @@ def run_alerts(settings: Settings, *, now: datetime | None = None, sleep: Callab
     since = (now - timedelta(hours=config.lookback_hours)).date()
     completeness = read_frame(lake, "completeness", since=since)
     if not completeness.empty:
-        completeness = completeness[completeness["window_start"] >= pd.Timestamp(now) - pd.Timedelta(
-            hours=config.lookback_hours)]
+        completeness = completeness[
+            completeness["window_start"] >= pd.Timestamp(now) - pd.Timedelta(hours=config.lookback_hours)
+        ]
     tier_status = read_frame(lake, "tier_status")
-    tier_counts = read_frame(lake, "tier_counts", since=since, columns=[
-        "origin_cluster", "topic", "window_start", "tier", "send_failed"])
+    tier_counts = read_frame(
+        lake, "tier_counts", since=since, columns=["origin_cluster", "topic", "window_start", "tier", "send_failed"]
+    )
     log_frame = read_log(lake)
     report = AlertReport()
 
-    candidates = [*window_alerts(completeness, tier_status, tier_counts, now=now, lag_minutes=config.lag_minutes),
-                  *recovery_alerts(completeness, log_frame),
-                  *lag_alerts(tier_status, now=now, lag_minutes=config.lag_minutes,
-                              window_minutes=settings.window_minutes, reference_tier=settings.reference_tier)]
+    candidates = [
+        *window_alerts(completeness, tier_status, tier_counts, now=now, lag_minutes=config.lag_minutes),
+        *recovery_alerts(completeness, log_frame),
+        *lag_alerts(
+            tier_status,
+            now=now,
+            lag_minutes=config.lag_minutes,
+            window_minutes=settings.window_minutes,
+            reference_tier=settings.reference_tier,
+        ),
+    ]
     known = set(log_frame["alert_id"]) if not log_frame.empty else set()
     new = list({a.alert_id: a for a in candidates if a.alert_id not in known}.values())
     report.new = len(new)
     new_rows = _log_rows(new, recipients_of=config.recipients, now=now)
     for row in new_rows:
         if not row["recipients"]:
-            row.update(state="failed", last_error="no recipients: set alerts.default_recipients or a matching "
-                                                  "[[alerts.routes]]")
+            row.update(
+                state="failed",
+                last_error="no recipients: set alerts.default_recipients or a matching [[alerts.routes]]",
+            )
     upsert_log(lake, new_rows)  # recorded before sending: nothing is lost if what follows fails
     for row in new_rows:
-        log.info("alert recorded", extra={"alert_id": row["alert_id"], "kind": row["kind"], "topic": row["logical_topic"],
-                                          "tier": row["tier"], "window_start": str(row["window_start"]),
-                                          "state": row["state"]})
+        log.info(
+            "alert recorded",
+            extra={
+                "alert_id": row["alert_id"],
+                "kind": row["kind"],
+                "topic": row["logical_topic"],
+                "tier": row["tier"],
+                "window_start": str(row["window_start"]),
+                "state": row["state"],
+            },
+        )
     report.failed += sum(row["state"] == "failed" for row in new_rows)
 
-    parts = [log_frame[log_frame["state"] == "pending"] if not log_frame.empty else pd.DataFrame(),
-             pd.DataFrame([r for r in new_rows if r["state"] == "pending"])]
+    parts = [
+        log_frame[log_frame["state"] == "pending"] if not log_frame.empty else pd.DataFrame(),
+        pd.DataFrame([r for r in new_rows if r["state"] == "pending"]),
+    ]
     parts = [part for part in parts if not part.empty]
     if not parts:
         return report
@@ -444,7 +591,8 @@ def run_alerts(settings: Settings, *, now: datetime | None = None, sleep: Callab
     # A loss or over that recovered before it could be sent is resolved, not sent.
     complete = completeness[completeness["status"] == "complete"] if not completeness.empty else completeness
     resolved_mask = pending["kind"].isin(["loss", "over"]) & (
-        _key(pending).isin(set(_key(complete))) if not complete.empty else False)
+        _key(pending).isin(set(_key(complete))) if not complete.empty else False
+    )
     resolved = pending[resolved_mask]
     if not resolved.empty:
         upsert_log(lake, resolved.assign(state="resolved", last_error=None))
@@ -460,20 +608,44 @@ def run_alerts(settings: Settings, *, now: datetime | None = None, sleep: Callab
         except AlertDeliveryError as exc:
             transient = getattr(exc, "transient", False)
             attempts = getattr(exc, "attempts", 1)
-            upsert_log(lake, group.assign(state="pending" if transient else "failed", attempts=attempts_before + attempts,
-                                          last_error=str(exc), subject=message["Subject"]))
+            upsert_log(
+                lake,
+                group.assign(
+                    state="pending" if transient else "failed",
+                    attempts=attempts_before + attempts,
+                    last_error=str(exc),
+                    subject=message["Subject"],
+                ),
+            )
             report.errors.append(str(exc))
             if transient:
                 report.pending += len(group)
             else:
                 report.failed += len(group)
-            log.error("alert email not delivered", extra={"kind": kind, "alerts": len(group), "error": str(exc),
-                                                          "state": "pending" if transient else "failed"})
+            log.error(
+                "alert email not delivered",
+                extra={
+                    "kind": kind,
+                    "alerts": len(group),
+                    "error": str(exc),
+                    "state": "pending" if transient else "failed",
+                },
+            )
             continue
-        upsert_log(lake, group.assign(state="sent", attempts=attempts_before + attempts, last_error=None,
-                                      subject=message["Subject"], sent_at=pd.Timestamp(datetime.now(UTC))))
+        upsert_log(
+            lake,
+            group.assign(
+                state="sent",
+                attempts=attempts_before + attempts,
+                last_error=None,
+                subject=message["Subject"],
+                sent_at=pd.Timestamp(datetime.now(UTC)),
+            ),
+        )
         report.sent += len(group)
         report.emails += 1
-        log.info("alert email sent", extra={"kind": kind, "alerts": len(group), "subject": message["Subject"],
-                                            "recipients": recipients})
+        log.info(
+            "alert email sent",
+            extra={"kind": kind, "alerts": len(group), "subject": message["Subject"], "recipients": recipients},
+        )
     return report

@@ -13,6 +13,7 @@ One run (`reconcile(spark, settings)`):
 4. stores the offsets it read up to. A crash before that step only makes the next run read the
    same messages again, which the record_id and offset keys absorb.
 """
+
 from __future__ import annotations
 
 import json
@@ -73,8 +74,10 @@ class ReconcileReport:
     seconds: float = 0.0
 
     def line(self) -> str:
-        text = (f"read {self.read:,} audit messages: {self.records:,} new records, {self.rejects:,} rejected; "
-                f"{self.windows:,} windows judged in {self.seconds:.1f} s")
+        text = (
+            f"read {self.read:,} audit messages: {self.records:,} new records, {self.rejects:,} rejected; "
+            f"{self.windows:,} windows judged in {self.seconds:.1f} s"
+        )
         if self.unreachable:
             text += "; UNREACHABLE: " + ", ".join(f"{c} ({e})" for c, e in self.unreachable.items())
         return text
@@ -83,8 +86,13 @@ class ReconcileReport:
 # -- 1. what is new in the audit topics --------------------------------------------------------
 
 
-def audit_sources(settings: Settings, stored: dict[tuple[str, str, int], int], *, timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S,
-                  report: ReconcileReport) -> list[AuditSource]:
+def audit_sources(
+    settings: Settings,
+    stored: dict[tuple[str, str, int], int],
+    *,
+    timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S,
+    report: ReconcileReport,
+) -> list[AuditSource]:
     """For each reachable cluster: its audit topics' partitions, from the stored offset to the stable end."""
     sources = []
     for cluster in settings.cluster_names:
@@ -92,16 +100,24 @@ def audit_sources(settings: Settings, stored: dict[tuple[str, str, int], int], *
             sources.append(_audit_source(settings, cluster, stored, timeout_s))
         except KafkaException as exc:
             report.unreachable[cluster] = exc.args[0].str()
-            log.error("cluster unreachable; its audit topic is read next run",
-                      extra={"cluster": cluster, "error": exc.args[0].str()})
+            log.error(
+                "cluster unreachable; its audit topic is read next run",
+                extra={"cluster": cluster, "error": exc.args[0].str()},
+            )
     return sources
 
 
 def _audit_source(settings: Settings, cluster: str, stored, timeout_s: float) -> AuditSource:
-    admin = AdminClient({**client_config(settings, cluster), "socket.connection.setup.timeout.ms": int(timeout_s * 1000)})
+    admin = AdminClient(
+        {**client_config(settings, cluster), "socket.connection.setup.timeout.ms": int(timeout_s * 1000)}
+    )
     metadata = admin.list_topics(timeout=timeout_s).topics
-    partitions = [(topic, p) for topic, meta in metadata.items() if meta.error is None
-                  and settings.is_audit_topic(cluster, topic) for p in meta.partitions]
+    partitions = [
+        (topic, p)
+        for topic, meta in metadata.items()
+        if meta.error is None and settings.is_audit_topic(cluster, topic)
+        for p in meta.partitions
+    ]
     earliest = list_offsets(admin, partitions, OffsetSpec.earliest(), timeout_s=timeout_s)
     latest = list_offsets(admin, partitions, OffsetSpec.latest(), timeout_s=timeout_s)
     source = AuditSource(cluster)
@@ -129,13 +145,24 @@ def read_new_messages(spark: SparkSession, settings: Settings, sources: list[Aud
         reader = spark.read.format("kafka")
         for key, value in java_client_options(settings, source.cluster).items():
             reader = reader.option(f"kafka.{key}", value)
-        frame = (reader.option("assign", json.dumps(assign)).option("startingOffsets", json.dumps(starts))
-                 .option("endingOffsets", json.dumps(ends)).option("kafka.isolation.level", "read_committed")
-                 # Transaction markers leave offsets without records: gaps are expected, not loss.
-                 .option("failOnDataLoss", "false").load())
-        frames.append(frame.select(F.lit(source.cluster).alias("read_from_cluster"), F.col("topic").alias("read_from_topic"),
-                                   F.col("partition").alias("read_from_partition"), F.col("offset").alias("read_from_offset"),
-                                   "value"))
+        frame = (
+            reader.option("assign", json.dumps(assign))
+            .option("startingOffsets", json.dumps(starts))
+            .option("endingOffsets", json.dumps(ends))
+            .option("kafka.isolation.level", "read_committed")
+            # Transaction markers leave offsets without records: gaps are expected, not loss.
+            .option("failOnDataLoss", "false")
+            .load()
+        )
+        frames.append(
+            frame.select(
+                F.lit(source.cluster).alias("read_from_cluster"),
+                F.col("topic").alias("read_from_topic"),
+                F.col("partition").alias("read_from_partition"),
+                F.col("offset").alias("read_from_offset"),
+                "value",
+            )
+        )
     if not frames:
         return None
     result = frames[0]
@@ -153,18 +180,33 @@ def check_messages(messages, checker: RecordChecker):
 
     checked = messages.mapInPandas(checker.check_batches, CHECKED_DDL)
     at = F.timestamp_millis
-    partitions_type = "ARRAY<STRUCT<partition: INT, position: BIGINT, end_offset: BIGINT, lag: BIGINT, last_audit_time_ms: BIGINT>>"
-    return (checked
-            .withColumn("window_start", at("window_start_ms"))
-            .withColumn("emitted_at", at("emitted_at_ms"))
-            .withColumn("watermark", at("watermark_ms"))
-            .withColumn("by_partition", F.transform_keys(F.from_json("by_partition_json", "MAP<STRING,BIGINT>"),
-                                                         lambda k, _v: k.cast("int")))
-            .withColumn("partitions", F.transform(F.from_json("partitions_json", partitions_type), lambda p: F.struct(
-                p["partition"].alias("partition"), p["position"].alias("position"), p["end_offset"].alias("end_offset"),
-                p["lag"].alias("lag"), at(p["last_audit_time_ms"]).alias("last_audit_time"))))
-            .withColumn("ingested_at", F.current_timestamp())
-            .withColumn("date", F.to_date(F.coalesce("window_start", "emitted_at", "ingested_at"))))
+    partitions_type = (
+        "ARRAY<STRUCT<partition: INT, position: BIGINT, end_offset: BIGINT, lag: BIGINT, last_audit_time_ms: BIGINT>>"
+    )
+    return (
+        checked.withColumn("window_start", at("window_start_ms"))
+        .withColumn("emitted_at", at("emitted_at_ms"))
+        .withColumn("watermark", at("watermark_ms"))
+        .withColumn(
+            "by_partition",
+            F.transform_keys(F.from_json("by_partition_json", "MAP<STRING,BIGINT>"), lambda k, _v: k.cast("int")),
+        )
+        .withColumn(
+            "partitions",
+            F.transform(
+                F.from_json("partitions_json", partitions_type),
+                lambda p: F.struct(
+                    p["partition"].alias("partition"),
+                    p["position"].alias("position"),
+                    p["end_offset"].alias("end_offset"),
+                    p["lag"].alias("lag"),
+                    at(p["last_audit_time_ms"]).alias("last_audit_time"),
+                ),
+            ),
+        )
+        .withColumn("ingested_at", F.current_timestamp())
+        .withColumn("date", F.to_date(F.coalesce("window_start", "emitted_at", "ingested_at")))
+    )
 
 
 def store_records_and_rejects(spark: SparkSession, settings: Settings, checked, report: ReconcileReport):
@@ -178,11 +220,18 @@ def store_records_and_rejects(spark: SparkSession, settings: Settings, checked, 
 
     checked = checked.localCheckpoint()  # the Python check runs once; records and rejects both come from it
     rejects = checked.where(F.col("reason").isNotNull()).withColumn("date", F.to_date("ingested_at"))
-    records = (checked.where(F.col("reason").isNull()).dropDuplicates(["record_id"])
-               .select(*AUDIT_RECORDS.column_names).localCheckpoint())  # computed once: it feeds every step below
+    records = (
+        checked.where(F.col("reason").isNull())
+        .dropDuplicates(["record_id"])
+        .select(*AUDIT_RECORDS.column_names)
+        .localCheckpoint()
+    )  # computed once: it feeds every step below
     dates = [row.date for row in records.select("date").distinct().collect()]
-    existing = (delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name)
-                .where(F.col("date").isin(dates)).select("record_id", "date"))  # only the partitions it can be in
+    existing = (
+        delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name)
+        .where(F.col("date").isin(dates))
+        .select("record_id", "date")
+    )  # only the partitions it can be in
     new_records = records.join(existing, ["record_id", "date"], "left_anti").localCheckpoint()
     report.records = new_records.count()
     report.rejects = rejects.count()
@@ -190,8 +239,10 @@ def store_records_and_rejects(spark: SparkSession, settings: Settings, checked, 
     if report.rejects:
         delta_io.insert_new(spark, settings.lake_root, AUDIT_REJECTS, rejects, prune=False)
         for row in rejects.select("read_from_cluster", "read_from_offset", "reason").limit(5).collect():
-            log.warning("audit record rejected", extra={"cluster": row.read_from_cluster, "offset": row.read_from_offset,
-                                                        "reason": row.reason})
+            log.warning(
+                "audit record rejected",
+                extra={"cluster": row.read_from_cluster, "offset": row.read_from_offset, "reason": row.reason},
+            )
     return records
 
 
@@ -213,21 +264,30 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
     sums = counts.groupBy(*WINDOW_KEY, "tier").agg(
         F.first("logical_topic").alias("logical_topic"),
         F.first("window_minutes").alias("window_minutes"),
-        F.sum("count").alias("count"), F.sum("bytes").alias("bytes"), F.sum("send_failed").alias("send_failed"),
+        F.sum("count").alias("count"),
+        F.sum("bytes").alias("bytes"),
+        F.sum("send_failed").alias("send_failed"),
         F.sum("no_timestamp").alias("no_timestamp"),
         F.count("*").alias("records"),
         F.count("by_partition").alias("with_partitions"),
-        F.max("latency_p99_ms").alias("latency_p99_ms"), F.max("latency_max_ms").alias("latency_max_ms"),
+        F.max("latency_p99_ms").alias("latency_p99_ms"),
+        F.max("latency_max_ms").alias("latency_max_ms"),
     )
-    per_partition = (counts.where(F.col("by_partition").isNotNull())
-                     .select(*WINDOW_KEY, "tier", F.explode("by_partition").alias("partition", "n"))
-                     .groupBy(*WINDOW_KEY, "tier", "partition").agg(F.sum("n").alias("n"))
-                     .groupBy(*WINDOW_KEY, "tier").agg(F.map_from_entries(F.collect_list(F.struct("partition", "n"))).alias("by_partition")))
-    rows = (sums.join(per_partition, [*WINDOW_KEY, "tier"], "left")
-            # Partition counts are only comparable when every record of the window reported them.
-            .withColumn("by_partition", F.when(F.col("with_partitions") == F.col("records"), F.col("by_partition")))
-            .withColumn("updated_at", F.current_timestamp())
-            .withColumn("date", F.to_date("window_start"))).localCheckpoint()
+    per_partition = (
+        counts.where(F.col("by_partition").isNotNull())
+        .select(*WINDOW_KEY, "tier", F.explode("by_partition").alias("partition", "n"))
+        .groupBy(*WINDOW_KEY, "tier", "partition")
+        .agg(F.sum("n").alias("n"))
+        .groupBy(*WINDOW_KEY, "tier")
+        .agg(F.map_from_entries(F.collect_list(F.struct("partition", "n"))).alias("by_partition"))
+    )
+    rows = (
+        sums.join(per_partition, [*WINDOW_KEY, "tier"], "left")
+        # Partition counts are only comparable when every record of the window reported them.
+        .withColumn("by_partition", F.when(F.col("with_partitions") == F.col("records"), F.col("by_partition")))
+        .withColumn("updated_at", F.current_timestamp())
+        .withColumn("date", F.to_date("window_start"))
+    ).localCheckpoint()
     delta_io.upsert(spark, settings.lake_root, TIER_COUNTS, rows)
     return touched
 
@@ -243,34 +303,71 @@ def update_tier_status(spark: SparkSession, settings: Settings, new_records) -> 
     statuses = new_records.where(F.col("kind") == "status")
     if not statuses.isEmpty():
         key = [name for name in PARTITION_STATUS.key]
-        exploded = (statuses.select("tier", "cluster", "seen_topic", "service", "origin_cluster", "topic", "logical_topic",
-                                    "stalled", "emitted_at", "record_id", F.explode("partitions").alias("p"))
-                    .select("*", "p.*").drop("p"))
-        newest = (exploded.withColumn("rank", F.row_number().over(
-            Window.partitionBy(*key).orderBy(F.col("emitted_at").desc(), F.col("record_id").desc())))
-            .where("rank = 1").drop("rank")
-            .withColumn("partition_watermark", F.when(F.col("lag") == 0, F.col("emitted_at"))
-                        .otherwise(F.coalesce("last_audit_time", F.timestamp_millis(F.lit(0))))))
+        exploded = (
+            statuses.select(
+                "tier",
+                "cluster",
+                "seen_topic",
+                "service",
+                "origin_cluster",
+                "topic",
+                "logical_topic",
+                "stalled",
+                "emitted_at",
+                "record_id",
+                F.explode("partitions").alias("p"),
+            )
+            .select("*", "p.*")
+            .drop("p")
+        )
+        newest = (
+            exploded.withColumn(
+                "rank",
+                F.row_number().over(
+                    Window.partitionBy(*key).orderBy(F.col("emitted_at").desc(), F.col("record_id").desc())
+                ),
+            )
+            .where("rank = 1")
+            .drop("rank")
+            .withColumn(
+                "partition_watermark",
+                F.when(F.col("lag") == 0, F.col("emitted_at")).otherwise(
+                    F.coalesce("last_audit_time", F.timestamp_millis(F.lit(0)))
+                ),
+            )
+        )
         from delta.tables import DeltaTable
 
         target = DeltaTable.forPath(spark, delta_io.table_path(settings.lake_root, PARTITION_STATUS.name))
         condition = " AND ".join(f"t.`{name}` = s.`{name}`" for name in key)
-        (target.alias("t").merge(newest.select(*PARTITION_STATUS.column_names).alias("s"), condition)
-         .whenMatchedUpdateAll(condition="s.emitted_at > t.emitted_at").whenNotMatchedInsertAll().execute())
+        (
+            target.alias("t")
+            .merge(newest.select(*PARTITION_STATUS.column_names).alias("s"), condition)
+            .whenMatchedUpdateAll(condition="s.emitted_at > t.emitted_at")
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
     partitions = delta_io.read_table(spark, settings.lake_root, PARTITION_STATUS.name)
     # A replicator into a cluster tier says what has arrived there, not what the tier's counter has
     # counted: without a status of the tier's own counter (a counter not started or hung) the tier
     # has seen nothing for sure, else its windows would turn final with nothing counted.
     hop_into_tier = F.col("tier").isin(list(settings.cluster_names)) & (F.col("cluster") != F.col("tier"))
-    rows = partitions.groupBy("tier", "origin_cluster", "topic").agg(
-        F.first("logical_topic").alias("logical_topic"),
-        F.when(F.max((~hop_into_tier).cast("int")) == 1, F.min("partition_watermark"))
-        .otherwise(F.timestamp_millis(F.lit(0))).alias("watermark"),
-        F.sum("lag").alias("lag"),
-        F.max(F.col("stalled").cast("int")).cast("boolean").alias("stalled"),
-        F.concat_ws(", ", F.array_sort(F.collect_set(F.concat("service", F.lit("@"), "cluster")))).alias("reporters"),
-        F.max("emitted_at").alias("last_status_at"),
-    ).withColumn("updated_at", F.current_timestamp())
+    rows = (
+        partitions.groupBy("tier", "origin_cluster", "topic")
+        .agg(
+            F.first("logical_topic").alias("logical_topic"),
+            F.when(F.max((~hop_into_tier).cast("int")) == 1, F.min("partition_watermark"))
+            .otherwise(F.timestamp_millis(F.lit(0)))
+            .alias("watermark"),
+            F.sum("lag").alias("lag"),
+            F.max(F.col("stalled").cast("int")).cast("boolean").alias("stalled"),
+            F.concat_ws(", ", F.array_sort(F.collect_set(F.concat("service", F.lit("@"), "cluster")))).alias(
+                "reporters"
+            ),
+            F.max("emitted_at").alias("last_status_at"),
+        )
+        .withColumn("updated_at", F.current_timestamp())
+    )
     delta_io.upsert(spark, settings.lake_root, TIER_STATUS, rows)
 
 
@@ -287,8 +384,14 @@ def tier_paths(spark: SparkSession, settings: Settings):
     """
     import pandas as pd
 
-    counted = delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name).select("origin_cluster", "topic", "tier").distinct()
-    reported = delta_io.read_table(spark, settings.lake_root, TIER_STATUS.name).select("origin_cluster", "topic", "tier", "watermark")
+    counted = (
+        delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name)
+        .select("origin_cluster", "topic", "tier")
+        .distinct()
+    )
+    reported = delta_io.read_table(spark, settings.lake_root, TIER_STATUS.name).select(
+        "origin_cluster", "topic", "tier", "watermark"
+    )
     pairs = counted.join(reported, ["origin_cluster", "topic", "tier"], "full").toPandas()
     order = {tier: index for index, tier in enumerate(settings.tiers)}
     thresholds = settings.threshold_patterns()
@@ -305,19 +408,43 @@ def tier_paths(spark: SparkSession, settings: Settings):
             own = watermarks.get(tier)
             lowest = own if lowest is None else (None if own is None else min(lowest, own))
             if tier != reference:
-                rows.append((origin, topic, tier, order.get(tier, len(order)), reference, threshold,
-                             None if lowest is None else int(pd.Timestamp(lowest).value // 1_000_000)))
-    schema = ("origin_cluster STRING, topic STRING, tier STRING, tier_order INT, reference_tier STRING, "
-              "threshold_pct DOUBLE, tier_watermark_ms BIGINT")
+                rows.append(
+                    (
+                        origin,
+                        topic,
+                        tier,
+                        order.get(tier, len(order)),
+                        reference,
+                        threshold,
+                        None if lowest is None else int(pd.Timestamp(lowest).value // 1_000_000),
+                    )
+                )
+    schema = (
+        "origin_cluster STRING, topic STRING, tier STRING, tier_order INT, reference_tier STRING, "
+        "threshold_pct DOUBLE, tier_watermark_ms BIGINT"
+    )
     return spark.createDataFrame(rows, schema) if rows else None
 
 
 # What the judge step yields per (window, tier): `classify`'s verdict with times still in epoch ms.
 JUDGED_COLUMNS = {
-    "origin_cluster": "STRING", "topic": "STRING", "window_start": "TIMESTAMP", "window_minutes": "INT",
-    "tier": "STRING", "tier_order": "INT", "reference_tier": "STRING", "expected": "BIGINT", "observed": "BIGINT",
-    "missing": "BIGINT", "duplicated": "BIGINT", "completeness_pct": "DOUBLE", "threshold_pct": "DOUBLE",
-    "status": "STRING", "final": "BOOLEAN", "window_end_ms": "BIGINT", "tier_watermark_ms": "BIGINT",
+    "origin_cluster": "STRING",
+    "topic": "STRING",
+    "window_start": "TIMESTAMP",
+    "window_minutes": "INT",
+    "tier": "STRING",
+    "tier_order": "INT",
+    "reference_tier": "STRING",
+    "expected": "BIGINT",
+    "observed": "BIGINT",
+    "missing": "BIGINT",
+    "duplicated": "BIGINT",
+    "completeness_pct": "DOUBLE",
+    "threshold_pct": "DOUBLE",
+    "status": "STRING",
+    "final": "BOOLEAN",
+    "window_end_ms": "BIGINT",
+    "tier_watermark_ms": "BIGINT",
     "latency_p99_ms": "DOUBLE",
 }
 JUDGED_DDL = ", ".join(f"{name} {kind}" for name, kind in JUDGED_COLUMNS.items())
@@ -332,32 +459,62 @@ def update_completeness(spark: SparkSession, settings: Settings, touched, *, now
         return 0
     current = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
     open_windows = current.where(~F.col("final") | F.col("status").isin("pending", "lagging")).select(*WINDOW_KEY)
-    windows = touched.select(*WINDOW_KEY).unionByName(open_windows).unionByName(_windows_missing_a_tier(current, paths)).distinct()
+    windows = (
+        touched.select(*WINDOW_KEY)
+        .unionByName(open_windows)
+        .unionByName(_windows_missing_a_tier(current, paths))
+        .distinct()
+    )
     counts = delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name).join(
-        windows.withColumn("date", F.to_date("window_start")), [*WINDOW_KEY, "date"], "left_semi")
+        windows.withColumn("date", F.to_date("window_start")), [*WINDOW_KEY, "date"], "left_semi"
+    )
     grid = windows.join(F.broadcast(paths), ["origin_cluster", "topic"])
-    observed = counts.select(*WINDOW_KEY, "tier", F.col("count").alias("observed"),
-                             F.col("by_partition").alias("observed_by_partition"),
-                             "latency_p99_ms", F.col("window_minutes").alias("tier_window_minutes"))
-    expected = counts.select(*WINDOW_KEY, F.col("tier").alias("reference_tier"), F.col("count").alias("expected"),
-                             F.col("by_partition").alias("expected_by_partition"),
-                             F.col("window_minutes").alias("reference_window_minutes"))
+    observed = counts.select(
+        *WINDOW_KEY,
+        "tier",
+        F.col("count").alias("observed"),
+        F.col("by_partition").alias("observed_by_partition"),
+        "latency_p99_ms",
+        F.col("window_minutes").alias("tier_window_minutes"),
+    )
+    expected = counts.select(
+        *WINDOW_KEY,
+        F.col("tier").alias("reference_tier"),
+        F.col("count").alias("expected"),
+        F.col("by_partition").alias("expected_by_partition"),
+        F.col("window_minutes").alias("reference_window_minutes"),
+    )
     minutes = settings.window_minutes
-    rows = (grid.join(observed, [*WINDOW_KEY, "tier"], "left").join(expected, [*WINDOW_KEY, "reference_tier"], "left")
-            .withColumn("expected", F.coalesce("expected", F.lit(0)))
-            .withColumn("observed", F.coalesce("observed", F.lit(0)))
-            .withColumn("window_minutes", F.coalesce("reference_window_minutes", "tier_window_minutes", F.lit(minutes)))
-            .withColumn("window_end_ms", F.unix_millis("window_start") + F.col("window_minutes") * MS_PER_MINUTE))
-    judged = rows.select(*WINDOW_KEY, "window_minutes", "tier", "tier_order", "reference_tier", "expected", "observed",
-                         "expected_by_partition", "observed_by_partition", "window_end_ms", "tier_watermark_ms",
-                         "threshold_pct", "latency_p99_ms").mapInPandas(
-        _Judge(now_ms=now_ms, grace_ms=int(settings.grace_s * 1000)),
-        JUDGED_DDL)
-    result = (judged.withColumn("logical_topic", F.concat_ws(".", "origin_cluster", "topic"))
-              .withColumn("window_end", F.timestamp_millis("window_end_ms"))
-              .withColumn("tier_watermark", F.timestamp_millis("tier_watermark_ms"))
-              .withColumn("updated_at", F.current_timestamp())
-              .withColumn("date", F.to_date("window_start"))).localCheckpoint()
+    rows = (
+        grid.join(observed, [*WINDOW_KEY, "tier"], "left")
+        .join(expected, [*WINDOW_KEY, "reference_tier"], "left")
+        .withColumn("expected", F.coalesce("expected", F.lit(0)))
+        .withColumn("observed", F.coalesce("observed", F.lit(0)))
+        .withColumn("window_minutes", F.coalesce("reference_window_minutes", "tier_window_minutes", F.lit(minutes)))
+        .withColumn("window_end_ms", F.unix_millis("window_start") + F.col("window_minutes") * MS_PER_MINUTE)
+    )
+    judged = rows.select(
+        *WINDOW_KEY,
+        "window_minutes",
+        "tier",
+        "tier_order",
+        "reference_tier",
+        "expected",
+        "observed",
+        "expected_by_partition",
+        "observed_by_partition",
+        "window_end_ms",
+        "tier_watermark_ms",
+        "threshold_pct",
+        "latency_p99_ms",
+    ).mapInPandas(_Judge(now_ms=now_ms, grace_ms=int(settings.grace_s * 1000)), JUDGED_DDL)
+    result = (
+        judged.withColumn("logical_topic", F.concat_ws(".", "origin_cluster", "topic"))
+        .withColumn("window_end", F.timestamp_millis("window_end_ms"))
+        .withColumn("tier_watermark", F.timestamp_millis("tier_watermark_ms"))
+        .withColumn("updated_at", F.current_timestamp())
+        .withColumn("date", F.to_date("window_start"))
+    ).localCheckpoint()
     delta_io.upsert(spark, settings.lake_root, COMPLETENESS, result)
     return result.count()
 
@@ -397,8 +554,11 @@ def stored_offsets(spark: SparkSession, settings: Settings) -> dict[tuple[str, s
 def store_offsets(spark: SparkSession, settings: Settings, sources: list[AuditSource]) -> None:
     from pyspark.sql import functions as F
 
-    rows = [(source.cluster, topic, partition, end) for source in sources
-            for (topic, partition), (_start, end) in source.ranges.items()]
+    rows = [
+        (source.cluster, topic, partition, end)
+        for source in sources
+        for (topic, partition), (_start, end) in source.ranges.items()
+    ]
     if not rows:
         return
     frame = spark.createDataFrame(rows, "cluster STRING, topic STRING, partition INT, next_offset BIGINT")
@@ -420,13 +580,25 @@ class _Steps:
         self._last = now
 
 
-def read_and_store(spark: SparkSession, settings: Settings, report: ReconcileReport, *, now_ms: int, step: _Steps | None = None):
+def read_and_store(
+    spark: SparkSession, settings: Settings, report: ReconcileReport, *, now_ms: int, step: _Steps | None = None
+):
     """The first steps of a run: read every audit topic from the stored offsets, check each message,
     store records and rejects. Returns (sources, the valid records read or None when nothing was new)."""
     step = step or _Steps()
-    delta_io.ensure_tables(spark, settings.lake_root, (AUDIT_RECORDS.name, AUDIT_REJECTS.name, TIER_COUNTS.name,
-                                                       TIER_STATUS.name, COMPLETENESS.name, PARTITION_STATUS.name,
-                                                       SOURCE_OFFSETS.name))
+    delta_io.ensure_tables(
+        spark,
+        settings.lake_root,
+        (
+            AUDIT_RECORDS.name,
+            AUDIT_REJECTS.name,
+            TIER_COUNTS.name,
+            TIER_STATUS.name,
+            COMPLETENESS.name,
+            PARTITION_STATUS.name,
+            SOURCE_OFFSETS.name,
+        ),
+    )
     sources = audit_sources(settings, stored_offsets(spark, settings), report=report)
     report.read = sum(source.pending for source in sources)
     step.done("offsets", messages=report.read)
@@ -458,7 +630,15 @@ def reconcile(spark: SparkSession, settings: Settings, *, now_ms: int | None = N
     step.done("completeness", windows=report.windows)
     store_offsets(spark, settings, sources)
     report.seconds = time.monotonic() - began
-    log.info("reconciled", extra={"read": report.read, "records": report.records, "rejects": report.rejects,
-                                  "windows": report.windows, "seconds": round(report.seconds, 1),
-                                  "unreachable": ",".join(report.unreachable) or None})
+    log.info(
+        "reconciled",
+        extra={
+            "read": report.read,
+            "records": report.records,
+            "rejects": report.rejects,
+            "windows": report.windows,
+            "seconds": round(report.seconds, 1),
+            "unreachable": ",".join(report.unreachable) or None,
+        },
+    )
     return report

@@ -10,6 +10,7 @@ Two layers, because they know different things:
 - the Great Expectations suite knows this deployment: the configured tiers and clusters, the window
   size, and how far in the future a window may plausibly start.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,20 +36,52 @@ FUTURE_SLACK_MS = 24 * 3600 * 1000  # a window may start at most a day after the
 EARLIEST_WINDOW_MS = 946_684_800_000  # 2000-01-01: anything older is a broken clock, not a late message
 
 # Output of `check`, in order, as Spark DDL (nested fields travel as JSON text, parsed by Spark).
-CHECKED_DDL = ", ".join([
-    "read_from_cluster STRING", "read_from_topic STRING", "read_from_partition INT", "read_from_offset BIGINT",
-    "reason STRING", "raw STRING", "raw_bytes BIGINT",
-    "record_id STRING", "kind STRING", "tier STRING", "cluster STRING", "service STRING", "host STRING",
-    "instance_id STRING", "seen_topic STRING", "origin_cluster STRING", "topic STRING", "logical_topic STRING",
-    "window_start_ms BIGINT", "window_minutes INT", "count BIGINT", "bytes BIGINT", "send_failed BIGINT",
-    "no_timestamp BIGINT", "by_partition_json STRING", "latency_p50_ms DOUBLE", "latency_p95_ms DOUBLE",
-    "latency_p99_ms DOUBLE", "latency_max_ms DOUBLE", "emitted_at_ms BIGINT", "watermark_ms BIGINT", "lag BIGINT",
-    "stalled BOOLEAN", "partitions_json STRING",
-])
+CHECKED_DDL = ", ".join(
+    [
+        "read_from_cluster STRING",
+        "read_from_topic STRING",
+        "read_from_partition INT",
+        "read_from_offset BIGINT",
+        "reason STRING",
+        "raw STRING",
+        "raw_bytes BIGINT",
+        "record_id STRING",
+        "kind STRING",
+        "tier STRING",
+        "cluster STRING",
+        "service STRING",
+        "host STRING",
+        "instance_id STRING",
+        "seen_topic STRING",
+        "origin_cluster STRING",
+        "topic STRING",
+        "logical_topic STRING",
+        "window_start_ms BIGINT",
+        "window_minutes INT",
+        "count BIGINT",
+        "bytes BIGINT",
+        "send_failed BIGINT",
+        "no_timestamp BIGINT",
+        "by_partition_json STRING",
+        "latency_p50_ms DOUBLE",
+        "latency_p95_ms DOUBLE",
+        "latency_p99_ms DOUBLE",
+        "latency_max_ms DOUBLE",
+        "emitted_at_ms BIGINT",
+        "watermark_ms BIGINT",
+        "lag BIGINT",
+        "stalled BOOLEAN",
+        "partitions_json STRING",
+    ]
+)
 CHECKED_COLUMNS = tuple(part.split()[0] for part in CHECKED_DDL.split(", "))
 # Nullable pandas types, so missing numbers stay null on their way into Spark instead of turning floats.
-_PANDAS_TYPES = {part.split()[0]: {"BIGINT": "Int64", "INT": "Int32", "DOUBLE": "Float64", "BOOLEAN": "boolean",
-                                   "STRING": "object"}[part.split()[1]] for part in CHECKED_DDL.split(", ")}
+_PANDAS_TYPES = {
+    part.split()[0]: {"BIGINT": "Int64", "INT": "Int32", "DOUBLE": "Float64", "BOOLEAN": "boolean", "STRING": "object"}[
+        part.split()[1]
+    ]
+    for part in CHECKED_DDL.split(", ")
+}
 SOURCE_COLUMNS = ("read_from_cluster", "read_from_topic", "read_from_partition", "read_from_offset", "value")
 
 
@@ -64,7 +97,9 @@ class RecordChecker:
 
     @classmethod
     def from_settings(cls, settings: Settings, now_ms: int) -> RecordChecker:
-        return cls(tuple(settings.tiers), tuple(settings.cluster_names), settings.window_minutes, settings.naming, now_ms)
+        return cls(
+            tuple(settings.tiers), tuple(settings.cluster_names), settings.window_minutes, settings.naming, now_ms
+        )
 
     # -- the whole check ------------------------------------------------------------------------
 
@@ -91,12 +126,20 @@ class RecordChecker:
 
     def _contract_row(self, source) -> dict:
         cluster, audit_topic, partition, offset, value = source
-        row = {"read_from_cluster": cluster, "read_from_topic": audit_topic, "read_from_partition": partition,
-               "read_from_offset": offset}
+        row = {
+            "read_from_cluster": cluster,
+            "read_from_topic": audit_topic,
+            "read_from_partition": partition,
+            "read_from_offset": offset,
+        }
         record, reason = parse(value)
         if record is None:
-            row.update(reason=reason, raw=_text(value), raw_bytes=len(value) if value is not None else 0,
-                       record_id=_claimed_id(value))
+            row.update(
+                reason=reason,
+                raw=_text(value),
+                raw_bytes=len(value) if value is not None else 0,
+                record_id=_claimed_id(value),
+            )
             return row
         row.update(self._fields(record))
         return row
@@ -108,27 +151,51 @@ class RecordChecker:
     def _fields(self, record: AuditRecord) -> dict:
         origin = self._naming.origin(record.cluster, record.topic)
         fields = {
-            "record_id": record.record_id, "kind": str(record.kind), "tier": record.tier, "cluster": record.cluster,
-            "service": record.service, "host": record.host, "instance_id": record.instance_id,
-            "seen_topic": record.topic, "origin_cluster": origin.cluster, "topic": origin.topic,
-            "logical_topic": f"{origin.cluster}.{origin.topic}", "window_start_ms": record.window_start_ms,
-            "window_minutes": record.window_minutes, "emitted_at_ms": record.emitted_at_ms,
+            "record_id": record.record_id,
+            "kind": str(record.kind),
+            "tier": record.tier,
+            "cluster": record.cluster,
+            "service": record.service,
+            "host": record.host,
+            "instance_id": record.instance_id,
+            "seen_topic": record.topic,
+            "origin_cluster": origin.cluster,
+            "topic": origin.topic,
+            "logical_topic": f"{origin.cluster}.{origin.topic}",
+            "window_start_ms": record.window_start_ms,
+            "window_minutes": record.window_minutes,
+            "emitted_at_ms": record.emitted_at_ms,
         }
         if record.kind == Kind.COUNT:
-            fields.update(count=record.count, bytes=record.bytes, send_failed=record.send_failed,
-                          no_timestamp=record.no_timestamp)
+            fields.update(
+                count=record.count, bytes=record.bytes, send_failed=record.send_failed, no_timestamp=record.no_timestamp
+            )
             if record.by_partition is not None:
                 fields["by_partition_json"] = json.dumps({str(p): c for p, c in record.by_partition.items()})
             if record.latency_ms is not None:
                 latency = record.latency_ms
-                fields.update(latency_p50_ms=latency.p50, latency_p95_ms=latency.p95, latency_p99_ms=latency.p99,
-                              latency_max_ms=latency.max)
+                fields.update(
+                    latency_p50_ms=latency.p50,
+                    latency_p95_ms=latency.p95,
+                    latency_p99_ms=latency.p99,
+                    latency_max_ms=latency.max,
+                )
         else:
-            fields.update(watermark_ms=record.watermark_ms, stalled=record.stalled,
-                          lag=sum(p.lag for p in record.partitions))
-            fields["partitions_json"] = json.dumps([
-                {"partition": p.partition, "position": p.position, "end_offset": p.end_offset, "lag": p.lag,
-                 "last_audit_time_ms": p.last_audit_time_ms} for p in record.partitions])
+            fields.update(
+                watermark_ms=record.watermark_ms, stalled=record.stalled, lag=sum(p.lag for p in record.partitions)
+            )
+            fields["partitions_json"] = json.dumps(
+                [
+                    {
+                        "partition": p.partition,
+                        "position": p.position,
+                        "end_offset": p.end_offset,
+                        "lag": p.lag,
+                        "last_audit_time_ms": p.last_audit_time_ms,
+                    }
+                    for p in record.partitions
+                ]
+            )
         return fields
 
     # -- layer 2: the deployment's expectations ----------------------------------------------------
@@ -142,8 +209,9 @@ class RecordChecker:
             gx.expectations.ExpectColumnValuesToBeInSet(column="tier", value_set=list(self.tiers)),
             gx.expectations.ExpectColumnValuesToBeInSet(column="cluster", value_set=list(self.clusters)),
             gx.expectations.ExpectColumnValuesToBeInSet(column="window_minutes", value_set=[self.window_minutes]),
-            gx.expectations.ExpectColumnValuesToBeBetween(column="window_start_ms", min_value=EARLIEST_WINDOW_MS,
-                                                          max_value=latest_window),
+            gx.expectations.ExpectColumnValuesToBeBetween(
+                column="window_start_ms", min_value=EARLIEST_WINDOW_MS, max_value=latest_window
+            ),
             gx.expectations.ExpectColumnValuesToBeBetween(column="count", min_value=0, max_value=MAX_COUNT),
             gx.expectations.ExpectColumnValuesToBeBetween(column="lag", min_value=0, max_value=MAX_COUNT),
         ]
@@ -163,7 +231,9 @@ class RecordChecker:
             for hit in result.result.get("unexpected_index_list") or []:
                 row = hit["row"]
                 if pd.isna(out.at[row, "reason"]):
-                    out.at[row, "reason"] = f"{column}: {_describe(hit[column])} fails {config.type} ({_bounds(config.kwargs)})"
+                    out.at[row, "reason"] = (
+                        f"{column}: {_describe(hit[column])} fails {config.type} ({_bounds(config.kwargs)})"
+                    )
 
 
 _CONTEXT = None
@@ -184,15 +254,19 @@ def _validate(frame: pd.DataFrame, expectations: list):
     for expectation in expectations:
         suite.add_expectation(expectation)
     batch = _CONTEXT.get_batch(batch_parameters={"dataframe": frame})
-    report = batch.validate(suite, result_format={"result_format": "COMPLETE", "unexpected_index_column_names": ["row"]})
+    report = batch.validate(
+        suite, result_format={"result_format": "COMPLETE", "unexpected_index_column_names": ["row"]}
+    )
     return report.results
 
 
 def _bounds(kwargs: dict) -> str:
     if "value_set" in kwargs:
         return f"expected one of {list(kwargs['value_set'])}"
-    low, high = (int(kwargs[k]) if isinstance(kwargs.get(k), float) and kwargs[k].is_integer() else kwargs.get(k)
-                 for k in ("min_value", "max_value"))
+    low, high = (
+        int(kwargs[k]) if isinstance(kwargs.get(k), float) and kwargs[k].is_integer() else kwargs.get(k)
+        for k in ("min_value", "max_value")
+    )
     return f"expected between {low} and {high}"
 
 

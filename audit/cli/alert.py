@@ -1,4 +1,5 @@
 """`kaudit alert`: email the windows that are final and incomplete or over, recoveries and lagging tiers."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """`kaudit clusters up|down|status`: the embedded local Kafka clusters of the configuration."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,7 +11,6 @@ if TYPE_CHECKING:
     from audit.settings import Settings
 
 
-
 def add_command(commands) -> None:
     parser = commands.add_parser(
         "clusters",
@@ -18,8 +18,11 @@ def add_command(commands) -> None:
         description="Real Apache Kafka clusters (single-node KRaft) on loopback, one per local cluster of the "
         "configuration, with data and logs under <state_dir>/clusters/<name>.",
     )
-    parser.add_argument("action", choices=["up", "down", "status"],
-                        help="up: start (idempotent); down: stop the demo's services, then the clusters; status: list")
+    parser.add_argument(
+        "action",
+        choices=["up", "down", "status"],
+        help="up: start (idempotent); down: stop the demo's services, then the clusters; status: list",
+    )
     parser.add_argument("names", nargs="*", help="only these clusters (default: every local cluster)")
     parser.set_defaults(handler=run)
 

@@ -1,4 +1,5 @@
 """`kaudit config show|keys`: what configuration is in force, and every key there is."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,6 @@ from audit.settings import describe
 
 if TYPE_CHECKING:
     from audit.settings import Settings
-
 
 
 def add_command(commands) -> None:

@@ -1,4 +1,5 @@
 """`kaudit count --cluster NAME`: the audit counter of one cluster."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,13 +29,21 @@ def add_command(commands) -> None:
         "Kafka transaction. Run several instances (distinct --instance) to share a cluster's load.",
     )
     parser.add_argument("--cluster", required=True, help="cluster name from the configuration")
-    parser.add_argument("--instance", default="0", help="slot name, stable across restarts of this instance (default 0)")
+    parser.add_argument(
+        "--instance", default="0", help="slot name, stable across restarts of this instance (default 0)"
+    )
     parser.add_argument("--group-id", help="consumer group (default kaudit-counter-<cluster>)")
-    parser.add_argument("--no-by-partition", dest="by_partition", action="store_false",
-                        help="leave out counts per partition (they let the reconciliation tell a loss in one partition "
-                        "from duplicates in another; on by default)")
+    parser.add_argument(
+        "--no-by-partition",
+        dest="by_partition",
+        action="store_false",
+        help="leave out counts per partition (they let the reconciliation tell a loss in one partition "
+        "from duplicates in another; on by default)",
+    )
     parser.add_argument("--flush-interval-s", type=float, help="seconds between transactions (default from config)")
-    parser.add_argument("--topic-refresh-s", type=float, default=30.0, help="seconds between topic list refreshes (default 30)")
+    parser.add_argument(
+        "--topic-refresh-s", type=float, default=30.0, help="seconds between topic list refreshes (default 30)"
+    )
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (default: off)")
     stop = parser.add_mutually_exclusive_group()
     stop.add_argument("--until-caught-up", action="store_true", help="exit once every assigned partition has no lag")
@@ -55,12 +64,18 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     )
     if args.metrics_port is not None:
         start_http_server(args.metrics_port, addr=settings.metrics_host)
+
     def select(topic: str) -> bool:
         return settings.topics.matches(topic) and not settings.is_audit_topic(args.cluster, topic)
 
     counter = ClusterCounter(client_config(settings, args.cluster), options, select)
     stop_on_signals(counter.stop)
-    log.info("counter starting", extra={"cluster": options.cluster, "instance": options.instance, "group": options.group})
+    log.info(
+        "counter starting", extra={"cluster": options.cluster, "instance": options.instance, "group": options.group}
+    )
     stats = counter.run(max_seconds=args.max_seconds, until_caught_up=args.until_caught_up)
-    log.info("counter stopped", extra={"cluster": options.cluster, "counted": stats.counted, "flushes": stats.flushes, "aborts": stats.aborts})
+    log.info(
+        "counter stopped",
+        extra={"cluster": options.cluster, "counted": stats.counted, "flushes": stats.flushes, "aborts": stats.aborts},
+    )
     return 0

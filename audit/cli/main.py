@@ -1,4 +1,5 @@
 """`kaudit`: one entry point, a subcommand per job. `kaudit --help` lists them."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,10 +26,16 @@ def build_parser() -> argparse.ArgumentParser:
     from audit.local import demo, mailbox, soak
     from producers import loadgen
 
-    parser = argparse.ArgumentParser(prog="kaudit", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, help="TOML configuration file (default: $KAUDIT_CONFIG or the built-in local default)")
+    parser = argparse.ArgumentParser(
+        prog="kaudit", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--config", type=Path, help="TOML configuration file (default: $KAUDIT_CONFIG or the built-in local default)"
+    )
     parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
-    parser.add_argument("--log-format", choices=["kv", "json"], default=None, help="log lines as key=value (default) or JSON")
+    parser.add_argument(
+        "--log-format", choices=["kv", "json"], default=None, help="log lines as key=value (default) or JSON"
+    )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for module in (clusters, config, loadgen, count, mirror, spark_jobs, alert, ui, mailbox, demo, soak):
         module.add_command(commands)

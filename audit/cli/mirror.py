@@ -1,4 +1,5 @@
 """`kaudit mirror --from dc1 --to aggregate`: the replicator between two configured clusters."""
+
 from __future__ import annotations
 
 import argparse
@@ -33,17 +34,28 @@ def add_command(commands) -> None:
     parser.add_argument("--from", dest="source", required=True, help="source cluster name from the configuration")
     parser.add_argument("--to", dest="target", required=True, help="target cluster name from the configuration")
     parser.add_argument("--naming", choices=["prefix", "identity"], help="target topic names (default from config)")
-    parser.add_argument("--topic-refresh-s", type=float, default=30.0, help="seconds between topic list refreshes (default 30)")
-    parser.add_argument("--stall-after-s", type=float, default=30.0, help="lag with no progress for this long is a stall (default 30)")
-    parser.add_argument("--status-interval-s", type=float, default=10.0, help="seconds between status records (default 10)")
+    parser.add_argument(
+        "--topic-refresh-s", type=float, default=30.0, help="seconds between topic list refreshes (default 30)"
+    )
+    parser.add_argument(
+        "--stall-after-s", type=float, default=30.0, help="lag with no progress for this long is a stall (default 30)"
+    )
+    parser.add_argument(
+        "--status-interval-s", type=float, default=10.0, help="seconds between status records (default 10)"
+    )
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (default: off)")
     fault = parser.add_argument_group("fault injection (tests and demos only; never in production)")
     fault.add_argument("--drop-topics", help="regex of source topics to drop messages from")
     fault.add_argument("--drop-count", type=int, help="drop exactly this many messages")
     fault.add_argument("--drop-fraction", type=float, help="drop this fraction of messages")
-    fault.add_argument("--drop-window", help="drop only messages whose timestamp is in the window starting at this "
-                       "UTC time (e.g. 2026-11-23T10:20:00Z)")
-    fault.add_argument("--pause-after-s", type=float, help="stop copying this many seconds after start (a stall on purpose)")
+    fault.add_argument(
+        "--drop-window",
+        help="drop only messages whose timestamp is in the window starting at this "
+        "UTC time (e.g. 2026-11-23T10:20:00Z)",
+    )
+    fault.add_argument(
+        "--pause-after-s", type=float, help="stop copying this many seconds after start (a stall on purpose)"
+    )
     fault.add_argument("--pause-for-s", type=float, default=120.0, help="how long the pause lasts (default 120)")
     stop = parser.add_mutually_exclusive_group()
     stop.add_argument("--until-caught-up", action="store_true", help="exit once everything is copied and committed")
@@ -56,21 +68,48 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     fault = None
     if args.drop_topics:
         window = _window_start_ms(args.drop_window, settings.window_minutes) if args.drop_window else None
-        fault = DropFault(args.drop_topics, count=args.drop_count, fraction=args.drop_fraction or 0.0,
-                          window_start_ms=window, window_minutes=settings.window_minutes)
+        fault = DropFault(
+            args.drop_topics,
+            count=args.drop_count,
+            fraction=args.drop_fraction or 0.0,
+            window_start_ms=window,
+            window_minutes=settings.window_minutes,
+        )
     pause = PauseFault(args.pause_after_s, args.pause_for_s) if args.pause_after_s is not None else None
     naming = naming_policy(args.naming or settings.naming, [c.name for c in settings.clusters])
-    options = MirrorOptions(source=source, target=target, audit_topic=settings.audit_topic,
-                            window_minutes=settings.window_minutes, topic_refresh_s=args.topic_refresh_s,
-                            stall_after_s=args.stall_after_s, status_interval_s=args.status_interval_s)
+    options = MirrorOptions(
+        source=source,
+        target=target,
+        audit_topic=settings.audit_topic,
+        window_minutes=settings.window_minutes,
+        topic_refresh_s=args.topic_refresh_s,
+        stall_after_s=args.stall_after_s,
+        status_interval_s=args.status_interval_s,
+    )
     if args.metrics_port is not None:
         start_http_server(args.metrics_port, addr=settings.metrics_host)
-    replicator = Replicator(client_config(settings, source), client_config(settings, target), options, naming,
-                            settings.topics.matches, fault=fault, pause=pause)
+    replicator = Replicator(
+        client_config(settings, source),
+        client_config(settings, target),
+        options,
+        naming,
+        settings.topics.matches,
+        fault=fault,
+        pause=pause,
+    )
     stop_on_signals(replicator.stop)
     stats = replicator.run(max_seconds=args.max_seconds, until_caught_up=args.until_caught_up)
-    log.info("mirror stopped", extra={"source": source, "target": target, "copied": stats.copied,
-                                      "skipped": stats.skipped, "dropped": stats.dropped, "errors": stats.errors})
+    log.info(
+        "mirror stopped",
+        extra={
+            "source": source,
+            "target": target,
+            "copied": stats.copied,
+            "skipped": stats.skipped,
+            "dropped": stats.dropped,
+            "errors": stats.errors,
+        },
+    )
     return 0
 
 

@@ -3,6 +3,7 @@
 Both build their Spark session from the cached jars (`make setup`) with KAUDIT_SPARK_MASTER or
 local[2]; under `spark-submit` the session the submitter configured is used as it is.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,12 +32,18 @@ def add_command(commands) -> None:
         "restart at any moment changes no count and duplicates no row.",
     )
     lake.add_argument("--cluster", help="cluster to read (default: the last configured cluster)")
-    lake.add_argument("--checkpoint", help="stream checkpoint folder (default: <lake_path>/_checkpoints/lake-<cluster>)")
-    lake.add_argument("--trigger-s", type=float, default=10.0, help="seconds between micro-batches in continuous mode (default 10)")
+    lake.add_argument(
+        "--checkpoint", help="stream checkpoint folder (default: <lake_path>/_checkpoints/lake-<cluster>)"
+    )
+    lake.add_argument(
+        "--trigger-s", type=float, default=10.0, help="seconds between micro-batches in continuous mode (default 10)"
+    )
     lake.add_argument("--max-offsets-per-trigger", type=int, help="cap on messages per micro-batch (default: no cap)")
     lake.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (default: off)")
     mode = lake.add_mutually_exclusive_group()
-    mode.add_argument("--until-caught-up", action="store_true", help="land what is there now, then exit (available-now)")
+    mode.add_argument(
+        "--until-caught-up", action="store_true", help="land what is there now, then exit (available-now)"
+    )
     mode.add_argument("--max-seconds", type=float, help="run continuously for this many seconds, then exit")
     lake.set_defaults(handler=run_lake)
 
@@ -49,7 +56,9 @@ def add_command(commands) -> None:
         "With --continuous it repeats every --interval-s and sends the alert emails after each run.",
     )
     reconcile.add_argument("--continuous", action="store_true", help="run again every --interval-s until stopped")
-    reconcile.add_argument("--interval-s", type=float, default=60.0, help="seconds between runs with --continuous (default 60)")
+    reconcile.add_argument(
+        "--interval-s", type=float, default=60.0, help="seconds between runs with --continuous (default 60)"
+    )
     reconcile.add_argument("--max-runs", type=int, help="with --continuous: stop after this many runs")
     reconcile.add_argument("--no-alerts", action="store_true", help="with --continuous: do not send alert emails")
     reconcile.set_defaults(handler=run_reconcile)
@@ -69,8 +78,12 @@ def run_lake(args: argparse.Namespace, settings: Settings) -> int:
     cluster = settings.cluster(args.cluster).name if args.cluster else settings.cluster_names[-1]
     if args.metrics_port is not None:
         start_http_server(args.metrics_port, addr=settings.metrics_host)
-    options = LakeOptions(cluster=cluster, checkpoint=args.checkpoint or default_checkpoint(settings, cluster),
-                          trigger_s=args.trigger_s, max_offsets_per_trigger=args.max_offsets_per_trigger)
+    options = LakeOptions(
+        cluster=cluster,
+        checkpoint=args.checkpoint or default_checkpoint(settings, cluster),
+        trigger_s=args.trigger_s,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+    )
     job = LakeJob(_spark(settings, f"kaudit-lake-{cluster}"), settings, options, settings.topics.matches)
     stop = threading.Event()
     stop_on_signals(stop.set)

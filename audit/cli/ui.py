@@ -1,4 +1,5 @@
 """`kaudit ui`: serve the Dash audit UI over the Delta tables (loopback unless exposed on purpose)."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,13 +23,16 @@ def add_command(commands) -> None:
         description="The Dash audit UI: a completeness heatmap of topics x windows, per-topic counts of every tier, "
         "watermarks and lag, and the alert log. It reads the Delta tables under the lake root with deltalake "
         "(no JVM), rereading them every ui.refresh_s seconds. It binds to ui.host (127.0.0.1: this machine only); "
-        "to expose it set ui.host = \"0.0.0.0\" and a login (ui.auth_user, KAUDIT_UI_AUTH_PASSWORD) or put it "
+        'to expose it set ui.host = "0.0.0.0" and a login (ui.auth_user, KAUDIT_UI_AUTH_PASSWORD) or put it '
         "behind your own proxy. Page URLs hold their state, so alert emails link to a topic and window.",
     )
     parser.add_argument("--host", help="bind address (default ui.host, 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default ui.port, 8050)")
-    parser.add_argument("--sample", action="store_true",
-                        help="serve generated sample tables (a loss, a lagging tier, duplicates) instead of the lake")
+    parser.add_argument(
+        "--sample",
+        action="store_true",
+        help="serve generated sample tables (a loss, a lagging tier, duplicates) instead of the lake",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -44,8 +48,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         lake_root = tempfile.mkdtemp(prefix="kaudit-sample-lake-")
         write_frames(lake_root, demo_frames(datetime.now(UTC)))
     app = create_app(settings, lake_root=lake_root)
-    log.info("audit UI serving", extra={"url": f"http://{ui.host}:{ui.port}", "lake_root": lake_root,
-                                        "login": bool(ui.auth_user)})
+    log.info(
+        "audit UI serving",
+        extra={"url": f"http://{ui.host}:{ui.port}", "lake_root": lake_root, "login": bool(ui.auth_user)},
+    )
     print(f"audit UI on http://{ui.host}:{ui.port} (tables: {lake_root})", flush=True)
     app.run(host=ui.host, port=ui.port, debug=False)
     return 0

@@ -7,6 +7,7 @@ it carries (or the counting time) and flagged `no_timestamp`. A CreateTime past 
 whose `message.timestamp.after.max.ms` lets any time in) is no usable time either: no audit record
 could name its window.
 """
+
 from __future__ import annotations
 
 from confluent_kafka import TIMESTAMP_CREATE_TIME

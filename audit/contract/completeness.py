@@ -14,6 +14,7 @@ The rules, in order (see docs/tables.md):
 - over: final and duplicated > 0 (at-least-once hops repeat messages): never shown as complete.
 - complete: otherwise.
 """
+
 from __future__ import annotations
 
 import re
@@ -26,8 +27,15 @@ COMPLETE, INCOMPLETE, OVER, LAGGING, PENDING = "complete", "incomplete", "over",
 DEFAULT_THRESHOLD_PCT = 100.0
 
 # Columns `classify` reads; it adds missing, duplicated, completeness_pct, final and status.
-INPUT_COLUMNS = ("expected", "observed", "expected_by_partition", "observed_by_partition", "window_end_ms",
-                 "tier_watermark_ms", "threshold_pct")
+INPUT_COLUMNS = (
+    "expected",
+    "observed",
+    "expected_by_partition",
+    "observed_by_partition",
+    "window_end_ms",
+    "tier_watermark_ms",
+    "threshold_pct",
+)
 
 
 def partition_gaps(expected: Mapping[int, int] | None, observed: Mapping[int, int] | None) -> tuple[int, int] | None:
@@ -61,7 +69,9 @@ def gaps(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     duplicated = np.maximum(observed - expected, 0)
     both = frame["expected_by_partition"].notna() & frame["observed_by_partition"].notna()
     for row in np.flatnonzero(both.to_numpy()):
-        found = partition_gaps(_as_map(frame["expected_by_partition"].iat[row]), _as_map(frame["observed_by_partition"].iat[row]))
+        found = partition_gaps(
+            _as_map(frame["expected_by_partition"].iat[row]), _as_map(frame["observed_by_partition"].iat[row])
+        )
         if found is not None:
             missing[row], duplicated[row] = found
     return missing, duplicated
@@ -82,7 +92,9 @@ def classify(frame: pd.DataFrame, *, now_ms: int, grace_ms: int) -> pd.DataFrame
     watermark = frame["tier_watermark_ms"].to_numpy(dtype=np.float64)
     final = np.nan_to_num(watermark, nan=-np.inf) >= due_ms
     still_open = now_ms < due_ms
-    threshold = pd.to_numeric(frame["threshold_pct"], errors="coerce").fillna(DEFAULT_THRESHOLD_PCT).to_numpy(dtype=np.float64)
+    threshold = (
+        pd.to_numeric(frame["threshold_pct"], errors="coerce").fillna(DEFAULT_THRESHOLD_PCT).to_numpy(dtype=np.float64)
+    )
     # Judged on what was delivered (expected - missing), so duplicates cannot lift a loss over the bar.
     with np.errstate(divide="ignore", invalid="ignore"):
         delivered_pct = np.where(expected > 0, 100.0 * (expected - missing) / expected, 0.0)

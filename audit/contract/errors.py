@@ -2,6 +2,7 @@
 
 Kafka errors keep their librdkafka code (`code`) so callers can branch on it.
 """
+
 from __future__ import annotations
 
 

@@ -3,6 +3,7 @@
 \\Z, not $, in every pattern: `$` also matches before a trailing newline, which would let "orders\\n"
 pass as a topic.
 """
+
 from __future__ import annotations
 
 import re

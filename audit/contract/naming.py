@@ -4,6 +4,7 @@ Policy apart from mechanism, as in MirrorMaker 2's ReplicationPolicy: the copy l
 policy for a target name and never builds one itself; the reconciliation asks it for the origin of
 a topic it sees on a cluster, for our replicator and for MirrorMaker 2's default naming alike.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable

@@ -4,6 +4,7 @@ One JSON object per (counter instance, topic, window) delta (`kind: count`), or 
 topic) position report (`kind: status`). Unknown fields are ignored, so newer writers can add
 fields; `parse` never raises, whatever bytes it is handed, and says why it refused a record.
 """
+
 from __future__ import annotations
 
 import json
@@ -158,7 +159,8 @@ def topic_statuses(
             continue
         end = max(end, position)
         by_topic.setdefault(topic, []).append(
-            PartitionStatus(partition, position, end, end - position, last_audit_times.get((topic, partition))))
+            PartitionStatus(partition, position, end, end - position, last_audit_times.get((topic, partition)))
+        )
     return {topic: parts for topic, parts in by_topic.items() if topic not in unknown}, sorted(unknown)
 
 
@@ -220,7 +222,9 @@ class _Invalid(Exception):
     """A reason to refuse a record, raised while reading fields and turned into `parse`'s answer."""
 
 
-def _get(data: Mapping[str, Any], key: str, kinds: type | tuple[type, ...], *, required: bool = True, default: Any = None) -> Any:
+def _get(
+    data: Mapping[str, Any], key: str, kinds: type | tuple[type, ...], *, required: bool = True, default: Any = None
+) -> Any:
     if key not in data or data[key] is None:
         if required:
             raise _Invalid(f"{key}: missing")
@@ -304,7 +308,9 @@ def _from_json(data: Any) -> AuditRecord:
         fields["by_partition"] = _by_partition(data)
         fields["latency_ms"] = _latency_from_json(data)
     else:
-        fields["partitions"] = tuple(_partition_status(item, index) for index, item in enumerate(_get(data, "partitions", list)))
+        fields["partitions"] = tuple(
+            _partition_status(item, index) for index, item in enumerate(_get(data, "partitions", list))
+        )
         fields["watermark_ms"] = _time(data, "watermark", required=False)
         fields["stalled"] = _get(data, "stalled", bool, required=False, default=False)
     return AuditRecord(**fields)

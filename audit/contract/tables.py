@@ -5,6 +5,7 @@ package, no JVM) build pyarrow schemas from here, and docs/tables.md documents t
 Every table lives under one root (`Settings.lake_path`, default `<state_dir>/lake`), one folder
 each. Types are written in Spark SQL's names.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,8 +53,9 @@ WINDOW = (
 DATE = _c("date", "DATE", "UTC date of window_start (of emitted_at for status records): the partition column")
 UPDATED_AT = _c("updated_at", "TIMESTAMP", "when the reconciliation last wrote this row")
 
-PARTITION_STATUS_TYPE = ("ARRAY<STRUCT<partition: INT, position: BIGINT, end_offset: BIGINT, lag: BIGINT, "
-                         "last_audit_time: TIMESTAMP>>")
+PARTITION_STATUS_TYPE = (
+    "ARRAY<STRUCT<partition: INT, position: BIGINT, end_offset: BIGINT, lag: BIGINT, last_audit_time: TIMESTAMP>>"
+)
 
 AUDIT_RECORDS = Table(
     name="audit_records",
@@ -140,9 +142,13 @@ TIER_STATUS = Table(
     columns=(
         _c("tier", "STRING", "counting point"),
         *LOGICAL_TOPIC,
-        _c("watermark", "TIMESTAMP", "time up to which the tier has seen everything of the topic; a window is "
-           "final for the tier once this passes window end + grace; the epoch until the tier's own counter (or the lake "
-           "job) has reported on the topic, whatever the replicators into it say"),
+        _c(
+            "watermark",
+            "TIMESTAMP",
+            "time up to which the tier has seen everything of the topic; a window is "
+            "final for the tier once this passes window end + grace; the epoch until the tier's own counter (or the lake "
+            "job) has reported on the topic, whatever the replicators into it say",
+        ),
         _c("lag", "BIGINT", "messages behind, over every reporter and partition of the tier"),
         _c("stalled", "BOOLEAN", "a replicator into this tier reports a stall"),
         _c("reporters", "STRING", "who reported, e.g. `kaudit-counter@aggregate, kaudit-mirror@dc1`"),
@@ -165,8 +171,12 @@ COMPLETENESS = Table(
         _c("reference_tier", "STRING", "tier whose count is expected: producer, else the origin cluster"),
         _c("expected", "BIGINT", "the reference tier's count"),
         _c("observed", "BIGINT", "this tier's count"),
-        _c("missing", "BIGINT", "messages short; per partition when every tier reports partitions, so a "
-           "duplicate elsewhere cannot hide a loss"),
+        _c(
+            "missing",
+            "BIGINT",
+            "messages short; per partition when every tier reports partitions, so a "
+            "duplicate elsewhere cannot hide a loss",
+        ),
         _c("duplicated", "BIGINT", "messages over (duplicates of an at-least-once hop), same rule"),
         _c("completeness_pct", "DOUBLE", "100 * observed / expected; null when nothing was expected"),
         _c("threshold_pct", "DOUBLE", "completeness below which the window is incomplete (per topic pattern)"),
@@ -203,11 +213,15 @@ BRONZE = Table(
 ALERTS = Table(
     name="alerts",
     doc="Every alert kaudit alert decided to send, one row each, with its delivery state: the log that "
-        "keeps an alert from being sent twice and keeps it pending while SMTP is down.",
+    "keeps an alert from being sent twice and keeps it pending while SMTP is down.",
     key=("alert_id",),
     columns=(
-        _c("alert_id", "STRING", "sha256 of kind, origin_cluster, topic, window_start, tier and status: a rerun "
-           "finds the same id and sends nothing new"),
+        _c(
+            "alert_id",
+            "STRING",
+            "sha256 of kind, origin_cluster, topic, window_start, tier and status: a rerun "
+            "finds the same id and sends nothing new",
+        ),
         _c("kind", "STRING", "loss | over | recovery | lag"),
         *LOGICAL_TOPIC,
         _c("window_start", "TIMESTAMP", "the window alerted on (lag: the window holding the tier's watermark)"),
@@ -221,8 +235,12 @@ ALERTS = Table(
         _c("cause", "STRING", "likely cause read from tier_status and tier_counts"),
         _c("recipients", "STRING", "comma-separated addresses, from the topic's route"),
         _c("subject", "STRING", "subject of the email that carried it"),
-        _c("state", "STRING", "pending (not delivered yet) | sent | failed (refused for good) | resolved "
-           "(recovered before it could be sent)"),
+        _c(
+            "state",
+            "STRING",
+            "pending (not delivered yet) | sent | failed (refused for good) | resolved "
+            "(recovered before it could be sent)",
+        ),
         _c("attempts", "INT", "SMTP attempts made"),
         _c("last_error", "STRING", "last SMTP error, if any"),
         _c("created_at", "TIMESTAMP", "when the alert was first recorded"),
@@ -231,8 +249,9 @@ ALERTS = Table(
     ),
 )
 
-TABLES: dict[str, Table] = {t.name: t for t in (AUDIT_RECORDS, AUDIT_REJECTS, TIER_COUNTS, TIER_STATUS, COMPLETENESS,
-                                                BRONZE, ALERTS)}
+TABLES: dict[str, Table] = {
+    t.name: t for t in (AUDIT_RECORDS, AUDIT_REJECTS, TIER_COUNTS, TIER_STATUS, COMPLETENESS, BRONZE, ALERTS)
+}
 
 # Bookkeeping of the reconciliation; names start with `_`, analysts need not look at them.
 PARTITION_STATUS = Table(
@@ -285,8 +304,13 @@ def table_path(lake_path: str | Path, name: str) -> str:
 # -- pyarrow schemas (for readers and writers without a JVM: deltalake, the UI, test fixtures) --------
 
 _ARROW_SCALARS = {
-    "STRING": "string", "BIGINT": "int64", "INT": "int32", "DOUBLE": "float64", "BOOLEAN": "bool_",
-    "DATE": "date32", "BINARY": "binary",
+    "STRING": "string",
+    "BIGINT": "int64",
+    "INT": "int32",
+    "DOUBLE": "float64",
+    "BOOLEAN": "bool_",
+    "DATE": "date32",
+    "BINARY": "binary",
 }
 
 
@@ -321,7 +345,7 @@ def _inside(text: str) -> str:
     start, end = text.find("<"), text.rfind(">")
     if start < 0 or end < start:
         raise ValueError(f"unknown Spark type {text!r}")
-    return text[start + 1:end]
+    return text[start + 1 : end]
 
 
 def _split_top(text: str) -> list[str]:
@@ -382,20 +406,38 @@ def markdown() -> str:
         "Generated from `audit/contract/tables.py` by `python -m audit.contract.tables > docs/tables.md` (a test keeps the two equal).",
         "Every table lives under `lake_path` (default `<state_dir>/lake`), one folder each, and is written by",
         "MERGE on its key, so reruns change nothing. Times are UTC. Read them with Spark SQL",
-        "(``spark.read.format(\"delta\").load(path)``) or without a JVM with the `deltalake` package.",
+        '(``spark.read.format("delta").load(path)``) or without a JVM with the `deltalake` package.',
         "",
     ]
     for table in TABLES.values():
-        lines += [f"## `{table.name}`", "", table.doc, "",
-                  f"Key: {', '.join(f'`{k}`' for k in table.key)}. "
-                  + (f"Partitioned by {', '.join(f'`{p}`' for p in table.partition_by)}." if table.partition_by else "Not partitioned."),
-                  "", "| column | type | meaning |", "|---|---|---|"]
+        lines += [
+            f"## `{table.name}`",
+            "",
+            table.doc,
+            "",
+            f"Key: {', '.join(f'`{k}`' for k in table.key)}. "
+            + (
+                f"Partitioned by {', '.join(f'`{p}`' for p in table.partition_by)}."
+                if table.partition_by
+                else "Not partitioned."
+            ),
+            "",
+            "| column | type | meaning |",
+            "|---|---|---|",
+        ]
         lines += [f"| `{c.name}` | {c.type.replace('|', '/')} | {c.doc.replace('|', '/')} |" for c in table.columns]
         lines.append("")
     from audit.contract import completeness
 
     rules = completeness.__doc__.split("The rules, in order (see docs/tables.md):")[1].strip()
-    lines += ["## How `completeness.status` is decided", "", "From `audit/contract/completeness.py`, in order:", "", rules, ""]
+    lines += [
+        "## How `completeness.status` is decided",
+        "",
+        "From `audit/contract/completeness.py`, in order:",
+        "",
+        rules,
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ the cluster counter from consumed batches, and both drain it into count records 
 Latencies are kept as a histogram of whole milliseconds (one dict update a message, cheap on the
 hot path) and turned into percentiles by a DDSketch (mergeable, 1 % relative accuracy) at drain.
 """
+
 from __future__ import annotations
 
 import threading
@@ -67,8 +68,16 @@ class Tally:
             tally = self._windows[key] = WindowTally()
         return tally
 
-    def add(self, topic: str, audit_time_ms: int, size_bytes: int, *, partition: int | None = None,
-            latency_ms: float | None = None, usable_time: bool = True) -> None:
+    def add(
+        self,
+        topic: str,
+        audit_time_ms: int,
+        size_bytes: int,
+        *,
+        partition: int | None = None,
+        latency_ms: float | None = None,
+        usable_time: bool = True,
+    ) -> None:
         """Count one message delivered (producer) or seen (cluster, lake). Runs once per message,
         so the window lookup is inlined."""
         key = (topic, audit_time_ms - audit_time_ms % self._window_ms if audit_time_ms > 0 else 0)
@@ -87,8 +96,17 @@ class Tally:
                 bucket = int(latency_ms) if latency_ms > 0 else 0
                 histogram[bucket] = histogram.get(bucket, 0) + 1
 
-    def add_many(self, topic: str, window_start_ms: int, count: int, size_bytes: int, *, partition: int | None = None,
-                 no_timestamp: int = 0, latencies_ms: dict[int, int] | None = None) -> None:
+    def add_many(
+        self,
+        topic: str,
+        window_start_ms: int,
+        count: int,
+        size_bytes: int,
+        *,
+        partition: int | None = None,
+        no_timestamp: int = 0,
+        latencies_ms: dict[int, int] | None = None,
+    ) -> None:
         """Count `count` messages of one already-bucketed window at once (the counter's hot path)."""
         with self._lock:
             key = (topic, window_start_ms)

@@ -3,6 +3,7 @@
 Window sizes divide a day, so aligning to multiples of the size since the epoch also aligns every
 window to UTC midnight.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator

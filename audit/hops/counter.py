@@ -6,6 +6,7 @@ deltas and offsets together, so the restarted counter recounts exactly what was 
 The transactional id is stable per instance slot (`--instance`), so a restarted slot fences its
 predecessor's open transaction at once instead of waiting for it to time out.
 """
+
 from __future__ import annotations
 
 import logging
@@ -58,7 +59,9 @@ DEFAULT_CLIENT_TIMEOUT_S = 30.0
 MESSAGES = Counter("kaudit_counter_messages_total", "Messages counted", ["cluster", "topic"])
 LAG = Gauge("kaudit_counter_lag_messages", "End offset minus position", ["cluster", "topic", "partition"])
 LAST_FLUSH = Gauge("kaudit_counter_last_flush_timestamp_seconds", "When the last transaction committed", ["cluster"])
-ABORTS = Counter("kaudit_counter_transaction_aborts_total", "Transactions aborted (their deltas are recounted)", ["cluster"])
+ABORTS = Counter(
+    "kaudit_counter_transaction_aborts_total", "Transactions aborted (their deltas are recounted)", ["cluster"]
+)
 FLUSHES = Counter("kaudit_counter_flushes_total", "Transactions committed", ["cluster"])
 
 
@@ -150,28 +153,32 @@ class ClusterCounter:
 
     def open(self) -> None:
         check_credentials(self.config, self.options.cluster, timeout_s=self.options.client_timeout_s)
-        self._consumer = Consumer({
-            **self.config,
-            "group.id": self.options.group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "client.id": f"{SERVICE}-{self.options.cluster}-{self.options.instance}",
-            # Dynamic membership on purpose: a static member (group.instance.id) was fenced by its own
-            # rejoin after a broker restart (a fatal error that hung the counter in the soak), and is
-            # handed its predecessor's assignment even when its topic list changed. A dead member's
-            # partitions move after the session timeout; the transactional id still fences zombies.
-            "session.timeout.ms": SESSION_TIMEOUT_MS,
-        })
+        self._consumer = Consumer(
+            {
+                **self.config,
+                "group.id": self.options.group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "client.id": f"{SERVICE}-{self.options.cluster}-{self.options.instance}",
+                # Dynamic membership on purpose: a static member (group.instance.id) was fenced by its own
+                # rejoin after a broker restart (a fatal error that hung the counter in the soak), and is
+                # handed its predecessor's assignment even when its topic list changed. A dead member's
+                # partitions move after the session timeout; the transactional id still fences zombies.
+                "session.timeout.ms": SESSION_TIMEOUT_MS,
+            }
+        )
         self._admin = AdminClient(self.config)
-        self._producer = Producer({
-            **self.config,
-            "transactional.id": self.options.transactional_id,
-            "enable.idempotence": True,
-            "acks": "all",
-            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-            "linger.ms": 5,
-        })
+        self._producer = Producer(
+            {
+                **self.config,
+                "transactional.id": self.options.transactional_id,
+                "enable.idempotence": True,
+                "acks": "all",
+                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                "linger.ms": 5,
+            }
+        )
         try:
             # Fences an earlier incarnation of this slot and aborts its open transaction.
             self.producer.init_transactions(self.options.client_timeout_s)
@@ -194,7 +201,8 @@ class ClusterCounter:
     def refresh_topics(self) -> None:
         topics = self.consumer.list_topics(timeout=self.options.client_timeout_s).topics
         wanted = sorted(
-            name for name in topics
+            name
+            for name in topics
             if name != self.options.audit_topic and not name.startswith("__") and self.select_topic(name)
         )
         if wanted != self._subscribed:
@@ -262,8 +270,15 @@ class ClusterCounter:
     def _add_groups(self, groups: dict[tuple[str, int, int], list]) -> int:
         counted = 0
         for (topic, partition, start), (count, size, no_ts, latencies, offset, when) in groups.items():
-            self.tally.add_many(topic, start, count, size, partition=partition if self.options.by_partition else None,
-                                no_timestamp=no_ts, latencies_ms=latencies)
+            self.tally.add_many(
+                topic,
+                start,
+                count,
+                size,
+                partition=partition if self.options.by_partition else None,
+                no_timestamp=no_ts,
+                latencies_ms=latencies,
+            )
             MESSAGES.labels(self.options.cluster, topic).inc(count)
             progress = self.progress.get((topic, partition))
             if progress is not None and offset + 1 > progress.position:
@@ -278,9 +293,13 @@ class ClusterCounter:
         if error.code() == KafkaError._PARTITION_EOF:
             return
         # Topic deleted or not yet known to this broker: the next refresh settles the subscription.
-        log.warning("consume error", extra={"cluster": self.options.cluster, "topic": message.topic(), "error": error.str()})
+        log.warning(
+            "consume error", extra={"cluster": self.options.cluster, "topic": message.topic(), "error": error.str()}
+        )
         if error.fatal():
-            raise KafkaClientError(f"counter {self.options.cluster}: fatal consumer error: {error.str()}", code=error.code())
+            raise KafkaClientError(
+                f"counter {self.options.cluster}: fatal consumer error: {error.str()}", code=error.code()
+            )
 
     # -- flushing ------------------------------------------------------------------------------
 
@@ -290,9 +309,15 @@ class ClusterCounter:
 
     def _identity(self) -> dict[str, Any]:
         """The fields every record of this instance carries, with a fresh record id."""
-        return {"record_id": self._next_record_id(), "tier": self.options.cluster, "cluster": self.options.cluster,
-                "service": SERVICE, "host": self.host, "instance_id": self.instance_id,
-                "window_minutes": self.options.window_minutes}
+        return {
+            "record_id": self._next_record_id(),
+            "tier": self.options.cluster,
+            "cluster": self.options.cluster,
+            "service": SERVICE,
+            "host": self.host,
+            "instance_id": self.instance_id,
+            "window_minutes": self.options.window_minutes,
+        }
 
     def _count_records(self, deltas) -> list:
         return [
@@ -316,7 +341,10 @@ class ClusterCounter:
         audit_times = {key: progress.last_audit_time_ms for key, progress in self.progress.items()}
         by_topic, withheld = topic_statuses(positions, ends, audit_times)
         if withheld:
-            log.warning("status withheld: end offsets unknown", extra={"cluster": self.options.cluster, "topics": ",".join(withheld)})
+            log.warning(
+                "status withheld: end offsets unknown",
+                extra={"cluster": self.options.cluster, "topics": ",".join(withheld)},
+            )
         for topic, partitions in by_topic.items():
             for status in partitions:
                 self.stats.lag[(topic, status.partition)] = status.lag
@@ -353,7 +381,9 @@ class ClusterCounter:
             for record in records:
                 producer.produce(self.options.audit_topic, key=record.topic.encode(), value=encode(record))
             if offsets:
-                producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), self.options.client_timeout_s)
+                producer.send_offsets_to_transaction(
+                    offsets, self.consumer.consumer_group_metadata(), self.options.client_timeout_s
+                )
         except KafkaException as exc:  # nothing was committed: the open transaction must be aborted, whatever the error
             self._abort(exc.args[0], open_transaction=True)
             return False
@@ -388,20 +418,26 @@ class ClusterCounter:
         left open, every later begin_transaction fails and the counter never commits again."""
         self.stats.aborts += 1
         ABORTS.labels(self.options.cluster).inc()
-        log.warning("transaction aborted; recounting from the last commit",
-                    extra={"cluster": self.options.cluster, "error": error.str(), "code": error.code()})
+        log.warning(
+            "transaction aborted; recounting from the last commit",
+            extra={"cluster": self.options.cluster, "error": error.str(), "code": error.code()},
+        )
         if error.fatal():
             raise KafkaClientError(f"counter {self.options.cluster}: fenced or fatal: {error.str()}", code=error.code())
         if error.txn_requires_abort() or open_transaction:
             try:
                 self.producer.abort_transaction(self.options.client_timeout_s)
             except KafkaException as exc:  # the broker is still away: the next flush's begin fails and aborts again
-                log.warning("abort failed; retried at the next flush", extra={"cluster": self.options.cluster,
-                                                                             "error": exc.args[0].str()})
+                log.warning(
+                    "abort failed; retried at the next flush",
+                    extra={"cluster": self.options.cluster, "error": exc.args[0].str()},
+                )
         self.tally.drain()
         for (topic, partition), progress in self.progress.items():
             progress.position = progress.committed
-            self.consumer.seek(TopicPartition(topic, partition, progress.committed if progress.committed >= 0 else OFFSET_BEGINNING))
+            self.consumer.seek(
+                TopicPartition(topic, partition, progress.committed if progress.committed >= 0 else OFFSET_BEGINNING)
+            )
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -437,8 +473,9 @@ class ClusterCounter:
 
     def group_caught_up(self) -> bool:
         """The group has committed up to the end of every partition of the subscribed topics."""
-        return bool(self._subscribed) and group_caught_up(self.consumer, self.admin, self._subscribed,
-                                                          timeout_s=self.options.client_timeout_s)
+        return bool(self._subscribed) and group_caught_up(
+            self.consumer, self.admin, self._subscribed, timeout_s=self.options.client_timeout_s
+        )
 
     def close(self) -> None:
         if self._consumer is not None:

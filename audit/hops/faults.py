@@ -4,6 +4,7 @@ A `DropFault` makes the replicator lose a known number of messages (optionally o
 so the reconciliation can be checked to report exactly that loss; a `PauseFault` makes it stop
 copying for a while, so a stall must show as lag and never as loss.
 """
+
 from __future__ import annotations
 
 import random
@@ -44,7 +45,8 @@ class DropFault:
         if not self._pattern.search(topic):
             return False
         if self.window_start_ms is not None and not (
-                self.window_start_ms <= timestamp_ms < self.window_start_ms + self.window_minutes * 60_000):
+            self.window_start_ms <= timestamp_ms < self.window_start_ms + self.window_minutes * 60_000
+        ):
             return False
         if self.count is not None:
             drop = self.dropped < self.count

@@ -9,6 +9,7 @@ Exactly once, across crashes, per micro-batch:
   it, so the replay holds exactly the same messages.
 A thread reports the job's position, lag and watermark as `status` records, like the counters.
 """
+
 from __future__ import annotations
 
 import logging
@@ -87,11 +88,13 @@ def with_audit_window(frame, window_minutes: int):
     usable_ms = F.coalesce(create_ms, F.when((header_ms > 0) & (header_ms <= MAX_AUDIT_TIME_MS), header_ms))
     window_ms = window_minutes * MS_PER_MINUTE
     audit_ms = F.coalesce(usable_ms, F.unix_millis(F.current_timestamp()))
-    return (frame.withColumn("audit_ms", audit_ms)
-            .withColumn("no_timestamp", usable_ms.isNull())
-            .withColumn("audit_time", F.timestamp_millis("audit_ms"))
-            .withColumn("window_start", F.timestamp_millis(F.col("audit_ms") - F.col("audit_ms") % window_ms))
-            .withColumn("date", F.to_date("window_start")))
+    return (
+        frame.withColumn("audit_ms", audit_ms)
+        .withColumn("no_timestamp", usable_ms.isNull())
+        .withColumn("audit_time", F.timestamp_millis("audit_ms"))
+        .withColumn("window_start", F.timestamp_millis(F.col("audit_ms") - F.col("audit_ms") % window_ms))
+        .withColumn("date", F.to_date("window_start"))
+    )
 
 
 class LakeJob:
@@ -118,8 +121,14 @@ class LakeJob:
 
     def data_topics(self) -> list[str]:
         metadata = self._admin.list_topics(timeout=self.options.client_timeout_s).topics
-        return sorted(name for name, meta in metadata.items() if meta.error is None and not name.startswith("__")
-                      and self.select_topic(name) and not self.settings.is_audit_topic(self.options.cluster, name))
+        return sorted(
+            name
+            for name, meta in metadata.items()
+            if meta.error is None
+            and not name.startswith("__")
+            and self.select_topic(name)
+            and not self.settings.is_audit_topic(self.options.cluster, name)
+        )
 
     # -- one micro-batch ----------------------------------------------------------------------
 
@@ -128,11 +137,21 @@ class LakeJob:
         from pyspark.sql import functions as F
 
         self._query_id.wait()
-        rows = (with_audit_window(batch, self.settings.window_minutes).withColumnRenamed("timestampType", "timestamp_type")
-                .withColumn("batch_id", F.lit(batch_id).cast("bigint")).persist())
+        rows = (
+            with_audit_window(batch, self.settings.window_minutes)
+            .withColumnRenamed("timestampType", "timestamp_type")
+            .withColumn("batch_id", F.lit(batch_id).cast("bigint"))
+            .persist()
+        )
         try:
-            (rows.select(*BRONZE.column_names).write.format("delta").mode("append")
-             .option("txnAppId", self._instance_id).option("txnVersion", batch_id).save(self.bronze))
+            (
+                rows.select(*BRONZE.column_names)
+                .write.format("delta")
+                .mode("append")
+                .option("txnAppId", self._instance_id)
+                .option("txnVersion", batch_id)
+                .save(self.bronze)
+            )
             counts = self._batch_counts(rows)
         finally:
             rows.unpersist()
@@ -144,19 +163,38 @@ class LakeJob:
         now_ms = time.time_ns() // 1_000_000
         size = F.length("value") + F.coalesce(F.length("key"), F.lit(0))
         latency = F.greatest(F.lit(now_ms) - F.col("audit_ms"), F.lit(0)).cast("double")
-        return (rows.groupBy("topic", "window_start", "partition").agg(
-            F.count("*").alias("count"), F.sum(size).alias("bytes"),
-            F.sum(F.col("no_timestamp").cast("int")).alias("no_timestamp"),
-            F.max("offset").alias("last_offset"), F.max("audit_ms").alias("last_audit_ms"),
-            F.percentile_approx(latency, [0.5, 0.95, 0.99], 1000).alias("latency"), F.max(latency).alias("latency_max"),
-        ).orderBy("topic", "window_start", "partition").collect())
+        return (
+            rows.groupBy("topic", "window_start", "partition")
+            .agg(
+                F.count("*").alias("count"),
+                F.sum(size).alias("bytes"),
+                F.sum(F.col("no_timestamp").cast("int")).alias("no_timestamp"),
+                F.max("offset").alias("last_offset"),
+                F.max("audit_ms").alias("last_audit_ms"),
+                F.percentile_approx(latency, [0.5, 0.95, 0.99], 1000).alias("latency"),
+                F.max(latency).alias("latency_max"),
+            )
+            .orderBy("topic", "window_start", "partition")
+            .collect()
+        )
 
     def _emit_counts(self, groups: list, batch_id: int) -> None:
         windows: dict[tuple[str, int], dict] = {}
         for g in groups:
             start = int(g.window_start.timestamp() * 1000)
-            entry = windows.setdefault((g.topic, start), {"count": 0, "bytes": 0, "no_timestamp": 0, "parts": {},
-                                                          "p50": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0})
+            entry = windows.setdefault(
+                (g.topic, start),
+                {
+                    "count": 0,
+                    "bytes": 0,
+                    "no_timestamp": 0,
+                    "parts": {},
+                    "p50": 0.0,
+                    "p95": 0.0,
+                    "p99": 0.0,
+                    "max": 0.0,
+                },
+            )
             entry["count"] += g["count"]
             entry["bytes"] += g["bytes"]
             entry["no_timestamp"] += g["no_timestamp"]
@@ -173,24 +211,42 @@ class LakeJob:
         failures = []
         for index, ((topic, start), entry) in enumerate(sorted(windows.items())):
             record = count_record(
-                record_id=f"{self._instance_id}:{batch_id}.{index}", tier=TIER, cluster=self.options.cluster,
-                service=SERVICE, host=self.host, instance_id=self._instance_id, topic=topic, window_start_ms=start,
-                window_minutes=self.settings.window_minutes, count=entry["count"], bytes=entry["bytes"],
-                no_timestamp=entry["no_timestamp"], by_partition=entry["parts"],
-                latency_ms={k: entry[k] for k in ("p50", "p95", "p99", "max")})
-            self._producer.produce(self.settings.audit_topic, key=topic.encode(), value=encode(record),
-                                   on_delivery=lambda err, _m: failures.append(err) if err else None)
+                record_id=f"{self._instance_id}:{batch_id}.{index}",
+                tier=TIER,
+                cluster=self.options.cluster,
+                service=SERVICE,
+                host=self.host,
+                instance_id=self._instance_id,
+                topic=topic,
+                window_start_ms=start,
+                window_minutes=self.settings.window_minutes,
+                count=entry["count"],
+                bytes=entry["bytes"],
+                no_timestamp=entry["no_timestamp"],
+                by_partition=entry["parts"],
+                latency_ms={k: entry[k] for k in ("p50", "p95", "p99", "max")},
+            )
+            self._producer.produce(
+                self.settings.audit_topic,
+                key=topic.encode(),
+                value=encode(record),
+                on_delivery=lambda err, _m: failures.append(err) if err else None,
+            )
         if self._producer.flush(self.options.client_timeout_s) or failures:
             # Failing the batch makes Spark replay it; the replay sends the same record ids.
-            raise JobError(f"lake job: counts of batch {batch_id} not delivered to {self.options.cluster}'s audit topic "
-                           f"({failures[:1] or 'flush timed out'}); Spark replays the batch with the same record ids")
+            raise JobError(
+                f"lake job: counts of batch {batch_id} not delivered to {self.options.cluster}'s audit topic "
+                f"({failures[:1] or 'flush timed out'}); Spark replays the batch with the same record ids"
+            )
         total = sum(entry["count"] for entry in windows.values())
         self.stats.batches += 1
         self.stats.rows += total
         ROWS.labels(self.options.cluster).inc(total)
         BATCHES.labels(self.options.cluster).inc()
-        log.info("batch landed", extra={"cluster": self.options.cluster, "batch": batch_id, "rows": total,
-                                        "windows": len(windows)})
+        log.info(
+            "batch landed",
+            extra={"cluster": self.options.cluster, "batch": batch_id, "rows": total, "windows": len(windows)},
+        )
 
     # -- status --------------------------------------------------------------------------------
 
@@ -209,17 +265,28 @@ class LakeJob:
         now_ms = time.time_ns() // 1_000_000
         by_topic, withheld = topic_statuses(positions, ends, dict(self.stats.last_audit_time_ms))
         if withheld:
-            log.warning("status withheld: end offsets unknown", extra={"cluster": self.options.cluster, "topics": ",".join(withheld)})
+            log.warning(
+                "status withheld: end offsets unknown",
+                extra={"cluster": self.options.cluster, "topics": ",".join(withheld)},
+            )
         self.stats.lag = sum(p.lag for parts in by_topic.values() for p in parts)
         LAG.labels(self.options.cluster).set(self.stats.lag)
         for topic, partitions in by_topic.items():
             with self._lock:
                 self._sequence += 1
                 rid = f"{self._instance_id}:status.{self._sequence}.{now_ms}"
-            record = status_record(record_id=rid, tier=TIER, cluster=self.options.cluster, service=SERVICE,
-                                   host=self.host, instance_id=self._instance_id, topic=topic,
-                                   window_minutes=self.settings.window_minutes, partitions=partitions,
-                                   watermark_ms=watermark_ms(partitions, now_ms))
+            record = status_record(
+                record_id=rid,
+                tier=TIER,
+                cluster=self.options.cluster,
+                service=SERVICE,
+                host=self.host,
+                instance_id=self._instance_id,
+                topic=topic,
+                window_minutes=self.settings.window_minutes,
+                partitions=partitions,
+                watermark_ms=watermark_ms(partitions, now_ms),
+            )
             self._producer.produce(self.settings.audit_topic, key=topic.encode(), value=encode(record))
         self._producer.flush(self.options.client_timeout_s)
 
@@ -229,21 +296,35 @@ class LakeJob:
         reader = self.spark.readStream.format("kafka")
         for key, value in java_client_options(self.settings, self.options.cluster).items():
             reader = reader.option(f"kafka.{key}", value)
-        reader = (reader.option("subscribe", ",".join(topics)).option("startingOffsets", "earliest")
-                  .option("includeHeaders", "true").option("kafka.isolation.level", "read_committed")
-                  .option("failOnDataLoss", "false"))
+        reader = (
+            reader.option("subscribe", ",".join(topics))
+            .option("startingOffsets", "earliest")
+            .option("includeHeaders", "true")
+            .option("kafka.isolation.level", "read_committed")
+            .option("failOnDataLoss", "false")
+        )
         if self.options.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.options.max_offsets_per_trigger))
-        writer = (reader.load().writeStream.foreachBatch(self.write_batch)
-                  .option("checkpointLocation", self.options.checkpoint).queryName(f"kaudit-lake-{self.options.cluster}"))
-        writer = writer.trigger(availableNow=True) if until_caught_up else writer.trigger(processingTime=f"{self.options.trigger_s} seconds")
+        writer = (
+            reader.load()
+            .writeStream.foreachBatch(self.write_batch)
+            .option("checkpointLocation", self.options.checkpoint)
+            .queryName(f"kaudit-lake-{self.options.cluster}")
+        )
+        writer = (
+            writer.trigger(availableNow=True)
+            if until_caught_up
+            else writer.trigger(processingTime=f"{self.options.trigger_s} seconds")
+        )
         query = writer.start()
         # The query id is kept in the checkpoint: the same across restarts, new for a new checkpoint.
         self._instance_id = f"{SERVICE}-{self.options.cluster}-{query.id.replace('-', '')[:16]}"
         self._query_id.set()
         return query
 
-    def run(self, *, until_caught_up: bool = False, max_seconds: float | None = None, stop: threading.Event | None = None) -> LakeStats:
+    def run(
+        self, *, until_caught_up: bool = False, max_seconds: float | None = None, stop: threading.Event | None = None
+    ) -> LakeStats:
         """Land data until caught up (available-now), `max_seconds`, or `stop`; status every interval."""
         stop = stop or threading.Event()
         began = time.monotonic()
@@ -251,8 +332,14 @@ class LakeJob:
         if not topics:
             log.warning("no topics to land yet", extra={"cluster": self.options.cluster})
             return self.stats
-        log.info("lake job starting", extra={"cluster": self.options.cluster, "topics": len(topics),
-                                             "mode": "until caught up" if until_caught_up else "continuous"})
+        log.info(
+            "lake job starting",
+            extra={
+                "cluster": self.options.cluster,
+                "topics": len(topics),
+                "mode": "until caught up" if until_caught_up else "continuous",
+            },
+        )
         query = self.start(topics, until_caught_up=until_caught_up)
         try:
             while query.isActive and not stop.is_set():
@@ -271,8 +358,10 @@ class LakeJob:
             if query.isActive:
                 query.stop()
         if query.exception() is not None:
-            raise JobError(f"lake job on {self.options.cluster} failed: {query.exception()}; a restart resumes from "
-                           f"the checkpoint {self.options.checkpoint}")
+            raise JobError(
+                f"lake job on {self.options.cluster} failed: {query.exception()}; a restart resumes from "
+                f"the checkpoint {self.options.checkpoint}"
+            )
         self.emit_status(query)
         return self.stats
 

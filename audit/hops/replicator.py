@@ -7,6 +7,7 @@ it. A crash can therefore only repeat messages, which the target's counter count
 Cycles are impossible whatever the naming policy: every copy carries a provenance header listing
 the clusters the message has been in, and a message is never written to a cluster on that list.
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,16 +44,31 @@ log = logging.getLogger(__name__)
 SERVICE = "kaudit-mirror"
 # Topic settings copied to a target topic the replicator creates; the rest stay the target's defaults.
 COPIED_TOPIC_CONFIGS = (
-    "cleanup.policy", "retention.ms", "retention.bytes", "message.timestamp.type", "max.message.bytes",
-    "compression.type", "segment.bytes", "min.compaction.lag.ms", "delete.retention.ms",
+    "cleanup.policy",
+    "retention.ms",
+    "retention.bytes",
+    "message.timestamp.type",
+    "max.message.bytes",
+    "compression.type",
+    "segment.bytes",
+    "min.compaction.lag.ms",
+    "delete.retention.ms",
 )
 
 COPIED = Counter("kaudit_mirror_messages_total", "Messages acknowledged by the target", ["source", "target", "topic"])
 LAG = Gauge("kaudit_mirror_lag_messages", "Source end offset minus acknowledged position", ["source", "target"])
-STALLED = Gauge("kaudit_mirror_stalled", "1 while lag > 0 and nothing was acknowledged for stall_after_s", ["source", "target"])
+STALLED = Gauge(
+    "kaudit_mirror_stalled", "1 while lag > 0 and nothing was acknowledged for stall_after_s", ["source", "target"]
+)
 ERRORS = Counter("kaudit_mirror_errors_total", "Delivery and client errors", ["source", "target"])
-SKIPPED = Counter("kaudit_mirror_cycle_skipped_total", "Messages not copied because the target is on their path", ["source", "target"])
-DROPPED = Counter("kaudit_mirror_fault_dropped_total", "Messages dropped by the fault hook (tests and demo only)", ["source", "target", "topic"])
+SKIPPED = Counter(
+    "kaudit_mirror_cycle_skipped_total", "Messages not copied because the target is on their path", ["source", "target"]
+)
+DROPPED = Counter(
+    "kaudit_mirror_fault_dropped_total",
+    "Messages dropped by the fault hook (tests and demo only)",
+    ["source", "target", "topic"],
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,30 +172,40 @@ class Replicator:
     def open(self) -> None:
         check_credentials(self.source_config, self.options.source, timeout_s=self.options.client_timeout_s)
         check_credentials(self.target_config, self.options.target, timeout_s=self.options.client_timeout_s)
-        self._consumer = Consumer({
-            **self.source_config,
-            "group.id": self.options.group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            # Aborted audit records of the counters must not be copied.
-            "isolation.level": "read_committed",
-            "client.id": f"{SERVICE}-{self.options.source}-{self.options.target}",
-            # Dynamic membership on purpose: a static member restarted with another topic list is
-            # handed its predecessor's stale assignment by the broker and copies nothing new.
-            "session.timeout.ms": self.options.session_timeout_ms,
-        })
-        self._producer = Producer({
-            **self.target_config,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": self.options.linger_ms,
-            # Never give up on a message: while the target is down the queue fills and we wait.
-            "message.timeout.ms": 0,
-        })
+        self._consumer = Consumer(
+            {
+                **self.source_config,
+                "group.id": self.options.group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                # Aborted audit records of the counters must not be copied.
+                "isolation.level": "read_committed",
+                "client.id": f"{SERVICE}-{self.options.source}-{self.options.target}",
+                # Dynamic membership on purpose: a static member restarted with another topic list is
+                # handed its predecessor's stale assignment by the broker and copies nothing new.
+                "session.timeout.ms": self.options.session_timeout_ms,
+            }
+        )
+        self._producer = Producer(
+            {
+                **self.target_config,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": self.options.linger_ms,
+                # Never give up on a message: while the target is down the queue fills and we wait.
+                "message.timeout.ms": 0,
+            }
+        )
         # Status records go to the source's audit topic, reachable whenever we are reading at all,
         # and from there they are replicated like every audit record.
-        self._status_producer = Producer({**self.source_config, "acks": "all", "enable.idempotence": True,
-                                          "message.timeout.ms": int(self.options.client_timeout_s * 1000)})
+        self._status_producer = Producer(
+            {
+                **self.source_config,
+                "acks": "all",
+                "enable.idempotence": True,
+                "message.timeout.ms": int(self.options.client_timeout_s * 1000),
+            }
+        )
         self._source_admin = AdminClient(self.source_config)
         self._target_admin = AdminClient(self.target_config)
         ensure_topics(self.source_config, {self.options.audit_topic: 1}, timeout_s=self.options.client_timeout_s)
@@ -195,16 +221,24 @@ class Replicator:
     def refresh_topics(self) -> None:
         metadata = self._consumer.list_topics(timeout=self.options.client_timeout_s).topics
         wanted = sorted(
-            name for name, meta in metadata.items()
-            if not name.startswith("__") and meta.error is None and not self._is_replica_of_target(name)
-            and (self.select_topic(name) or self.naming.origin(self.options.source, name).topic == self.options.audit_topic)
+            name
+            for name, meta in metadata.items()
+            if not name.startswith("__")
+            and meta.error is None
+            and not self._is_replica_of_target(name)
+            and (
+                self.select_topic(name)
+                or self.naming.origin(self.options.source, name).topic == self.options.audit_topic
+            )
         )
         missing = [name for name in wanted if name not in self._target_partitions]
         if missing:
             self._create_target_topics({name: len(metadata[name].partitions) for name in missing})
         if wanted != self._subscribed:
-            log.info("mirroring topics", extra={"source": self.options.source, "target": self.options.target,
-                                                "topics": len(wanted)})
+            log.info(
+                "mirroring topics",
+                extra={"source": self.options.source, "target": self.options.target, "topics": len(wanted)},
+            )
             self._consumer.subscribe(wanted, on_assign=self._on_assign, on_revoke=self._on_revoke)
             self._subscribed = wanted
 
@@ -213,16 +247,20 @@ class Replicator:
         target_names = {topic: self.naming.target_topic(self.options.source, topic) for topic in partitions}
         existing = self._target_admin.list_topics(timeout=self.options.client_timeout_s).topics
         configs = self._source_configs([t for t in partitions if target_names[t] not in existing])
-        new = [NewTopic(target_names[t], num_partitions=partitions[t], replication_factor=-1, config=configs.get(t, {}))
-               for t in partitions if target_names[t] not in existing]
+        new = [
+            NewTopic(target_names[t], num_partitions=partitions[t], replication_factor=-1, config=configs.get(t, {}))
+            for t in partitions
+            if target_names[t] not in existing
+        ]
         for name, future in (self._target_admin.create_topics(new) if new else {}).items():
             try:
                 future.result()
                 log.info("target topic created", extra={"target": self.options.target, "topic": name})
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise KafkaClientError(f"creating {name!r} on {self.options.target}: {exc.args[0].str()}",
-                                           code=exc.args[0].code()) from exc
+                    raise KafkaClientError(
+                        f"creating {name!r} on {self.options.target}: {exc.args[0].str()}", code=exc.args[0].code()
+                    ) from exc
         existing = self._target_admin.list_topics(timeout=self.options.client_timeout_s).topics
         for topic, target_name in target_names.items():
             if target_name in existing:
@@ -236,7 +274,8 @@ class Replicator:
         for resource, future in self._source_admin.describe_configs(resources).items():
             entries = future.result()
             configs[resource.name] = {
-                key: entry.value for key, entry in entries.items()
+                key: entry.value
+                for key, entry in entries.items()
                 if key in COPIED_TOPIC_CONFIGS and not entry.is_default and entry.value is not None
             }
         return configs
@@ -245,7 +284,9 @@ class Replicator:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         committed = consumer.committed(partitions, timeout=self.options.client_timeout_s)
-        earliest = self._list_offsets([(tp.topic, tp.partition) for tp in committed if tp.offset < 0], OffsetSpec.earliest())
+        earliest = self._list_offsets(
+            [(tp.topic, tp.partition) for tp in committed if tp.offset < 0], OffsetSpec.earliest()
+        )
         starts = []
         with self._lock:
             for tp in committed:
@@ -285,7 +326,9 @@ class Replicator:
             headers = message.headers() or []
             path = provenance(headers)
             if target in path or (self.fault is not None and self.fault.should_drop(topic, message.timestamp()[1])):
-                self._resolve_without_sending(topic, partition, offset, message.timestamp()[1], dropped=target not in path)
+                self._resolve_without_sending(
+                    topic, partition, offset, message.timestamp()[1], dropped=target not in path
+                )
                 continue
             stamped = [(k, v) for k, v in headers if k != PROVENANCE_HEADER]
             stamped.append((PROVENANCE_HEADER, ",".join([*path, source] if source not in path else path).encode()))
@@ -296,8 +339,12 @@ class Replicator:
                 if flow is not None:
                     flow.sent.append(offset)
             if not self._produce(
-                self.naming.target_topic(source, topic), message.value(), message.key(), stamped,
-                timestamp_ms, partition if partition < target_partitions else -1,
+                self.naming.target_topic(source, topic),
+                message.value(),
+                message.key(),
+                stamped,
+                timestamp_ms,
+                partition if partition < target_partitions else -1,
                 self._delivery_callback(topic, partition, offset, timestamp_ms),
             ):
                 return  # stopping with the target unreachable: the rest is not sent, not committed
@@ -307,8 +354,15 @@ class Replicator:
         give_up_at = None
         while True:
             try:
-                self._producer.produce(topic, value=value, key=key, headers=headers, partition=partition,
-                                       timestamp=timestamp if timestamp > 0 else 0, on_delivery=callback)
+                self._producer.produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    headers=headers,
+                    partition=partition,
+                    timestamp=timestamp if timestamp > 0 else 0,
+                    on_delivery=callback,
+                )
                 return True
             except BufferError:
                 # Target slower than source (or down): wait for acknowledgements, keep reporting.
@@ -329,8 +383,16 @@ class Replicator:
                 # never committed past it, so a restart sends it again.
                 self.stats.errors += 1
                 ERRORS.labels(*self._labels).inc()
-                log.error("delivery failed", extra={"source": self.options.source, "topic": topic,
-                                                    "partition": partition, "offset": offset, "error": err.str()})
+                log.error(
+                    "delivery failed",
+                    extra={
+                        "source": self.options.source,
+                        "topic": topic,
+                        "partition": partition,
+                        "offset": offset,
+                        "error": err.str(),
+                    },
+                )
                 return
             self._acknowledge(topic, partition, offset, timestamp_ms)
             self.stats.copied += 1
@@ -342,7 +404,9 @@ class Replicator:
         copied_metric = self._copied_metrics[topic]
         return delivered
 
-    def _resolve_without_sending(self, topic: str, partition: int, offset: int, timestamp_ms: int, *, dropped: bool) -> None:
+    def _resolve_without_sending(
+        self, topic: str, partition: int, offset: int, timestamp_ms: int, *, dropped: bool
+    ) -> None:
         with self._lock:
             flow = self.flows.get((topic, partition))
             if flow is not None:
@@ -388,7 +452,9 @@ class Replicator:
         except KafkaException as exc:
             self.stats.errors += 1
             ERRORS.labels(*self._labels).inc()
-            log.warning("offset commit failed; will retry", extra={"source": self.options.source, "error": exc.args[0].str()})
+            log.warning(
+                "offset commit failed; will retry", extra={"source": self.options.source, "error": exc.args[0].str()}
+            )
             return
         with self._lock:
             for tp in offsets:
@@ -405,8 +471,11 @@ class Replicator:
         with self._lock:
             # A partition whose end is unknown (source broker down) is left out: not idle, not lag 0.
             lags = {key: max(ends[key] - flow.acked, 0) for key, flow in self.flows.items() if key in ends}
-            stalled = any(lag > 0 and now - self.flows[key].last_progress > self.options.stall_after_s
-                          for key, lag in lags.items() if key in self.flows)
+            stalled = any(
+                lag > 0 and now - self.flows[key].last_progress > self.options.stall_after_s
+                for key, lag in lags.items()
+                if key in self.flows
+            )
             for key, lag in lags.items():
                 if lag == 0 and key in self.flows:
                     self.flows[key].last_progress = now  # idle is not stalled
@@ -414,9 +483,15 @@ class Replicator:
         LAG.labels(*self._labels).set(self.stats.lag)
         if stalled and not self.stats.stalled:
             self.stats.stall_episodes += 1
-            log.error("replication stalled: lag with no progress", extra={
-                "source": self.options.source, "target": self.options.target, "lag": self.stats.lag,
-                "stall_after_s": self.options.stall_after_s})
+            log.error(
+                "replication stalled: lag with no progress",
+                extra={
+                    "source": self.options.source,
+                    "target": self.options.target,
+                    "lag": self.stats.lag,
+                    "stall_after_s": self.options.stall_after_s,
+                },
+            )
         elif self.stats.stalled and not stalled:
             log.warning("replication recovered", extra={"source": self.options.source, "target": self.options.target})
         self.stats.stalled = stalled
@@ -432,15 +507,24 @@ class Replicator:
         ends = {key: positions[key] + lag for key, lag in lags.items() if key in positions}
         by_topic, withheld = topic_statuses(positions, ends, audit_times)
         if withheld:
-            log.warning("status withheld: end offsets unknown", extra={
-                "source": self.options.source, "target": self.options.target, "topics": ",".join(withheld)})
+            log.warning(
+                "status withheld: end offsets unknown",
+                extra={"source": self.options.source, "target": self.options.target, "topics": ",".join(withheld)},
+            )
         for topic, partitions in by_topic.items():
             self._sequence += 1
             record = status_record(
-                record_id=record_id(self.instance_id, self._sequence), tier=self.options.target,
-                cluster=self.options.source, service=SERVICE, instance_id=self.instance_id,
-                topic=topic, window_minutes=self.options.window_minutes, partitions=partitions,
-                watermark_ms=watermark_ms(partitions, now_ms), stalled=self.stats.stalled, emitted_at_ms=now_ms,
+                record_id=record_id(self.instance_id, self._sequence),
+                tier=self.options.target,
+                cluster=self.options.source,
+                service=SERVICE,
+                instance_id=self.instance_id,
+                topic=topic,
+                window_minutes=self.options.window_minutes,
+                partitions=partitions,
+                watermark_ms=watermark_ms(partitions, now_ms),
+                stalled=self.stats.stalled,
+                emitted_at_ms=now_ms,
             )
             self._status_producer.produce(self.options.audit_topic, key=topic.encode(), value=encode(record))
         self._status_producer.poll(0)
@@ -465,7 +549,9 @@ class Replicator:
         (each would move the audit topic's end again), the audit topic."""
         if not self._subscribed:
             return False
-        audit = [t for t in self._subscribed if self.naming.origin(self.options.source, t).topic == self.options.audit_topic]
+        audit = [
+            t for t in self._subscribed if self.naming.origin(self.options.source, t).topic == self.options.audit_topic
+        ]
         if not self._quiet:
             self._quiet = self.group_caught_up([t for t in self._subscribed if t not in audit])
             return False
@@ -513,8 +599,11 @@ class Replicator:
     def close(self) -> None:
         # Whatever the target acknowledges from here on is not committed any more: a short last
         # flush only saves the next run some repeats, and a target that is down must not hold up exit.
-        for closing in (lambda: self._consumer.close(), lambda: self._status_producer.flush(self.options.client_timeout_s),
-                        lambda: self._producer.flush(min(self.options.client_timeout_s, 1.0))):
+        for closing in (
+            lambda: self._consumer.close(),
+            lambda: self._status_producer.flush(self.options.client_timeout_s),
+            lambda: self._producer.flush(min(self.options.client_timeout_s, 1.0)),
+        ):
             try:
                 closing()
             except (AttributeError, KafkaException) as exc:  # never opened, or the cluster is gone

@@ -5,6 +5,7 @@ request (SIGTERM, SIGINT, `stop()`), `max_seconds`, or, with `until_caught_up`, 
 which the hop reports nothing left. The close runs whatever happened, so a failed step still leaves
 the clients closed.
 """
+
 from __future__ import annotations
 
 import signal
@@ -35,7 +36,9 @@ class Hop(Protocol):
     def close(self) -> None: ...
 
 
-def run_hop(hop: Hop, stop: threading.Event, *, max_seconds: float | None = None, until_caught_up: bool = False) -> None:
+def run_hop(
+    hop: Hop, stop: threading.Event, *, max_seconds: float | None = None, until_caught_up: bool = False
+) -> None:
     started = time.monotonic()
     next_refresh = started
     try:

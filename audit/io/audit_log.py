@@ -3,6 +3,7 @@
 The reconciliation does this at scale in Spark; this is the small, exact version for tests, the
 demo summary and `kaudit audit-tail`.
 """
+
 from __future__ import annotations
 
 import time
@@ -23,13 +24,15 @@ def read_audit_topic(
 
     Reads with isolation.level=read_committed, so records of aborted transactions never show.
     """
-    consumer = Consumer({
-        **config,
-        "group.id": f"kaudit-reader-{uuid.uuid4().hex[:8]}",
-        "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-        "auto.offset.reset": "earliest",
-    })
+    consumer = Consumer(
+        {
+            **config,
+            "group.id": f"kaudit-reader-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+        }
+    )
     try:
         metadata = consumer.list_topics(audit_topic, timeout=timeout_s).topics.get(audit_topic)
         if metadata is None or metadata.error is not None:

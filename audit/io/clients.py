@@ -1,4 +1,5 @@
 """Client configuration for a configured cluster, and the admin calls every part shares."""
+
 from __future__ import annotations
 
 import logging
@@ -70,31 +71,47 @@ def ensure_topics(
     return created
 
 
-def list_offsets(admin: AdminClient, partitions: list[tuple[str, int]], spec: OffsetSpec, *,
-                 timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S) -> dict[tuple[str, int], int]:
+def list_offsets(
+    admin: AdminClient,
+    partitions: list[tuple[str, int]],
+    spec: OffsetSpec,
+    *,
+    timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S,
+) -> dict[tuple[str, int], int]:
     """Offsets of many partitions in one ListOffsets round trip (a consumer's watermark query costs a
     round trip per partition). Read-committed: `latest` is the last stable offset. A partition whose
     answer is an error is left out and logged."""
     if not partitions:
         return {}
-    futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions},
-                                 isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s)
+    futures = admin.list_offsets(
+        {TopicPartition(t, p): spec for t, p in partitions},
+        isolation_level=IsolationLevel.READ_COMMITTED,
+        request_timeout=timeout_s,
+    )
     offsets = {}
     for tp, future in futures.items():
         try:
             offsets[(tp.topic, tp.partition)] = future.result().offset
         except KafkaException as exc:  # a partition that just moved: left out this time
-            log.warning("offset unknown", extra={"topic": tp.topic, "partition": tp.partition, "error": exc.args[0].str()})
+            log.warning(
+                "offset unknown", extra={"topic": tp.topic, "partition": tp.partition, "error": exc.args[0].str()}
+            )
     return offsets
 
 
 # Answers of a partition whose leader is being elected or moved (librdkafka does not flag them all retriable).
-_LEADERSHIP_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                      KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
+_LEADERSHIP_MOVING = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+}
 
 
-def watermarks(consumer: Consumer, topic: str, partition: int, *,
-               timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S) -> tuple[int, int]:
+def watermarks(
+    consumer: Consumer, topic: str, partition: int, *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S
+) -> tuple[int, int]:
     """(low, high) offsets of one partition, retried while its leadership is moving: a topic
     created a moment ago or a broker restart answers "not leader" for a while, not for ever."""
     deadline = time.monotonic() + timeout_s
@@ -108,8 +125,9 @@ def watermarks(consumer: Consumer, topic: str, partition: int, *,
             time.sleep(0.2)
 
 
-def group_caught_up(consumer: Consumer, admin: AdminClient, topics: list[str], *,
-                    timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S) -> bool:
+def group_caught_up(
+    consumer: Consumer, admin: AdminClient, topics: list[str], *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S
+) -> bool:
     """True when the consumer's group has committed up to the end of EVERY partition of `topics`:
     judged from the broker, whatever this member's own assignment is."""
     metadata = consumer.list_topics(timeout=timeout_s).topics
@@ -119,7 +137,9 @@ def group_caught_up(consumer: Consumer, admin: AdminClient, topics: list[str], *
         return False
     try:
         committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
-    except KafkaException as exc:  # a coordinator that is slow or moving (a broker restart): not known to be caught up yet
+    except (
+        KafkaException
+    ) as exc:  # a coordinator that is slow or moving (a broker restart): not known to be caught up yet
         log.warning("committed offsets unknown", extra={"group_topics": len(topics), "error": exc.args[0].str()})
         return False
     return all(max(tp.offset, 0) >= ends[(tp.topic, tp.partition)] for tp in committed)
@@ -128,8 +148,11 @@ def group_caught_up(consumer: Consumer, admin: AdminClient, topics: list[str], *
 # -- failing fast on bad credentials --------------------------------------------------------------
 
 # librdkafka errors that no retry will cure: the credentials or the certificates are wrong.
-_AUTH_ERRORS = {KafkaError._AUTHENTICATION: "authentication failed", KafkaError._SSL: "TLS authentication failed",
-                KafkaError.SASL_AUTHENTICATION_FAILED: "authentication failed"}
+_AUTH_ERRORS = {
+    KafkaError._AUTHENTICATION: "authentication failed",
+    KafkaError._SSL: "TLS authentication failed",
+    KafkaError.SASL_AUTHENTICATION_FAILED: "authentication failed",
+}
 
 
 def check_credentials(config: Mapping[str, Any], cluster: str, *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S) -> None:
@@ -153,7 +176,9 @@ def check_credentials(config: Mapping[str, Any], cluster: str, *, timeout_s: flo
                 raise KafkaClientError(
                     f"cluster {cluster}: {_AUTH_ERRORS[error.code()]} at {config.get('bootstrap.servers')} "
                     f"({error.str()}); check its client settings (security.protocol, sasl.mechanism, sasl.username, "
-                    "sasl.password, ssl.ca.location)", code=error.code())
+                    "sasl.password, ssl.ca.location)",
+                    code=error.code(),
+                )
         if any(error.code() == KafkaError._ALL_BROKERS_DOWN for error in failures):
             return
 
@@ -161,9 +186,20 @@ def check_credentials(config: Mapping[str, Any], cluster: str, *, timeout_s: flo
 # -- the Java Kafka client (Spark's Kafka source) ---------------------------------------------------
 
 # librdkafka settings that mean the same in the Java client, under the same name.
-JAVA_SAME_KEYS = frozenset({"client.id", "request.timeout.ms", "session.timeout.ms", "heartbeat.interval.ms",
-                            "metadata.max.age.ms", "reconnect.backoff.ms", "reconnect.backoff.max.ms",
-                            "socket.connection.setup.timeout.ms", "ssl.key.password", "ssl.cipher.suites"})
+JAVA_SAME_KEYS = frozenset(
+    {
+        "client.id",
+        "request.timeout.ms",
+        "session.timeout.ms",
+        "heartbeat.interval.ms",
+        "metadata.max.age.ms",
+        "reconnect.backoff.ms",
+        "reconnect.backoff.max.ms",
+        "socket.connection.setup.timeout.ms",
+        "ssl.key.password",
+        "ssl.cipher.suites",
+    }
+)
 JAAS_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
@@ -171,9 +207,20 @@ JAAS_MODULES = {
 }
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # Read here, and so not "unmappable".
-_HANDLED_KEYS = {"security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
-                 "ssl.ca.location", "ssl.ca.pem", "ssl.certificate.location", "ssl.key.location",
-                 "ssl.certificate.pem", "ssl.key.pem", "ssl.endpoint.identification.algorithm"}
+_HANDLED_KEYS = {
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+    "ssl.ca.pem",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.certificate.pem",
+    "ssl.key.pem",
+    "ssl.endpoint.identification.algorithm",
+}
 
 
 def java_client_options(settings: Settings, cluster_name: str) -> dict[str, str]:
@@ -187,8 +234,10 @@ def java_client_options(settings: Settings, cluster_name: str) -> dict[str, str]
     if unknown:
         from audit.contract.errors import ConfigError
 
-        raise ConfigError(f"{where}{unknown[0]}: no Java Kafka client equivalent is known; remove it or map it "
-                          "in audit/io/clients.py java_client_options")
+        raise ConfigError(
+            f"{where}{unknown[0]}: no Java Kafka client equivalent is known; remove it or map it "
+            "in audit/io/clients.py java_client_options"
+        )
     options = {"bootstrap.servers": bootstrap_servers(settings, cluster_name)}
     options.update({key: client[key] for key in JAVA_SAME_KEYS if key in client})
     protocol = client.get("security.protocol", "plaintext").upper()
@@ -235,18 +284,33 @@ def _java_ssl(client: Mapping[str, str], where: str) -> dict[str, str]:
         options.update({"ssl.truststore.type": "PEM", "ssl.truststore.certificates": client["ssl.ca.pem"]})
     cert_file, key_file = client.get("ssl.certificate.location"), client.get("ssl.key.location")
     if bool(cert_file) != bool(key_file):
-        _java_error(where, "ssl.key.location" if cert_file else "ssl.certificate.location",
-                    "missing: a client certificate needs both ssl.certificate.location and ssl.key.location")
+        _java_error(
+            where,
+            "ssl.key.location" if cert_file else "ssl.certificate.location",
+            "missing: a client certificate needs both ssl.certificate.location and ssl.key.location",
+        )
     if cert_file and cert_file == key_file:  # one PEM file with the key and the chain: a Java PEM keystore as is
         options.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": cert_file})
     elif cert_file:
-        options.update({"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": _read_pem(where, "ssl.certificate.location", cert_file),
-                        "ssl.keystore.key": _read_pem(where, "ssl.key.location", str(key_file))})
+        options.update(
+            {
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.certificate.chain": _read_pem(where, "ssl.certificate.location", cert_file),
+                "ssl.keystore.key": _read_pem(where, "ssl.key.location", str(key_file)),
+            }
+        )
     elif "ssl.certificate.pem" in client or "ssl.key.pem" in client:
         if not ("ssl.certificate.pem" in client and "ssl.key.pem" in client):
-            _java_error(where, "ssl.key.pem", "missing: a client certificate needs both ssl.certificate.pem and ssl.key.pem")
-        options.update({"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": client["ssl.certificate.pem"],
-                        "ssl.keystore.key": client["ssl.key.pem"]})
+            _java_error(
+                where, "ssl.key.pem", "missing: a client certificate needs both ssl.certificate.pem and ssl.key.pem"
+            )
+        options.update(
+            {
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.certificate.chain": client["ssl.certificate.pem"],
+                "ssl.keystore.key": client["ssl.key.pem"],
+            }
+        )
     algorithm = client.get("ssl.endpoint.identification.algorithm")
     if algorithm is not None:
         if algorithm.lower() not in ("https", "none"):

@@ -4,6 +4,7 @@ Every write is a MERGE on the table's natural key (audit/contract/tables.py), so
 updates nothing and a replayed batch duplicates nothing. Rows are updated only when a compared
 column really changed, which keeps `updated_at` (and the table's history) quiet on reruns.
 """
+
 from __future__ import annotations
 
 import logging
@@ -101,11 +102,12 @@ def insert_new(spark: SparkSession, lake_root: str, table: Table, rows, *, prune
     if _is_empty(target):  # nothing to match against: a plain append writes the same rows, much faster
         rows.write.format("delta").mode("append").save(table_path(lake_root, table.name))
         return
-    (target.alias("t").merge(rows.alias("s"), _key_condition(table, rows, prune))
-     .whenNotMatchedInsertAll().execute())
+    (target.alias("t").merge(rows.alias("s"), _key_condition(table, rows, prune)).whenNotMatchedInsertAll().execute())
 
 
-def upsert(spark: SparkSession, lake_root: str, table: Table, rows, *, ignore: tuple[str, ...] = ("updated_at",)) -> None:
+def upsert(
+    spark: SparkSession, lake_root: str, table: Table, rows, *, ignore: tuple[str, ...] = ("updated_at",)
+) -> None:
     """Insert new keys; update existing ones only where a column other than `ignore` changed."""
     from delta.tables import DeltaTable
 
@@ -115,9 +117,16 @@ def upsert(spark: SparkSession, lake_root: str, table: Table, rows, *, ignore: t
         rows.write.format("delta").mode("append").save(table_path(lake_root, table.name))
         return
     compared = [c for c in table.columns if c.name not in table.key and c.name not in ignore]
-    changed = reduce(lambda a, b: f"{a} OR {b}", [f"NOT ({_comparable('t', c)} <=> {_comparable('s', c)})" for c in compared])
-    (target.alias("t").merge(rows.alias("s"), _key_condition(table, rows))
-     .whenMatchedUpdateAll(condition=changed).whenNotMatchedInsertAll().execute())
+    changed = reduce(
+        lambda a, b: f"{a} OR {b}", [f"NOT ({_comparable('t', c)} <=> {_comparable('s', c)})" for c in compared]
+    )
+    (
+        target.alias("t")
+        .merge(rows.alias("s"), _key_condition(table, rows))
+        .whenMatchedUpdateAll(condition=changed)
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
 
 
 def _comparable(side: str, column) -> str:

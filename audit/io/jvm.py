@@ -1,4 +1,5 @@
 """Where the JVM parts live: Java itself and the jar folders that `make setup` fills from Maven Central."""
+
 from __future__ import annotations
 
 import os
@@ -73,7 +74,9 @@ def prune_provided(folder: Path, provided: Path | None = None) -> list[Path]:
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m audit.io.jvm", description="Jar-cache maintenance used by `make setup`.")
+    parser = argparse.ArgumentParser(
+        prog="python -m audit.io.jvm", description="Jar-cache maintenance used by `make setup`."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     prune = sub.add_parser("prune-provided", help="remove jars that pyspark already ships from a Spark package folder")
     prune.add_argument("folder", type=Path)

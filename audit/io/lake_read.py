@@ -3,6 +3,7 @@
 A table that does not exist yet reads as empty with its declared columns, so a fresh install shows
 "no data" rather than a traceback. Partitioned tables are pruned by their `date` partition.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,9 @@ def table_version(lake_root: str, name: str) -> int | None:
         return None
 
 
-def read_arrow(lake_root: str, name: str, *, columns: Sequence[str] | None = None, since: date | None = None,
-               filters=None):
+def read_arrow(
+    lake_root: str, name: str, *, columns: Sequence[str] | None = None, since: date | None = None, filters=None
+):
     """Table `name` as a pyarrow Table; `since` keeps partitions with date >= since (partitioned tables)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError

@@ -3,6 +3,7 @@
 Kept in the I/O layer so every client can find an embedded cluster's address without importing the
 harness that starts it (audit/local/clusters.py).
 """
+
 from __future__ import annotations
 
 import json

@@ -3,6 +3,7 @@
 Two formats: `kv` (human-readable `key=value` after the message, the default on a terminal) and
 `json` (one object a line, for log shippers). Chosen by KAUDIT_LOG_FORMAT, level by KAUDIT_LOG_LEVEL.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,12 @@ class KeyValueFormatter(logging.Formatter):
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        payload = {"ts": _timestamp(record), "level": record.levelname, "logger": record.name, "msg": record.getMessage()}
+        payload = {
+            "ts": _timestamp(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         payload.update(record_fields(record))
         if record.exc_info:
             payload["exc"] = self.formatException(record.exc_info)

@@ -3,6 +3,7 @@
 The Delta and Kafka packages are the jars `make setup` cached, passed as `spark.jars`, so a
 session starts offline; under `spark-submit` the caller's own `--packages` win.
 """
+
 from __future__ import annotations
 
 import os

@@ -5,6 +5,7 @@ verify host names (librdkafka and Java both do by default) accept it on loopback
 unencrypted, readable by the owner only: these are throw-away credentials of a local test cluster.
 Kafka reads the PEM files directly (ssl.keystore.type=PEM, ssl.truststore.type=PEM).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -37,8 +38,9 @@ class TlsFiles:
         return self.ca.exists() and self.keystore.exists()
 
 
-def ensure_tls_files(folder: Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
-                     valid_days: int = DEFAULT_VALID_DAYS) -> TlsFiles:
+def ensure_tls_files(
+    folder: Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"), valid_days: int = DEFAULT_VALID_DAYS
+) -> TlsFiles:
     """The certificates in `folder`, generated on the first call and kept afterwards."""
     files = TlsFiles(Path(folder))
     if files.exist():
@@ -53,12 +55,28 @@ def ensure_tls_files(folder: Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "lo
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=KEY_BITS)
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kafka-audit test CA")])
     ca_cert = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(not_before).not_valid_after(not_after)
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                                     key_encipherment=False, data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .sign(ca_key, hashes.SHA256())
     )
     broker_key = rsa.generate_private_key(public_exponent=65537, key_size=KEY_BITS)
@@ -66,11 +84,15 @@ def ensure_tls_files(folder: Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "lo
     broker_cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca_name).public_key(broker_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(not_before).not_valid_after(not_after)
+        .issuer_name(ca_name)
+        .public_key(broker_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                       critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
         .sign(ca_key, hashes.SHA256())
     )
     pem = serialization.Encoding.PEM

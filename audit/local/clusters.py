@@ -11,6 +11,7 @@ created when the storage is formatted, TLS certificates generated for the cluste
 and the broker talks to itself over the same listener as its first user; the controller listener
 stays PLAINTEXT on loopback. Without it, the cluster is PLAINTEXT as before.
 """
+
 from __future__ import annotations
 
 import base64
@@ -125,9 +126,13 @@ class ClusterSecurity:
             raise ClusterError("security.users: at least one SCRAM user is needed (the first is the broker's own)")
         for user, password in self.users.items():
             if not CREDENTIAL_PATTERN.match(user):
-                raise ClusterError(f"security.users: user name {user!r} must be 1-128 letters, digits, '.', '_', '~', '-'")
+                raise ClusterError(
+                    f"security.users: user name {user!r} must be 1-128 letters, digits, '.', '_', '~', '-'"
+                )
             if not CREDENTIAL_PATTERN.match(password):
-                raise ClusterError(f"security.users[{user}]: the password must be 1-128 letters, digits, '.', '_', '~', '-'")
+                raise ClusterError(
+                    f"security.users[{user}]: the password must be 1-128 letters, digits, '.', '_', '~', '-'"
+                )
 
     @property
     def broker_user(self) -> str:
@@ -282,13 +287,15 @@ class LocalCluster:
         config = {"bootstrap.servers": self.bootstrap_servers}
         if self.security is not None:
             user = user or self.security.broker_user
-            config.update({
-                "security.protocol": "SASL_SSL",
-                "sasl.mechanism": self.security.mechanism,
-                "sasl.username": user,
-                "sasl.password": self.security.users[user],
-                "ssl.ca.location": str(self.tls.ca),
-            })
+            config.update(
+                {
+                    "security.protocol": "SASL_SSL",
+                    "sasl.mechanism": self.security.mechanism,
+                    "sasl.username": user,
+                    "sasl.password": self.security.users[user],
+                    "ssl.ca.location": str(self.tls.ca),
+                }
+            )
         return config
 
     # -- configuration files -------------------------------------------------------------------
@@ -311,8 +318,10 @@ class LocalCluster:
 
     def _security_properties(self, state: ClusterState) -> dict[str, str]:
         security, tls = self.security, self.tls
-        jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{security.broker_user}" '
-                f'password="{security.users[security.broker_user]}";')
+        jaas = (
+            f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{security.broker_user}" '
+            f'password="{security.users[security.broker_user]}";'
+        )
         return {
             "listeners": f"SASL_SSL://{self.host}:{state.port},CONTROLLER://{self.host}:{state.controller_port}",
             "advertised.listeners": f"SASL_SSL://{self.host}:{state.port}",
@@ -359,13 +368,18 @@ class LocalCluster:
             for user, password in self.security.users.items():
                 scram += ["--add-scram", f"{self.security.mechanism}=[name={user},password={password}]"]
         command = self._java_command(
-            "kafka.tools.StorageTool", "format", "--ignore-formatted",
-            f"--cluster-id={state.cluster_id}", "--config", str(props_file), *scram,
+            "kafka.tools.StorageTool",
+            "format",
+            "--ignore-formatted",
+            f"--cluster-id={state.cluster_id}",
+            "--config",
+            str(props_file),
+            *scram,
         )
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
             output = (result.stderr or result.stdout).strip()[-2000:]
-            for password in (self.security.users.values() if self.security else ()):
+            for password in self.security.users.values() if self.security else ():
                 output = output.replace(password, "****")
             raise ClusterError(f"{self.name}: formatting storage failed (exit {result.returncode}): {output}")
         state.formatted = True
@@ -377,7 +391,9 @@ class LocalCluster:
             return False
         stray = marked_pids(str(self.folder))
         if stray:
-            raise ClusterError(f"{self.name}: a JVM of this cluster is running without a pid file (pids {stray}); run `kaudit clusters down`")
+            raise ClusterError(
+                f"{self.name}: a JVM of this cluster is running without a pid file (pids {stray}); run `kaudit clusters down`"
+            )
         props_file = self._write_config(state)
         if not state.formatted:
             self._format(state, props_file)
@@ -412,7 +428,9 @@ class LocalCluster:
                 except Exception as exc:  # the broker is still coming up; retry until the deadline
                     last_error = str(exc)
             time.sleep(0.2)
-        raise ClusterError(f"{self.name}: not ready after {timeout_s:.0f} s at {bootstrap} ({last_error})\n{self.log_tail()}")
+        raise ClusterError(
+            f"{self.name}: not ready after {timeout_s:.0f} s at {bootstrap} ({last_error})\n{self.log_tail()}"
+        )
 
     def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> float:
         """Start (if not running) and wait until ready; returns the seconds it took."""
@@ -472,7 +490,9 @@ class LocalClusters:
 
     def __init__(self, names: Iterable[str], *, state_dir: Path, cache_dir: Path, **options) -> None:
         self.state_dir = Path(state_dir).expanduser().resolve()
-        self.clusters = {name: LocalCluster(name, state_dir=state_dir, cache_dir=cache_dir, **options) for name in names}
+        self.clusters = {
+            name: LocalCluster(name, state_dir=state_dir, cache_dir=cache_dir, **options) for name in names
+        }
 
     def __getitem__(self, name: str) -> LocalCluster:
         return self.clusters[name]

@@ -7,6 +7,7 @@ the dc1 replicator loses exactly N messages of `orders` in one window, and the d
 stalls for a few minutes. The demo watches the Delta tables until both show (the loss exactly, the
 stall as lag and never as loss), prints a summary, and runs until Ctrl-C or `make down`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,15 +53,26 @@ def add_command(commands) -> None:
         "replicator stalls for --stall-for-s seconds. Progress lines follow, then a summary. Ctrl-C or `make down` "
         "stops everything.",
     )
-    parser.add_argument("--messages", type=int, default=50_000, help="backfilled messages per regional cluster (default 50000)")
+    parser.add_argument(
+        "--messages", type=int, default=50_000, help="backfilled messages per regional cluster (default 50000)"
+    )
     parser.add_argument("--backfill-hours", type=float, default=3.0, help="hours of event time they cover (default 3)")
     parser.add_argument("--drop-count", type=int, default=25, help="messages the dc1 replicator loses (default 25)")
-    parser.add_argument("--stall-for-s", type=float, default=240.0, help="how long the dc2 replicator stalls (default 240)")
+    parser.add_argument(
+        "--stall-for-s", type=float, default=240.0, help="how long the dc2 replicator stalls (default 240)"
+    )
     parser.add_argument("--rate", type=float, default=20.0, help="live messages per second per cluster (default 20)")
-    parser.add_argument("--timeout-s", type=float, default=900.0, help="give up waiting for the faults after this long (default 900)")
-    parser.add_argument("--short", action="store_true", help="a quick run for tests: fewer messages, shorter stall, faster loops")
-    parser.add_argument("--exit-when-found", action="store_true",
-                        help="stop everything and exit once both faults are found (0) or the timeout passes (1)")
+    parser.add_argument(
+        "--timeout-s", type=float, default=900.0, help="give up waiting for the faults after this long (default 900)"
+    )
+    parser.add_argument(
+        "--short", action="store_true", help="a quick run for tests: fewer messages, shorter stall, faster loops"
+    )
+    parser.add_argument(
+        "--exit-when-found",
+        action="store_true",
+        help="stop everything and exit once both faults are found (0) or the timeout passes (1)",
+    )
     parser.add_argument("--no-ui", action="store_true", help="do not start the UI")
     parser.set_defaults(handler=run)
 
@@ -69,7 +81,9 @@ def add_command(commands) -> None:
 class Findings:
     """What the demo has seen in the tables and the mailbox so far."""
 
-    loss_rows: list[tuple[str, int, int]] = field(default_factory=list)  # (tier, expected, missing) of the dropped window
+    loss_rows: list[tuple[str, int, int]] = field(
+        default_factory=list
+    )  # (tier, expected, missing) of the dropped window
     stall_seen: bool = False  # the stalled replicator showed as stalled/lagging
     stall_counted_as_loss: bool = False  # never: a final incomplete row for the stalled cluster's topics
     stall_recovered: bool = False
@@ -89,16 +103,23 @@ class Findings:
         return self.loss_found(plan) and self.loss_email(plan) and self.stall_seen and not self.stall_counted_as_loss
 
     def done(self, plan: PipelinePlan) -> bool:
-        return (self.loss_found(plan) and self.loss_email(plan) and self.stall_seen and self.stall_recovered
-                and not self.stall_counted_as_loss)
+        return (
+            self.loss_found(plan)
+            and self.loss_email(plan)
+            and self.stall_seen
+            and self.stall_recovered
+            and not self.stall_counted_as_loss
+        )
 
 
 def write_demo_config(settings: Settings) -> Path:
     """The built-in default, with absolute paths and alert recipients for the local mailbox."""
     template = EXAMPLE_CONFIG.read_text()
-    text = (template.replace('state_dir = ".kaudit"', f'state_dir = "{Path(settings.state_dir).resolve()}"')
-            .replace("default_recipients = []", f"default_recipients = {DEMO_RECIPIENTS}")
-            .replace("routes = []", f"routes = [{DEMO_ROUTE}]"))
+    text = (
+        template.replace('state_dir = ".kaudit"', f'state_dir = "{Path(settings.state_dir).resolve()}"')
+        .replace("default_recipients = []", f"default_recipients = {DEMO_RECIPIENTS}")
+        .replace("routes = []", f"routes = [{DEMO_ROUTE}]")
+    )
     path = Path(settings.state_dir) / "demo.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -116,14 +137,23 @@ def observe(settings: Settings, plan: PipelinePlan, findings: Findings) -> None:
     findings.statuses = completeness["status"].value_counts().to_dict()
     drop = plan.drop
     window = completeness["window_start"].map(lambda t: int(t.timestamp() * 1000))
-    dropped = completeness[(completeness["logical_topic"] == f"{drop.cluster}.{drop.topic}") & (window == drop.window_start_ms)]
-    findings.loss_rows = [(r.tier, int(r.expected), int(r.missing)) for r in dropped.itertuples() if r.status == "incomplete"]
+    dropped = completeness[
+        (completeness["logical_topic"] == f"{drop.cluster}.{drop.topic}") & (window == drop.window_start_ms)
+    ]
+    findings.loss_rows = [
+        (r.tier, int(r.expected), int(r.missing)) for r in dropped.itertuples() if r.status == "incomplete"
+    ]
     stalled = completeness[completeness["origin_cluster"] == plan.stall.cluster]
     keys = stalled["logical_topic"] + "|" + window.loc[stalled.index].astype(str) + "|" + stalled["tier"]
     findings.lagging_keys |= set(keys[stalled["status"] == "lagging"])
     tier_status = read_frame(settings.lake_root, "tier_status")
-    stalled_now = (not tier_status.empty and bool(tier_status[(tier_status["origin_cluster"] == plan.stall.cluster)
-                                                             & (tier_status["tier"] == plan.hub)]["stalled"].fillna(False).any()))
+    stalled_now = not tier_status.empty and bool(
+        tier_status[(tier_status["origin_cluster"] == plan.stall.cluster) & (tier_status["tier"] == plan.hub)][
+            "stalled"
+        ]
+        .fillna(False)
+        .any()
+    )
     findings.stall_seen = findings.stall_seen or stalled_now or bool(findings.lagging_keys)
     findings.stall_counted_as_loss = bool((stalled["status"] == "incomplete").any())
     complete_now = set(keys[stalled["status"] == "complete"])
@@ -133,10 +163,19 @@ def observe(settings: Settings, plan: PipelinePlan, findings: Findings) -> None:
 
 def progress_line(began: float, findings: Findings, plan: PipelinePlan) -> str:
     statuses = ", ".join(f"{n} {s}" for s, n in sorted(findings.statuses.items())) or "no windows judged yet"
-    loss = (f"loss of {plan.drop.count} found at {', '.join(t for t, _e, m in findings.loss_rows)}" if findings.loss_rows
-            else "loss not found yet")
-    stall = ("stall seen as lag" + (", recovered" if findings.stall_recovered else ", still behind")) if findings.stall_seen else "stall not seen yet"
-    return f"[{time.monotonic() - began:5.0f} s] windows: {statuses} | {loss} | {stall} | emails: {len(findings.emails)}"
+    loss = (
+        f"loss of {plan.drop.count} found at {', '.join(t for t, _e, m in findings.loss_rows)}"
+        if findings.loss_rows
+        else "loss not found yet"
+    )
+    stall = (
+        ("stall seen as lag" + (", recovered" if findings.stall_recovered else ", still behind"))
+        if findings.stall_seen
+        else "stall not seen yet"
+    )
+    return (
+        f"[{time.monotonic() - began:5.0f} s] windows: {statuses} | {loss} | {stall} | emails: {len(findings.emails)}"
+    )
 
 
 def summary(settings: Settings, plan: PipelinePlan, supervisor: Supervisor, findings: Findings, began: float) -> str:
@@ -146,19 +185,38 @@ def summary(settings: Settings, plan: PipelinePlan, supervisor: Supervisor, find
 
         lines.append(f"cluster {cluster.name:<10} {bootstrap_servers(settings, cluster.name)}")
     for name, service in supervisor.services.items():
-        lines.append(f"service {name:<16} pid {service.process.pid:<8} {'running' if service.alive else 'exited'}  log {service.log_path}")
-    lines += ["", f"UI:        {settings.alerts.ui_url}" if plan.with_ui else "UI:        not started (--no-ui)",
-              f"Delta:     {settings.lake_root}", f"Mailbox:   {mail_dir(settings)}"]
+        lines.append(
+            f"service {name:<16} pid {service.process.pid:<8} {'running' if service.alive else 'exited'}  log {service.log_path}"
+        )
+    lines += [
+        "",
+        f"UI:        {settings.alerts.ui_url}" if plan.with_ui else "UI:        not started (--no-ui)",
+        f"Delta:     {settings.lake_root}",
+        f"Mailbox:   {mail_dir(settings)}",
+    ]
     for path, subject in findings.emails:
         lines.append(f"  email {path.name}: {subject}")
     drop = plan.drop
-    lines += ["", f"injected: {drop.count} messages of {drop.cluster}.{drop.topic} lost in the window "
-              f"{iso(drop.window_start_ms, millis=False)} -> found: "
-              + (", ".join(f"{tier} missing {missing} of {expected}" for tier, expected, missing in findings.loss_rows) or "NOT YET"),
-              f"injected: replicator {plan.stall.cluster} -> {plan.hub} stalled for {plan.stall.for_s:.0f} s -> "
-              + ("shown as lag, then recovered" if findings.stall_recovered else "shown as lag" if findings.stall_seen else "NOT YET")
-              + ("; WRONGLY counted as loss" if findings.stall_counted_as_loss else ", never as loss"),
-              "", f"ready in {time.monotonic() - began:.0f} s. Stop with Ctrl-C here, or `make down` from another shell."]
+    lines += [
+        "",
+        f"injected: {drop.count} messages of {drop.cluster}.{drop.topic} lost in the window "
+        f"{iso(drop.window_start_ms, millis=False)} -> found: "
+        + (
+            ", ".join(f"{tier} missing {missing} of {expected}" for tier, expected, missing in findings.loss_rows)
+            or "NOT YET"
+        ),
+        f"injected: replicator {plan.stall.cluster} -> {plan.hub} stalled for {plan.stall.for_s:.0f} s -> "
+        + (
+            "shown as lag, then recovered"
+            if findings.stall_recovered
+            else "shown as lag"
+            if findings.stall_seen
+            else "NOT YET"
+        )
+        + ("; WRONGLY counted as loss" if findings.stall_counted_as_loss else ", never as loss"),
+        "",
+        f"ready in {time.monotonic() - began:.0f} s. Stop with Ctrl-C here, or `make down` from another shell.",
+    ]
     return "\n".join(lines)
 
 
@@ -177,11 +235,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     settings = load_settings(config)
     regional, hub = hub_and_spokes(settings)
     plan = PipelinePlan(
-        regional=regional, hub=hub,
-        drop=DropPlan(regional[0], "orders", drop_window(hours, window_minutes=settings.window_minutes), args.drop_count),
+        regional=regional,
+        hub=hub,
+        drop=DropPlan(
+            regional[0], "orders", drop_window(hours, window_minutes=settings.window_minutes), args.drop_count
+        ),
         stall=StallPlan(regional[-1], after_s=5.0, for_s=150.0 if short else args.stall_for_s),
-        reconcile_interval_s=15.0 if short else 30.0, lake_trigger_s=5.0 if short else 10.0,
-        stall_after_s=10.0 if short else 20.0, with_ui=not args.no_ui)
+        reconcile_interval_s=15.0 if short else 30.0,
+        lake_trigger_s=5.0 if short else 10.0,
+        stall_after_s=10.0 if short else 20.0,
+        with_ui=not args.no_ui,
+    )
     supervisor = Supervisor(settings.state_dir, config=config)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -189,9 +253,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         supervisor.start("mailbox", "mailbox")
         create_topics(settings, plan)
-        print(f"starting services: counters, replicators ({', '.join(regional)} -> {hub}), lake, reconcile, UI ...", flush=True)
+        print(
+            f"starting services: counters, replicators ({', '.join(regional)} -> {hub}), lake, reconcile, UI ...",
+            flush=True,
+        )
         start_services(supervisor, settings, plan)
-        print(f"backfilling {messages:,} audited messages per regional cluster over {hours:g} h of event time ...", flush=True)
+        print(
+            f"backfilling {messages:,} audited messages per regional cluster over {hours:g} h of event time ...",
+            flush=True,
+        )
         backfill(supervisor, plan, messages=messages, hours=hours)
         start_live_traffic(supervisor, plan, rate=args.rate, duration_s=24 * 3600)
         findings = Findings()

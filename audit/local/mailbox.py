@@ -3,6 +3,7 @@
 The demo's alert emails go here (loopback only), one `.eml` file each under `<state_dir>/mail`,
 so they can be read with any mail client or `cat`. Not for production: it accepts anything.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,10 @@ class SavingHandler:
 
 def saved_emails(folder: Path) -> list[tuple[Path, str]]:
     """(file, subject) of every saved email, oldest first."""
-    return [(path, str(message_from_bytes(path.read_bytes(), policy=policy.default)["subject"]))
-            for path in sorted(Path(folder).glob("*.eml"))]
+    return [
+        (path, str(message_from_bytes(path.read_bytes(), policy=policy.default)["subject"]))
+        for path in sorted(Path(folder).glob("*.eml"))
+    ]
 
 
 def mail_dir(settings: Settings) -> Path:

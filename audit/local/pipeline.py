@@ -5,6 +5,7 @@ last), one replicator per regional cluster copies into the hub (the last cluster
 with prefix naming (`dc1.orders`), a counter per cluster, the lake job on the hub, the continuous
 reconciliation (which sends the alert emails) and the UI.
 """
+
 from __future__ import annotations
 
 import time
@@ -73,7 +74,9 @@ def drop_window(backfill_hours: float, now_ms: int | None = None, window_minutes
 
 def create_topics(settings: Settings, plan: PipelinePlan) -> None:
     for cluster in plan.regional:
-        ensure_topics(client_config(settings, cluster), {t: PARTITIONS for t in plan.topics} | {settings.audit_topic: 1})
+        ensure_topics(
+            client_config(settings, cluster), {t: PARTITIONS for t in plan.topics} | {settings.audit_topic: 1}
+        )
     ensure_topics(client_config(settings, plan.hub), {settings.audit_topic: 1})
 
 
@@ -81,8 +84,16 @@ def start_services(supervisor: Supervisor, settings: Settings, plan: PipelinePla
     """Start counters, replicators, the lake job, the reconciliation and the UI; returns their names."""
     started = []
     for cluster in settings.cluster_names:
-        supervisor.start(f"count-{cluster}", "count", "--cluster", cluster, "--flush-interval-s", str(plan.flush_interval_s),
-                         "--topic-refresh-s", "10")
+        supervisor.start(
+            f"count-{cluster}",
+            "count",
+            "--cluster",
+            cluster,
+            "--flush-interval-s",
+            str(plan.flush_interval_s),
+            "--topic-refresh-s",
+            "10",
+        )
         started.append(f"count-{cluster}")
     for cluster in plan.regional:
         supervisor.start(f"mirror-{cluster}", *mirror_args(plan, cluster))
@@ -97,8 +108,19 @@ def start_services(supervisor: Supervisor, settings: Settings, plan: PipelinePla
 
 
 def mirror_args(plan: PipelinePlan, cluster: str) -> list[str]:
-    args = ["mirror", "--from", cluster, "--to", plan.hub, "--status-interval-s", str(plan.status_interval_s),
-            "--stall-after-s", str(plan.stall_after_s), "--topic-refresh-s", "10"]
+    args = [
+        "mirror",
+        "--from",
+        cluster,
+        "--to",
+        plan.hub,
+        "--status-interval-s",
+        str(plan.status_interval_s),
+        "--stall-after-s",
+        str(plan.stall_after_s),
+        "--topic-refresh-s",
+        "10",
+    ]
     if plan.drop and plan.drop.cluster == cluster:
         window = datetime.fromtimestamp(plan.drop.window_start_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         args += ["--drop-topics", f"^{plan.drop.topic}$", "--drop-count", str(plan.drop.count), "--drop-window", window]
@@ -110,8 +132,20 @@ def mirror_args(plan: PipelinePlan, cluster: str) -> list[str]:
 def backfill(supervisor: Supervisor, plan: PipelinePlan, *, messages: int, hours: float, seed: int = 0) -> None:
     """Produce `messages` audited messages per regional cluster spread over the last `hours` (foreground)."""
     for index, cluster in enumerate(plan.regional):
-        result = supervisor.run("produce", "--cluster", cluster, "--topics", ",".join(plan.topics), "--count", str(messages),
-                                "--backfill-hours", str(hours), "--seed", str(seed + index), timeout_s=900)
+        result = supervisor.run(
+            "produce",
+            "--cluster",
+            cluster,
+            "--topics",
+            ",".join(plan.topics),
+            "--count",
+            str(messages),
+            "--backfill-hours",
+            str(hours),
+            "--seed",
+            str(seed + index),
+            timeout_s=900,
+        )
         if result.returncode != 0:
             raise HarnessError(f"producing to {cluster} failed: {result.stderr[-2000:]}")
 
@@ -120,7 +154,19 @@ def start_live_traffic(supervisor: Supervisor, plan: PipelinePlan, *, rate: floa
     names = []
     for index, cluster in enumerate(plan.regional):
         name = f"produce-{cluster}"
-        supervisor.start(name, "produce", "--cluster", cluster, "--topics", ",".join(plan.topics), "--rate", str(rate),
-                         "--duration-s", str(duration_s), "--seed", str(100 + index))
+        supervisor.start(
+            name,
+            "produce",
+            "--cluster",
+            cluster,
+            "--topics",
+            ",".join(plan.topics),
+            "--rate",
+            str(rate),
+            "--duration-s",
+            str(duration_s),
+            "--seed",
+            str(100 + index),
+        )
         names.append(name)
     return names

@@ -4,6 +4,7 @@ Each service is `python -m audit.cli [--config FILE] <command ...>` with its out
 `<state_dir>/logs/<name>.log` and its pid in `<state_dir>/run/<name>.pid`, so `kaudit down` (and
 `make down`) can stop whatever a demo left running, even from another shell.
 """
+
 from __future__ import annotations
 
 import logging
@@ -57,8 +58,9 @@ class Supervisor:
         log_path = self.state_dir / "logs" / f"{name}.log"
         argv = self.command(*args)
         with open(log_path, "ab") as output:
-            process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=self.env,
-                                       start_new_session=True)  # Ctrl-C in the terminal reaches us, not them
+            process = subprocess.Popen(
+                argv, stdout=output, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+            )  # Ctrl-C in the terminal reaches us, not them
         self._pid_file(name).write_text(str(process.pid))
         service = self.services[name] = Service(name, argv, log_path, process)
         log.info("service started", extra={"service": name, "pid": process.pid})
@@ -80,7 +82,7 @@ class Supervisor:
         service = self.services[name]
         if service.alive:
             self.stop(name)
-        return self.start(name, *service.argv[len(self.command()):])
+        return self.start(name, *service.argv[len(self.command()) :])
 
     def stop(self, name: str, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
         """SIGTERM (services drain and commit), then SIGKILL after `timeout_s`; returns the exit code."""

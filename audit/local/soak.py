@@ -14,6 +14,7 @@ demo's), 1-minute windows with a 60 s grace so windows turn final during the run
    one final reconciliation, then `audit.local.soak_check` compares the Delta tables with the ground
    truth and prints the report. Exit 0 when every invariant holds, 1 when one failed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,15 +69,30 @@ def add_command(commands) -> None:
         "Exit code 0: every invariant held; 1: one failed.",
     )
     parser.add_argument("--minutes", type=float, default=10.0, help="minutes of live load with faults (default 10)")
-    parser.add_argument("--seed", type=int, help="random seed of the fault schedule and the loss (default: random, printed)")
-    parser.add_argument("--rate", type=float, default=20.0, help="live messages per second per regional cluster (default 20)")
-    parser.add_argument("--backfill-messages", type=int, default=6000,
-                        help="messages per regional cluster spread over the last hour before the live load (default 6000)")
-    parser.add_argument("--drop-count", type=int, help="messages the dc1 replicator loses in one window (default: 3-12, seeded)")
-    parser.add_argument("--fault-gap-s", type=float, default=30.0,
-                        help="mean seconds between the starts of two faults (default 30)")
-    parser.add_argument("--state-dir", type=Path, help="the soak's own folder, wiped at start (default <state_dir>/soak)")
-    parser.add_argument("--report-json", type=Path, help="also write the report as JSON here (default <soak dir>/report.json)")
+    parser.add_argument(
+        "--seed", type=int, help="random seed of the fault schedule and the loss (default: random, printed)"
+    )
+    parser.add_argument(
+        "--rate", type=float, default=20.0, help="live messages per second per regional cluster (default 20)"
+    )
+    parser.add_argument(
+        "--backfill-messages",
+        type=int,
+        default=6000,
+        help="messages per regional cluster spread over the last hour before the live load (default 6000)",
+    )
+    parser.add_argument(
+        "--drop-count", type=int, help="messages the dc1 replicator loses in one window (default: 3-12, seeded)"
+    )
+    parser.add_argument(
+        "--fault-gap-s", type=float, default=30.0, help="mean seconds between the starts of two faults (default 30)"
+    )
+    parser.add_argument(
+        "--state-dir", type=Path, help="the soak's own folder, wiped at start (default <state_dir>/soak)"
+    )
+    parser.add_argument(
+        "--report-json", type=Path, help="also write the report as JSON here (default <soak dir>/report.json)"
+    )
     parser.add_argument("--keep", action="store_true", help="leave the soak's clusters running afterwards, for a look")
     parser.set_defaults(handler=run)
 
@@ -109,7 +125,9 @@ class SoakLog:
     phases_s: dict[str, float] = field(default_factory=dict)
 
 
-def fault_schedule(rng: random.Random, duration_s: float, gap_s: float, regional: tuple[str, ...], hub: str) -> list[Fault]:
+def fault_schedule(
+    rng: random.Random, duration_s: float, gap_s: float, regional: tuple[str, ...], hub: str
+) -> list[Fault]:
     """Faults at random times (gaps uniform in [0.5, 1.5] x gap_s) over `duration_s`, the kinds dealt from shuffled
     decks so every kind comes up once before any comes up twice."""
     clusters = (*regional, hub)
@@ -119,8 +137,13 @@ def fault_schedule(rng: random.Random, duration_s: float, gap_s: float, regional
             deck = list(FAULT_KINDS)
             rng.shuffle(deck)
         kind = deck.pop()
-        target = {"kill-counter": rng.choice(clusters), "kill-replicator": rng.choice(regional),
-                  "kill-broker": rng.choice(clusters), "kill-lake": "lake", "kill-reconcile": "reconcile"}[kind]
+        target = {
+            "kill-counter": rng.choice(clusters),
+            "kill-replicator": rng.choice(regional),
+            "kill-broker": rng.choice(clusters),
+            "kill-lake": "lake",
+            "kill-reconcile": "reconcile",
+        }[kind]
         faults.append(Fault(round(at_s, 1), kind, target))
         at_s += rng.uniform(0.5, 1.5) * gap_s
     return faults
@@ -129,10 +152,13 @@ def fault_schedule(rng: random.Random, duration_s: float, gap_s: float, regional
 def write_soak_config(settings: Settings, soak_dir: Path) -> Path:
     """The built-in default with the soak's folder, 1-minute windows, a 60 s grace and 5 s flushes."""
     text = EXAMPLE_CONFIG.read_text()
-    for old, new in (('state_dir = ".kaudit"', f'state_dir = "{soak_dir.resolve()}"'),
-                     ('cache_dir = "~/.cache/kafka-audit"', f'cache_dir = "{Path(settings.cache_dir).expanduser().resolve()}"'),
-                     ("window_minutes = 10", f"window_minutes = {WINDOW_MINUTES}"), ("grace_s = 300", f"grace_s = {GRACE_S}"),
-                     ("flush_interval_s = 10", "flush_interval_s = 5")):
+    for old, new in (
+        ('state_dir = ".kaudit"', f'state_dir = "{soak_dir.resolve()}"'),
+        ('cache_dir = "~/.cache/kafka-audit"', f'cache_dir = "{Path(settings.cache_dir).expanduser().resolve()}"'),
+        ("window_minutes = 10", f"window_minutes = {WINDOW_MINUTES}"),
+        ("grace_s = 300", f"grace_s = {GRACE_S}"),
+        ("flush_interval_s = 10", "flush_interval_s = 5"),
+    ):
         if old not in text:
             raise HarnessError(f"soak config: {old!r} not found in default.toml; update write_soak_config")
         text = text.replace(old, new)
@@ -145,11 +171,15 @@ def fresh_soak_dir(soak_dir: Path) -> None:
     """Stop what a previous soak left and wipe its folder (only a folder a soak made, or an empty one)."""
     if soak_dir.exists():
         if any(soak_dir.iterdir()) and not (soak_dir / SOAK_MARKER).exists():
-            raise HarnessError(f"{soak_dir} exists and is not a soak folder (no {SOAK_MARKER}); choose another --state-dir")
+            raise HarnessError(
+                f"{soak_dir} exists and is not a soak folder (no {SOAK_MARKER}); choose another --state-dir"
+            )
         stop_leftovers(soak_dir)
         from audit.local.clusters import LocalClusters
 
-        LocalClusters([p.name for p in (soak_dir / "clusters").glob("*")], state_dir=soak_dir, cache_dir=Path(".")).down()
+        LocalClusters(
+            [p.name for p in (soak_dir / "clusters").glob("*")], state_dir=soak_dir, cache_dir=Path(".")
+        ).down()
         shutil.rmtree(soak_dir)
     soak_dir.mkdir(parents=True)
     (soak_dir / SOAK_MARKER).write_text("made by kaudit soak; wiped by the next soak\n")
@@ -165,15 +195,29 @@ class Soak:
         self.rng = random.Random(args.seed)
         self.log = SoakLog(seed=args.seed)
         drop_count = args.drop_count if args.drop_count is not None else self.rng.randint(3, 12)
-        self.drop = DropPlan(self.regional[0], "orders", drop_window(BACKFILL_HOURS, window_minutes=WINDOW_MINUTES),
-                             drop_count)
-        self.plan = PipelinePlan(regional=self.regional, hub=self.hub, drop=self.drop, flush_interval_s=5.0,
-                                 status_interval_s=5.0, stall_after_s=30.0, lake_trigger_s=5.0,
-                                 reconcile_interval_s=RECONCILE_INTERVAL_S, with_ui=False)
+        self.drop = DropPlan(
+            self.regional[0], "orders", drop_window(BACKFILL_HOURS, window_minutes=WINDOW_MINUTES), drop_count
+        )
+        self.plan = PipelinePlan(
+            regional=self.regional,
+            hub=self.hub,
+            drop=self.drop,
+            flush_interval_s=5.0,
+            status_interval_s=5.0,
+            stall_after_s=30.0,
+            lake_trigger_s=5.0,
+            reconcile_interval_s=RECONCILE_INTERVAL_S,
+            with_ui=False,
+        )
         self.plan_after_drop = dataclasses.replace(self.plan, drop=None)
-        self.supervisor = Supervisor(soak_dir, config=soak_dir / "soak.toml",
-                                     env={"KAUDIT_CONFIG": str(soak_dir / "soak.toml"),
-                                          "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)})
+        self.supervisor = Supervisor(
+            soak_dir,
+            config=soak_dir / "soak.toml",
+            env={
+                "KAUDIT_CONFIG": str(soak_dir / "soak.toml"),
+                "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+            },
+        )
         self.began = time.monotonic()
         self.expected_dead: set[str] = set()
         self.started_at: dict[str, float] = {}  # service -> monotonic time of its last start
@@ -194,13 +238,26 @@ class Soak:
         self.say("services started: " + ", ".join(self.supervisor.services))
 
     def backfill(self) -> None:
-        self.say(f"backfilling {self.args.backfill_messages:,} messages per regional cluster over {BACKFILL_HOURS:g} h; "
-                 f"replicator {self.drop.cluster} drops {self.drop.count} of {self.drop.topic} in the window "
-                 f"starting {_iso(self.drop.window_start_ms)}")
+        self.say(
+            f"backfilling {self.args.backfill_messages:,} messages per regional cluster over {BACKFILL_HOURS:g} h; "
+            f"replicator {self.drop.cluster} drops {self.drop.count} of {self.drop.topic} in the window "
+            f"starting {_iso(self.drop.window_start_ms)}"
+        )
         for index, cluster in enumerate(self.regional):
-            result = self.supervisor.run("produce", "--cluster", cluster, "--topics", ",".join(self.plan.topics),
-                                         "--count", str(self.args.backfill_messages), "--backfill-hours",
-                                         str(BACKFILL_HOURS), "--seed", str(self.log.seed + index), timeout_s=900)
+            result = self.supervisor.run(
+                "produce",
+                "--cluster",
+                cluster,
+                "--topics",
+                ",".join(self.plan.topics),
+                "--count",
+                str(self.args.backfill_messages),
+                "--backfill-hours",
+                str(BACKFILL_HOURS),
+                "--seed",
+                str(self.log.seed + index),
+                timeout_s=900,
+            )
             self._tally_producer(cluster, result.stdout)
             if result.returncode != 0:
                 raise HarnessError(f"backfilling {cluster} failed: {result.stderr[-2000:]}")
@@ -215,10 +272,22 @@ class Soak:
 
         cluster = self.regional[-1]
         marker = f"soak-{self.log.seed}-malformed"
-        bad = [f"not json at all {marker}-0".encode(),
-               json.dumps({"schema_version": 1, "kind": "count", "record_id": f"{marker}-1"}).encode(),
-               json.dumps({"schema_version": 1, "kind": "count", "record_id": f"{marker}-2", "tier": "dc2",
-                           "cluster": "dc2", "topic": "orders", "window_start": "yesterday", "count": "many"}).encode()]
+        bad = [
+            f"not json at all {marker}-0".encode(),
+            json.dumps({"schema_version": 1, "kind": "count", "record_id": f"{marker}-1"}).encode(),
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "kind": "count",
+                    "record_id": f"{marker}-2",
+                    "tier": "dc2",
+                    "cluster": "dc2",
+                    "topic": "orders",
+                    "window_start": "yesterday",
+                    "count": "many",
+                }
+            ).encode(),
+        ]
         producer = Producer(client_config(self.settings, cluster))
         for value in bad:
             producer.produce(self.settings.audit_topic, value=value)
@@ -237,29 +306,48 @@ class Soak:
         group = f"kaudit-mirror-{self.drop.cluster}-{self.hub}"
         consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False})
         try:
-            partitions = [TopicPartition(topic, p) for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions]
+            partitions = [
+                TopicPartition(topic, p) for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions
+            ]
             ends = {tp.partition: watermarks(consumer, topic, tp.partition)[1] for tp in partitions}
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=30)}
                 if all(committed.get(p, -1) >= end for p, end in ends.items()):
-                    self.say(f"replicator {self.drop.cluster} committed past the backfill of {topic}: the loss is final")
+                    self.say(
+                        f"replicator {self.drop.cluster} committed past the backfill of {topic}: the loss is final"
+                    )
                     return
                 self.watch_services()
                 time.sleep(2.0)
         finally:
             consumer.close()
-        raise HarnessError(f"replicator {self.drop.cluster} did not commit past the backfill of {topic} in {timeout_s:.0f} s")
+        raise HarnessError(
+            f"replicator {self.drop.cluster} did not commit past the backfill of {topic} in {timeout_s:.0f} s"
+        )
 
     def load_with_faults(self) -> None:
         duration_s = self.args.minutes * 60
         schedule = fault_schedule(self.rng, duration_s, self.args.fault_gap_s, self.regional, self.hub)
-        self.say(f"seed {self.log.seed}: live load {self.args.rate:g} msg/s per regional cluster for {duration_s:.0f} s, "
-                 f"{len(schedule)} faults planned: " + ", ".join(f"{f.at_s:.0f}s {f.kind} {f.target}" for f in schedule))
+        self.say(
+            f"seed {self.log.seed}: live load {self.args.rate:g} msg/s per regional cluster for {duration_s:.0f} s, "
+            f"{len(schedule)} faults planned: " + ", ".join(f"{f.at_s:.0f}s {f.kind} {f.target}" for f in schedule)
+        )
         for index, cluster in enumerate(self.regional):
-            self.supervisor.start(f"produce-{cluster}", "produce", "--cluster", cluster, "--topics", ",".join(self.plan.topics),
-                                  "--rate", str(self.args.rate), "--duration-s", str(duration_s),
-                                  "--seed", str(self.log.seed + 100 + index))
+            self.supervisor.start(
+                f"produce-{cluster}",
+                "produce",
+                "--cluster",
+                cluster,
+                "--topics",
+                ",".join(self.plan.topics),
+                "--rate",
+                str(self.args.rate),
+                "--duration-s",
+                str(duration_s),
+                "--seed",
+                str(self.log.seed + 100 + index),
+            )
         load_began = time.monotonic()
         for fault in schedule:
             while time.monotonic() - load_began < fault.at_s:
@@ -267,8 +355,10 @@ class Soak:
                 time.sleep(0.5)
             done = self.inject(fault, began_s=time.monotonic() - load_began)
             self.log.faults.append(done)
-            self.say(f"fault {len(self.log.faults)}/{len(schedule)}: {fault.kind} {fault.target}, down {done.down_s:.1f} s"
-                     + (f" ({done.note})" if done.note else ""))
+            self.say(
+                f"fault {len(self.log.faults)}/{len(schedule)}: {fault.kind} {fault.target}, down {done.down_s:.1f} s"
+                + (f" ({done.note})" if done.note else "")
+            )
         while any(self.supervisor.services[f"produce-{c}"].alive for c in self.regional):
             if time.monotonic() - load_began > duration_s + 300:
                 raise HarnessError("the producers did not finish 300 s after the load's end")
@@ -288,7 +378,9 @@ class Soak:
             time.sleep(down_s)
             note = f"back in {cluster.start():.1f} s"
             return FaultDone(fault, began_s, down_s, note)
-        name = {"kill-counter": f"count-{fault.target}", "kill-replicator": f"mirror-{fault.target}"}.get(fault.kind, fault.target)
+        name = {"kill-counter": f"count-{fault.target}", "kill-replicator": f"mirror-{fault.target}"}.get(
+            fault.kind, fault.target
+        )
         if fault.kind == "kill-reconcile":
             note = self._wait_reconcile_mid_run()
         self.expected_dead.add(name)
@@ -332,8 +424,9 @@ class Soak:
             if name.startswith(("produce-", "catchup-")) or name in self.expected_dead or service.alive:
                 continue
             tail = _last_lines(service.log_path, 2)
-            self.log.unplanned_exits.append(f"{name} exit {service.process.returncode} at "
-                                            f"{time.monotonic() - self.began:.0f} s: {tail}")
+            self.log.unplanned_exits.append(
+                f"{name} exit {service.process.returncode} at {time.monotonic() - self.began:.0f} s: {tail}"
+            )
             self.say(f"UNPLANNED EXIT of {name} (exit {service.process.returncode}); restarting. Log: {tail}")
             self._restart(name)
 
@@ -344,10 +437,22 @@ class Soak:
             cluster.start()
         for name in [n for n in self.supervisor.services if not n.startswith("produce-")]:
             self.supervisor.stop(name)
-        self._run_all({f"catchup-mirror-{c}": [*mirror_args(self.plan_after_drop, c), "--until-caught-up"]
-                       for c in self.regional})
-        steps = {f"catchup-count-{c}": ["count", "--cluster", c, "--flush-interval-s", "2", "--topic-refresh-s", "5",
-                                        "--until-caught-up"] for c in self.settings.cluster_names}
+        self._run_all(
+            {f"catchup-mirror-{c}": [*mirror_args(self.plan_after_drop, c), "--until-caught-up"] for c in self.regional}
+        )
+        steps = {
+            f"catchup-count-{c}": [
+                "count",
+                "--cluster",
+                c,
+                "--flush-interval-s",
+                "2",
+                "--topic-refresh-s",
+                "5",
+                "--until-caught-up",
+            ]
+            for c in self.settings.cluster_names
+        }
         steps["catchup-lake"] = ["lake", "--cluster", self.hub, "--until-caught-up"]
         self._run_all(steps)
         self.say("final reconciliation")
@@ -387,18 +492,34 @@ class Soak:
         for cluster in self.regional:
             for topic in self.plan.topics:
                 logical = f"{cluster}.{topic}"
-                add_truth(truth, logical, cluster, topic_truth(client_config(self.settings, cluster), topic, WINDOW_MINUTES))
-                add_truth(truth, logical, self.hub, topic_truth(client_config(self.settings, self.hub), logical, WINDOW_MINUTES))
+                add_truth(
+                    truth, logical, cluster, topic_truth(client_config(self.settings, cluster), topic, WINDOW_MINUTES)
+                )
+                add_truth(
+                    truth,
+                    logical,
+                    self.hub,
+                    topic_truth(client_config(self.settings, self.hub), logical, WINDOW_MINUTES),
+                )
                 hub_topics.append(logical)
         bronze = read_frame(self.settings.lake_root, "bronze", columns=["topic", "partition", "window_start"])
         truth.update(bronze_truth(bronze, hub_topics))
-        tables = {name: read_frame(self.settings.lake_root, name)
-                  for name in ("tier_counts", "completeness", "alerts", "audit_rejects")}
-        expect = Expectations(regional=self.regional, hub=self.hub, acked=dict(self.log.acked),
-                              drop_logical_topic=f"{self.drop.cluster}.{self.drop.topic}",
-                              drop_window_ms=self.drop.window_start_ms, drop_count=self.drop.count,
-                              malformed_markers=self.log.malformed_markers)
-        checks = check_all(tables["tier_counts"], tables["completeness"], tables["alerts"], tables["audit_rejects"], truth, expect)
+        tables = {
+            name: read_frame(self.settings.lake_root, name)
+            for name in ("tier_counts", "completeness", "alerts", "audit_rejects")
+        }
+        expect = Expectations(
+            regional=self.regional,
+            hub=self.hub,
+            acked=dict(self.log.acked),
+            drop_logical_topic=f"{self.drop.cluster}.{self.drop.topic}",
+            drop_window_ms=self.drop.window_start_ms,
+            drop_count=self.drop.count,
+            malformed_markers=self.log.malformed_markers,
+        )
+        checks = check_all(
+            tables["tier_counts"], tables["completeness"], tables["alerts"], tables["audit_rejects"], truth, expect
+        )
         return Verdict(checks, facts=self.facts(tables["completeness"], truth, expect))
 
     def facts(self, completeness, truth, expect) -> dict:
@@ -408,15 +529,23 @@ class Soak:
         hub_truth = sum(sum(c.values()) for (lt, w, tier), c in truth.items() if tier == self.hub)
         origin_truth = sum(sum(c.values()) for (lt, w, tier), c in truth.items() if tier == lt.split(".")[0])
         return {
-            "seed": self.log.seed, "minutes": self.args.minutes, "rate_per_cluster": self.args.rate,
-            "messages_acked": dict(self.log.acked), "messages_acked_total": sum(self.log.acked.values()),
+            "seed": self.log.seed,
+            "minutes": self.args.minutes,
+            "rate_per_cluster": self.args.rate,
+            "messages_acked": dict(self.log.acked),
+            "messages_acked_total": sum(self.log.acked.values()),
             "send_failed": dict(self.log.failed),
             "faults_by_kind": {kind: kinds.get(kind, 0) for kind in FAULT_KINDS},
-            "faults": [f"{d.began_s:.0f}s {d.fault.kind} {d.fault.target} down {d.down_s}s {d.note}".strip() for d in self.log.faults],
+            "faults": [
+                f"{d.began_s:.0f}s {d.fault.kind} {d.fault.target} down {d.down_s}s {d.note}".strip()
+                for d in self.log.faults
+            ],
             "malformed_records_injected": len(self.log.malformed_markers),
             "unplanned_exits": self.log.unplanned_exits,
-            "loss_injected": expect.drop_count, "loss_window": f"{expect.drop_logical_topic} {_iso(expect.drop_window_ms)}",
-            "hub_messages": hub_truth, "origin_messages": origin_truth,
+            "loss_injected": expect.drop_count,
+            "loss_window": f"{expect.drop_logical_topic} {_iso(expect.drop_window_ms)}",
+            "hub_messages": hub_truth,
+            "origin_messages": origin_truth,
             "duplicates_on_hub_true": max(0, hub_truth - origin_truth + expect.drop_count),
             "reported_by_tier": gap_totals(completeness),
             "statuses": completeness["status"].value_counts().to_dict() if len(completeness) else {},
@@ -427,22 +556,34 @@ class Soak:
 def render(verdict) -> str:
     facts = verdict.facts
     reported = facts["reported_by_tier"]
-    lines = ["", "kafka-audit soak report", "=======================",
-             f"seed {facts['seed']}, {facts['minutes']:g} min of live load at {facts['rate_per_cluster']:g} msg/s per regional cluster",
-             f"messages produced (acked): {facts['messages_acked_total']:,} "
-             + "(" + ", ".join(f"{c} {n:,}" for c, n in facts["messages_acked"].items()) + f"); send failures {sum(facts['send_failed'].values())}",
-             "faults injected: " + ", ".join(f"{k} {n}" for k, n in facts["faults_by_kind"].items())
-             + f"; malformed audit records {facts['malformed_records_injected']}",
-             f"unplanned service exits (restarted): {len(facts['unplanned_exits'])}"]
+    lines = [
+        "",
+        "kafka-audit soak report",
+        "=======================",
+        f"seed {facts['seed']}, {facts['minutes']:g} min of live load at {facts['rate_per_cluster']:g} msg/s per regional cluster",
+        f"messages produced (acked): {facts['messages_acked_total']:,} "
+        + "("
+        + ", ".join(f"{c} {n:,}" for c, n in facts["messages_acked"].items())
+        + f"); send failures {sum(facts['send_failed'].values())}",
+        "faults injected: "
+        + ", ".join(f"{k} {n}" for k, n in facts["faults_by_kind"].items())
+        + f"; malformed audit records {facts['malformed_records_injected']}",
+        f"unplanned service exits (restarted): {len(facts['unplanned_exits'])}",
+    ]
     lines += [f"    {text}" for text in facts["unplanned_exits"]]
-    lines += [f"loss injected: {facts['loss_injected']} in {facts['loss_window']}; reported missing: "
-              + ", ".join(f"{tier} {r['missing']}" for tier, r in sorted(reported.items())),
-              f"duplicates (at-least-once replicator restarts): true on the hub {facts['duplicates_on_hub_true']}, reported "
-              + ", ".join(f"{tier} {r['duplicated']}" for tier, r in sorted(reported.items())),
-              "window statuses: " + ", ".join(f"{s} {n}" for s, n in sorted(facts["statuses"].items())),
-              "phases: " + ", ".join(f"{k} {v:.0f} s" for k, v in facts["phases_s"].items()),
-              "", "invariants:", verdict.report(), "",
-              f"RESULT: {'every invariant held' if verdict.ok else 'INVARIANT FAILED'}"]
+    lines += [
+        f"loss injected: {facts['loss_injected']} in {facts['loss_window']}; reported missing: "
+        + ", ".join(f"{tier} {r['missing']}" for tier, r in sorted(reported.items())),
+        f"duplicates (at-least-once replicator restarts): true on the hub {facts['duplicates_on_hub_true']}, reported "
+        + ", ".join(f"{tier} {r['duplicated']}" for tier, r in sorted(reported.items())),
+        "window statuses: " + ", ".join(f"{s} {n}" for s, n in sorted(facts["statuses"].items())),
+        "phases: " + ", ".join(f"{k} {v:.0f} s" for k, v in facts["phases_s"].items()),
+        "",
+        "invariants:",
+        verdict.report(),
+        "",
+        f"RESULT: {'every invariant held' if verdict.ok else 'INVARIANT FAILED'}",
+    ]
     return "\n".join(lines)
 
 
@@ -481,8 +622,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             soak.clusters.down()
     print(render(verdict), flush=True)
     report_path = args.report_json or soak_dir / "report.json"
-    report_path.write_text(json.dumps({"ok": verdict.ok, "facts": verdict.facts,
-                                       "checks": [dataclasses.asdict(c) for c in verdict.checks]}, indent=2, default=str))
+    report_path.write_text(
+        json.dumps(
+            {"ok": verdict.ok, "facts": verdict.facts, "checks": [dataclasses.asdict(c) for c in verdict.checks]},
+            indent=2,
+            default=str,
+        )
+    )
     print(f"report: {report_path}; logs: {soak_dir / 'logs'}", flush=True)
     return 0 if verdict.ok else 1
 

@@ -8,6 +8,7 @@ invariant of docs DESIGN.md read against that truth; `Verdict.report()` prints t
 The checks are pure functions over pandas frames and Counters, so a unit test can hand them a
 wrong table and see them fail.
 """
+
 from __future__ import annotations
 
 import logging
@@ -51,7 +52,9 @@ def window_ms(values: pd.Series) -> pd.Series:
     return values.map(lambda t: int(pd.Timestamp(t).timestamp() * 1000))
 
 
-def topic_truth(consumer_config: Mapping[str, str], topic: str, window_minutes: int, timeout_s: float = 120.0) -> Counter:
+def topic_truth(
+    consumer_config: Mapping[str, str], topic: str, window_minutes: int, timeout_s: float = 120.0
+) -> Counter:
     """Messages in `topic` per (window_start_ms, partition), read from the first to the last offset."""
     import time
 
@@ -59,8 +62,15 @@ def topic_truth(consumer_config: Mapping[str, str], topic: str, window_minutes: 
 
     from audit.contract.windows import window_start
 
-    consumer = Consumer({**consumer_config, "group.id": f"kaudit-soak-truth-{time.monotonic_ns()}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest", "enable.partition.eof": False})
+    consumer = Consumer(
+        {
+            **consumer_config,
+            "group.id": f"kaudit-soak-truth-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+        }
+    )
     try:
         partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
         ends, assigned = {}, []
@@ -112,11 +122,23 @@ def _map(value) -> dict[int, int] | None:
     return {int(k): int(v) for k, v in (value.items() if isinstance(value, Mapping) else value)}
 
 
-def check_all(tier_counts: pd.DataFrame, completeness: pd.DataFrame, alerts: pd.DataFrame, rejects: pd.DataFrame,
-              truth: Truth, expect: Expectations) -> list[Check]:
+def check_all(
+    tier_counts: pd.DataFrame,
+    completeness: pd.DataFrame,
+    alerts: pd.DataFrame,
+    rejects: pd.DataFrame,
+    truth: Truth,
+    expect: Expectations,
+) -> list[Check]:
     """Every invariant, against the truth; see the module doc."""
-    counts = tier_counts.assign(w=window_ms(tier_counts["window_start"])) if len(tier_counts) else tier_counts.assign(w=[])
-    rows = completeness.assign(w=window_ms(completeness["window_start"])) if len(completeness) else completeness.assign(w=[])
+    counts = (
+        tier_counts.assign(w=window_ms(tier_counts["window_start"])) if len(tier_counts) else tier_counts.assign(w=[])
+    )
+    rows = (
+        completeness.assign(w=window_ms(completeness["window_start"]))
+        if len(completeness)
+        else completeness.assign(w=[])
+    )
     producer = {(r.logical_topic, int(r.w)): r for r in counts[counts["tier"] == "producer"].itertuples()}
     checks = [
         _producer_counts_match_acks(counts, expect),
@@ -135,8 +157,9 @@ def check_all(tier_counts: pd.DataFrame, completeness: pd.DataFrame, alerts: pd.
 def _producer_counts_match_acks(counts: pd.DataFrame, expect: Expectations) -> Check:
     produced = counts[counts["tier"] == "producer"].groupby("origin_cluster")["count"].sum().to_dict()
     wrong = {c: (int(produced.get(c, 0)), n) for c, n in expect.acked.items() if int(produced.get(c, 0)) != n}
-    detail = ", ".join(f"{c}: producer tier {p:,} vs acked {a:,}" for c, (p, a) in wrong.items()) or \
-        ", ".join(f"{c}: {n:,}" for c, n in expect.acked.items())
+    detail = ", ".join(f"{c}: producer tier {p:,} vs acked {a:,}" for c, (p, a) in wrong.items()) or ", ".join(
+        f"{c}: {n:,}" for c, n in expect.acked.items()
+    )
     return Check("1", "producer tier counts = messages the producers got acknowledged", not wrong, detail)
 
 
@@ -154,17 +177,30 @@ def _origin_holds_what_producers_sent(producer: dict, truth: Truth, expect: Expe
                 bad.append(f"{logical_topic}@{window}: producer {sent_total} vs held {sum(held.values())}")
         elif {p: n for p, n in sent.items() if n} != {p: n for p, n in held.items() if n}:
             bad.append(f"{logical_topic}@{window}: producer {sent} vs held {held}")
-    return Check("1", "each origin cluster holds exactly what its producers sent, per window and partition",
-                 not bad, "; ".join(bad[:5]) or f"{len(keys)} topic-windows exact")
+    return Check(
+        "1",
+        "each origin cluster holds exactly what its producers sent, per window and partition",
+        not bad,
+        "; ".join(bad[:5]) or f"{len(keys)} topic-windows exact",
+    )
 
 
 def _every_tier_counts_what_it_holds(counts: pd.DataFrame, truth: Truth) -> Check:
-    counted = {(r.logical_topic, int(r.w), r.tier): int(r.count) for r in counts[counts["tier"] != "producer"].itertuples()}
+    counted = {
+        (r.logical_topic, int(r.w), r.tier): int(r.count) for r in counts[counts["tier"] != "producer"].itertuples()
+    }
     held = {key: sum(c.values()) for key, c in truth.items()}
-    bad = [f"{lt}@{w} {tier}: counted {counted.get((lt, w, tier), 0)}, holds {held.get((lt, w, tier), 0)}"
-           for (lt, w, tier) in sorted(set(counted) | set(held)) if counted.get((lt, w, tier), 0) != held.get((lt, w, tier), 0)]
-    return Check("2", "every tier's count = what its topic (or the lake) really holds, despite the kills",
-                 not bad, "; ".join(bad[:5]) or f"{len(held)} tier-windows exact")
+    bad = [
+        f"{lt}@{w} {tier}: counted {counted.get((lt, w, tier), 0)}, holds {held.get((lt, w, tier), 0)}"
+        for (lt, w, tier) in sorted(set(counted) | set(held))
+        if counted.get((lt, w, tier), 0) != held.get((lt, w, tier), 0)
+    ]
+    return Check(
+        "2",
+        "every tier's count = what its topic (or the lake) really holds, despite the kills",
+        not bad,
+        "; ".join(bad[:5]) or f"{len(held)} tier-windows exact",
+    )
 
 
 def _lake_holds_what_hub_holds(truth: Truth, expect: Expectations) -> Check:
@@ -176,13 +212,19 @@ def _lake_holds_what_hub_holds(truth: Truth, expect: Expectations) -> Check:
                 bad.append(f"{lt}@{w}: hub {dict(held)} vs lake {dict(landed)}")
     lake_only = [key for key in truth if key[2] == "lake" and (key[0], key[1], expect.hub) not in truth]
     bad += [f"{lt}@{w}: in the lake, not on the hub" for lt, w, _ in lake_only]
-    return Check("2", "the lake landed every message of the hub once (no loss, no duplicate row)", not bad,
-                 "; ".join(bad[:5]) or "bronze = hub topics, per window and partition")
+    return Check(
+        "2",
+        "the lake landed every message of the hub once (no loss, no duplicate row)",
+        not bad,
+        "; ".join(bad[:5]) or "bronze = hub topics, per window and partition",
+    )
 
 
 def _true_gaps(truth: Truth, producer: dict, logical_topic: str, window: int, tier: str) -> tuple[int, int]:
     row = producer.get((logical_topic, window))
-    sent = (_map(row.by_partition) if row is not None else None) or dict(truth.get((logical_topic, window, logical_topic.split(".")[0]), {}))
+    sent = (_map(row.by_partition) if row is not None else None) or dict(
+        truth.get((logical_topic, window, logical_topic.split(".")[0]), {})
+    )
     return partition_gaps(sent, dict(truth.get((logical_topic, window, tier), {})))
 
 
@@ -191,10 +233,16 @@ def _reported_gaps_match_truth(rows: pd.DataFrame, producer: dict, truth: Truth)
     for r in rows[rows["tier"] != "producer"].itertuples():
         missing, duplicated = _true_gaps(truth, producer, r.logical_topic, int(r.w), r.tier)
         if (int(r.missing), int(r.duplicated)) != (missing, duplicated):
-            bad.append(f"{r.logical_topic}@{int(r.w)} {r.tier}: reported missing {int(r.missing)} dup {int(r.duplicated)}, "
-                       f"true missing {missing} dup {duplicated}")
-    return Check("3/4", "reported missing and duplicated = the true gaps, in every window and tier", not bad,
-                 "; ".join(bad[:5]) or f"{len(rows)} completeness rows exact")
+            bad.append(
+                f"{r.logical_topic}@{int(r.w)} {r.tier}: reported missing {int(r.missing)} dup {int(r.duplicated)}, "
+                f"true missing {missing} dup {duplicated}"
+            )
+    return Check(
+        "3/4",
+        "reported missing and duplicated = the true gaps, in every window and tier",
+        not bad,
+        "; ".join(bad[:5]) or f"{len(rows)} completeness rows exact",
+    )
 
 
 def _injected_loss_reported_exactly(rows: pd.DataFrame, truth: Truth, expect: Expectations) -> Check:
@@ -205,22 +253,37 @@ def _injected_loss_reported_exactly(rows: pd.DataFrame, truth: Truth, expect: Ex
     in_window = rows[(rows["logical_topic"] == key[0]) & (rows["w"] == key[1])]
     reported = {r.tier: int(r.missing) for r in in_window.itertuples()}
     elsewhere = int(rows[~((rows["logical_topic"] == key[0]) & (rows["w"] == key[1]))]["missing"].sum())
-    ok = (really_lost == expect.drop_count and reported.get(expect.hub) == expect.drop_count
-          and reported.get("lake") == expect.drop_count and elsewhere == 0)
-    detail = (f"injected {expect.drop_count} in {key[0]}@{key[1]} (the hub really lacks {really_lost}); reported missing "
-              f"{expect.hub} {reported.get(expect.hub)}, lake {reported.get('lake')}; missing reported elsewhere {elsewhere}")
+    ok = (
+        really_lost == expect.drop_count
+        and reported.get(expect.hub) == expect.drop_count
+        and reported.get("lake") == expect.drop_count
+        and elsewhere == 0
+    )
+    detail = (
+        f"injected {expect.drop_count} in {key[0]}@{key[1]} (the hub really lacks {really_lost}); reported missing "
+        f"{expect.hub} {reported.get(expect.hub)}, lake {reported.get('lake')}; missing reported elsewhere {elsewhere}"
+    )
     return Check("3", "the injected loss is reported as exactly K missing, in its window only", ok, detail)
 
 
 def _duplicates_never_complete(rows: pd.DataFrame) -> Check:
     hidden = rows[(rows["status"] == "complete") & ((rows["missing"] > 0) | (rows["duplicated"] > 0))]
-    final_dup = rows[rows["final"].fillna(False) & (rows["duplicated"] > 0) & ~rows["status"].isin(["over", "incomplete"])]
+    final_dup = rows[
+        rows["final"].fillna(False) & (rows["duplicated"] > 0) & ~rows["status"].isin(["over", "incomplete"])
+    ]
     final_loss = rows[rows["final"].fillna(False) & (rows["missing"] > 0) & (rows["status"] != "incomplete")]
-    bad = [f"{r.logical_topic}@{int(r.w)} {r.tier}: {r.status} with missing {int(r.missing)} dup {int(r.duplicated)}"
-           for frame in (hidden, final_dup, final_loss) for r in frame.itertuples()]
+    bad = [
+        f"{r.logical_topic}@{int(r.w)} {r.tier}: {r.status} with missing {int(r.missing)} dup {int(r.duplicated)}"
+        for frame in (hidden, final_dup, final_loss)
+        for r in frame.itertuples()
+    ]
     dups = int(rows["duplicated"].sum())
-    return Check("4", "duplicates show as over (never complete) and never hide a loss", not bad,
-                 "; ".join(bad[:5]) or f"{dups} duplicates reported, none shown as complete")
+    return Check(
+        "4",
+        "duplicates show as over (never complete) and never hide a loss",
+        not bad,
+        "; ".join(bad[:5]) or f"{dups} duplicates reported, none shown as complete",
+    )
 
 
 def _no_loss_without_a_loss(rows: pd.DataFrame, alerts: pd.DataFrame, truth: Truth, producer: dict) -> Check:
@@ -230,21 +293,35 @@ def _no_loss_without_a_loss(rows: pd.DataFrame, alerts: pd.DataFrame, truth: Tru
             bad.append(f"{r.logical_topic}@{int(r.w)} {r.tier}: incomplete without a true loss")
     final = {(r.logical_topic, int(r.w), r.tier): bool(r.final) for r in rows.itertuples()}
     losses = alerts[alerts["kind"] == "loss"] if len(alerts) else alerts
-    for a in (losses.assign(w=window_ms(losses["window_start"])).itertuples() if len(losses) else ()):
+    for a in losses.assign(w=window_ms(losses["window_start"])).itertuples() if len(losses) else ():
         key = (a.logical_topic, int(a.w), a.tier)
         if not final.get(key, False) or _true_gaps(truth, producer, *key)[0] == 0:
             bad.append(f"loss alert {key}: final {final.get(key)}, true loss {_true_gaps(truth, producer, *key)[0]}")
     lagging = int((rows["status"] == "lagging").sum()) + int((rows["status"] == "pending").sum())
-    return Check("5", "no window is called a loss (or alerted) unless final and truly short", not bad,
-                 "; ".join(bad[:5]) or f"{len(losses)} loss alerts, all true; {lagging} rows still lagging/pending")
+    return Check(
+        "5",
+        "no window is called a loss (or alerted) unless final and truly short",
+        not bad,
+        "; ".join(bad[:5]) or f"{len(losses)} loss alerts, all true; {lagging} rows still lagging/pending",
+    )
 
 
 def _malformed_records_rejected(rejects: pd.DataFrame, expect: Expectations) -> Check:
     raw = rejects["raw"].fillna("").tolist() if len(rejects) else []
     missing = [m for m in expect.malformed_markers if not any(m in text for text in raw)]
-    reasons = sorted({r for r, t in zip(rejects["reason"], raw) if any(m in t for m in expect.malformed_markers)}) if raw else []
-    return Check("6", "each malformed audit record is in audit_rejects with its reason", not missing,
-                 f"not rejected: {missing}" if missing else f"{len(expect.malformed_markers)} rejected: " + "; ".join(reasons)[:300])
+    reasons = (
+        sorted({r for r, t in zip(rejects["reason"], raw) if any(m in t for m in expect.malformed_markers)})
+        if raw
+        else []
+    )
+    return Check(
+        "6",
+        "each malformed audit record is in audit_rejects with its reason",
+        not missing,
+        f"not rejected: {missing}"
+        if missing
+        else f"{len(expect.malformed_markers)} rejected: " + "; ".join(reasons)[:300],
+    )
 
 
 @dataclass
@@ -257,7 +334,10 @@ class Verdict:
         return all(c.ok for c in self.checks)
 
     def report(self) -> str:
-        lines = [f"{'PASS' if c.ok else 'FAIL'}  invariant {c.invariant:<4} {c.name}\n        {c.detail}" for c in self.checks]
+        lines = [
+            f"{'PASS' if c.ok else 'FAIL'}  invariant {c.invariant:<4} {c.name}\n        {c.detail}"
+            for c in self.checks
+        ]
         return "\n".join(lines)
 
 

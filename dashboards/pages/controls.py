@@ -1,4 +1,5 @@
 """The controls shared by pages: the time-range picker and the topic search, both kept in the URL."""
+
 from __future__ import annotations
 
 from urllib.parse import parse_qs
@@ -11,13 +12,28 @@ from dashboards.data import DEFAULT_RANGE, RANGES
 
 
 def range_and_search(range_key: str | None, search: str | None, *, with_search: bool = True) -> html.Div:
-    children = [html.Label("time range ", style={"marginRight": "6px"}),
-                dcc.Dropdown(id=ids.RANGE, options=list(RANGES), value=range_key if range_key in RANGES else DEFAULT_RANGE,
-                             clearable=False, style={"width": "110px", "display": "inline-block", "verticalAlign": "middle"})]
+    children = [
+        html.Label("time range ", style={"marginRight": "6px"}),
+        dcc.Dropdown(
+            id=ids.RANGE,
+            options=list(RANGES),
+            value=range_key if range_key in RANGES else DEFAULT_RANGE,
+            clearable=False,
+            style={"width": "110px", "display": "inline-block", "verticalAlign": "middle"},
+        ),
+    ]
     if with_search:
-        children += [html.Label(" topic search ", style={"margin": "0 6px 0 20px"}),
-                     dcc.Input(id=ids.SEARCH, type="search", value=search or "", debounce=True,
-                               placeholder="part of a topic name", style={"width": "220px"})]
+        children += [
+            html.Label(" topic search ", style={"margin": "0 6px 0 20px"}),
+            dcc.Input(
+                id=ids.SEARCH,
+                type="search",
+                value=search or "",
+                debounce=True,
+                placeholder="part of a topic name",
+                style={"width": "220px"},
+            ),
+        ]
     return html.Div(children, style={"display": "flex", "alignItems": "center", "margin": "8px 0"})
 
 
@@ -33,14 +49,25 @@ def table(frame, columns: list[str] | None = None, *, table_id: str | None = Non
         elif str(shown[name].dtype).startswith("float"):
             shown[name] = shown[name].round(2)
     kwargs = {"id": table_id} if table_id else {}
-    return dash_table.DataTable(data=shown.to_dict("records"), columns=[{"name": c, "id": c} for c in shown.columns],
-                                sort_action="native", page_size=page_size, style_cell={"fontFamily": "sans-serif",
-                                                                                       "fontSize": "13px", "padding": "4px"},
-                                style_header={"fontWeight": "bold"}, **kwargs)
+    return dash_table.DataTable(
+        data=shown.to_dict("records"),
+        columns=[{"name": c, "id": c} for c in shown.columns],
+        sort_action="native",
+        page_size=page_size,
+        style_cell={"fontFamily": "sans-serif", "fontSize": "13px", "padding": "4px"},
+        style_header={"fontWeight": "bold"},
+        **kwargs,
+    )
 
 
-@callback(Output(ids.NAV, "href", allow_duplicate=True), Input(ids.RANGE, "value"), Input(ids.SEARCH, "value"),
-          State(ids.NAV, "pathname"), State(ids.NAV, "search"), prevent_initial_call=True)
+@callback(
+    Output(ids.NAV, "href", allow_duplicate=True),
+    Input(ids.RANGE, "value"),
+    Input(ids.SEARCH, "value"),
+    State(ids.NAV, "pathname"),
+    State(ids.NAV, "search"),
+    prevent_initial_call=True,
+)
 def _keep_controls_in_the_url(range_key, search, pathname, query):
     """A new range or search rewrites the URL (the page then renders from it), keeping the other keys."""
     kept = {key: values[-1] for key, values in parse_qs((query or "").lstrip("?")).items()}

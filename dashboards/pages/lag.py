@@ -1,4 +1,5 @@
 """Lag: each tier's watermark delay and the replicators' lag over time, and the tiers' status now."""
+
 from __future__ import annotations
 
 import dash
@@ -21,14 +22,16 @@ def layout(range: str | None = None, q: str | None = None, end: str | None = Non
     status = lake.frame("tier_status")
     if q and not status.empty:
         status = status[status["logical_topic"].str.contains(q, case=False, regex=False, na=False)]
-    return html.Div([
-        html.H2("Watermarks and lag"),
-        range_and_search(range, q),
-        dcc.Graph(id=ids.WATERMARKS, figure=figures.watermark_figure(history)),
-        dcc.Graph(id=ids.LAG, figure=figures.lag_figure(history)),
-        html.H3("Tier status now"),
-        table(status, STATUS_COLUMNS, table_id=ids.STATUS_TABLE),
-    ])
+    return html.Div(
+        [
+            html.H2("Watermarks and lag"),
+            range_and_search(range, q),
+            dcc.Graph(id=ids.WATERMARKS, figure=figures.watermark_figure(history)),
+            dcc.Graph(id=ids.LAG, figure=figures.lag_figure(history)),
+            html.H3("Tier status now"),
+            table(status, STATUS_COLUMNS, table_id=ids.STATUS_TABLE),
+        ]
+    )
 
 
 # Registered last, with its layout: the app does not import a pages folder (pages_folder="").

@@ -1,4 +1,5 @@
 """Overview: the completeness heatmap (topics x windows), the worst topics now, each tier's health."""
+
 from __future__ import annotations
 
 import dash
@@ -13,9 +14,14 @@ from dashboards.pages.controls import range_and_search, table
 
 def load(range_key: str | None, search: str | None, end: str | None = None) -> dict:
     lake = context().lake
-    return overview_data(lake.table("completeness", OVERVIEW_COLUMNS), lake.frame("tier_status"),
-                         range_key=range_key, search=search, end=end,
-                         cells=lake.derived("completeness", OVERVIEW_COLUMNS, all_cells))
+    return overview_data(
+        lake.table("completeness", OVERVIEW_COLUMNS),
+        lake.frame("tier_status"),
+        range_key=range_key,
+        search=search,
+        end=end,
+        cells=lake.derived("completeness", OVERVIEW_COLUMNS, all_cells),
+    )
 
 
 def layout(range: str | None = None, q: str | None = None, end: str | None = None, **_other) -> html.Div:  # noqa: A002
@@ -23,22 +29,35 @@ def layout(range: str | None = None, q: str | None = None, end: str | None = Non
     worst = data["worst"].copy()
     if not worst.empty:
         worst["worst_pct"] = worst["worst_pct"].round(2)
-    return html.Div([
-        html.H2("Completeness overview"),
-        range_and_search(range, q),
-        html.P(f"{data['topics']} topic(s) in {data['range'].start:%Y-%m-%d %H:%M} .. {data['range'].end:%Y-%m-%d %H:%M}"
-               f" UTC; the {len(data['order'])} worst shown. Click a cell to open that topic and window."),
-        dcc.Graph(id=ids.HEATMAP, figure=figures.status_heatmap(data["cells"], data["order"])),
-        html.Div([
-            html.Div([html.H3("Worst topics now"), table(worst, table_id=ids.WORST, page_size=10)],
-                     style={"flex": "1", "marginRight": "24px"}),
-            html.Div([html.H3("Tier health"), table(data["health"], table_id=ids.HEALTH)], style={"flex": "1"}),
-        ], style={"display": "flex"}),
-    ])
+    return html.Div(
+        [
+            html.H2("Completeness overview"),
+            range_and_search(range, q),
+            html.P(
+                f"{data['topics']} topic(s) in {data['range'].start:%Y-%m-%d %H:%M} .. {data['range'].end:%Y-%m-%d %H:%M}"
+                f" UTC; the {len(data['order'])} worst shown. Click a cell to open that topic and window."
+            ),
+            dcc.Graph(id=ids.HEATMAP, figure=figures.status_heatmap(data["cells"], data["order"])),
+            html.Div(
+                [
+                    html.Div(
+                        [html.H3("Worst topics now"), table(worst, table_id=ids.WORST, page_size=10)],
+                        style={"flex": "1", "marginRight": "24px"},
+                    ),
+                    html.Div([html.H3("Tier health"), table(data["health"], table_id=ids.HEALTH)], style={"flex": "1"}),
+                ],
+                style={"display": "flex"},
+            ),
+        ]
+    )
 
 
-@callback(Output(ids.NAV, "href", allow_duplicate=True), Input(ids.HEATMAP, "clickData"),
-          State(ids.RANGE, "value"), prevent_initial_call=True)
+@callback(
+    Output(ids.NAV, "href", allow_duplicate=True),
+    Input(ids.HEATMAP, "clickData"),
+    State(ids.RANGE, "value"),
+    prevent_initial_call=True,
+)
 def _open_clicked_window(click, range_key):
     """A heatmap cell opens the topic page on that topic and window."""
     if not click or not click.get("points"):
@@ -48,8 +67,13 @@ def _open_clicked_window(click, range_key):
     return href("/topic", topic=point["y"], window=window, range=range_key)
 
 
-@callback(Output(ids.HEATMAP, "figure"), Input(ids.REFRESH, "n_intervals"), State(ids.RANGE, "value"),
-          State(ids.SEARCH, "value"), prevent_initial_call=True)
+@callback(
+    Output(ids.HEATMAP, "figure"),
+    Input(ids.REFRESH, "n_intervals"),
+    State(ids.RANGE, "value"),
+    State(ids.SEARCH, "value"),
+    prevent_initial_call=True,
+)
 def _refresh(_tick, range_key, search):
     data = load(range_key, search)
     return figures.status_heatmap(data["cells"], data["order"])

@@ -1,4 +1,5 @@
 """Topic: producer vs each tier per window (the correlation graph), completeness, missing and duplicated, latency."""
+
 from __future__ import annotations
 
 from urllib.parse import parse_qs
@@ -11,8 +12,18 @@ from dashboards.app import context, href
 from dashboards.data import latest_window, parse_time, time_range, topic_rows
 from dashboards.pages.controls import range_and_search, table
 
-WINDOW_COLUMNS = ["tier", "status", "final", "expected", "observed", "missing", "duplicated", "completeness_pct",
-                  "tier_watermark", "latency_p99_ms"]
+WINDOW_COLUMNS = [
+    "tier",
+    "status",
+    "final",
+    "expected",
+    "observed",
+    "missing",
+    "duplicated",
+    "completeness_pct",
+    "tier_watermark",
+    "latency_p99_ms",
+]
 
 
 def load(topic: str | None, range_key: str | None, window: str | None):
@@ -23,8 +34,11 @@ def load(topic: str | None, range_key: str | None, window: str | None):
     topics = sorted(completeness["logical_topic"].dropna().unique()) if not completeness.empty else []
     topic = topic or (topics[0] if topics else None)
     # The range ends after the selected window when one is given, so a linked window is always in view.
-    end = (selected + (time_range(None, range_key).end - time_range(None, range_key).start) / 4).isoformat() \
-        if selected is not None else None
+    end = (
+        (selected + (time_range(None, range_key).end - time_range(None, range_key).start) / 4).isoformat()
+        if selected is not None
+        else None
+    )
     span = time_range(latest_window(lake.table("completeness", ["window_start"])), range_key, end)
     rows, counts = topic_rows(completeness, topic, span), topic_rows(counts, topic, span)
     if not counts.empty and not rows.empty:  # data-flow order for the counts' legend too
@@ -32,28 +46,56 @@ def load(topic: str | None, range_key: str | None, window: str | None):
     return topic, topics, selected, rows, counts
 
 
-def layout(topic: str | None = None, window: str | None = None, range: str | None = None,  # noqa: A002
-           q: str | None = None, tier: str | None = None, **_other) -> html.Div:
+def layout(
+    topic: str | None = None,
+    window: str | None = None,
+    range: str | None = None,  # noqa: A002
+    q: str | None = None,
+    tier: str | None = None,
+    **_other,
+) -> html.Div:
     topic, topics, selected, rows, counts = load(topic, range, window)
     in_window = rows[rows["window_start"] == selected] if selected is not None and not rows.empty else rows.iloc[0:0]
-    return html.Div([
-        html.H2(f"Topic {topic or '(none)'}"),
-        html.Div([html.Label("topic ", style={"marginRight": "6px"}),
-                  dcc.Dropdown(id=ids.TOPIC, options=topics, value=topic, clearable=False,
-                               style={"width": "320px", "display": "inline-block"})],
-                 style={"display": "flex", "alignItems": "center"}),
-        range_and_search(range, q, with_search=True),
-        html.Div([html.H3(f"Window {selected:%Y-%m-%d %H:%M} UTC" + (f" (alert on {tier})" if tier else "")),
-                  table(in_window, WINDOW_COLUMNS, table_id=ids.WINDOW_TABLE)] if selected is not None else []),
-        dcc.Graph(id=ids.CORRELATION, figure=figures.correlation_figure(counts, selected)),
-        dcc.Graph(id=ids.COMPLETENESS, figure=figures.completeness_figure(rows, selected)),
-        dcc.Graph(id=ids.MISSING, figure=figures.missing_figure(rows, selected)),
-        dcc.Graph(id=ids.LATENCY, figure=figures.latency_figure(counts)),
-    ])
+    return html.Div(
+        [
+            html.H2(f"Topic {topic or '(none)'}"),
+            html.Div(
+                [
+                    html.Label("topic ", style={"marginRight": "6px"}),
+                    dcc.Dropdown(
+                        id=ids.TOPIC,
+                        options=topics,
+                        value=topic,
+                        clearable=False,
+                        style={"width": "320px", "display": "inline-block"},
+                    ),
+                ],
+                style={"display": "flex", "alignItems": "center"},
+            ),
+            range_and_search(range, q, with_search=True),
+            html.Div(
+                [
+                    html.H3(f"Window {selected:%Y-%m-%d %H:%M} UTC" + (f" (alert on {tier})" if tier else "")),
+                    table(in_window, WINDOW_COLUMNS, table_id=ids.WINDOW_TABLE),
+                ]
+                if selected is not None
+                else []
+            ),
+            dcc.Graph(id=ids.CORRELATION, figure=figures.correlation_figure(counts, selected)),
+            dcc.Graph(id=ids.COMPLETENESS, figure=figures.completeness_figure(rows, selected)),
+            dcc.Graph(id=ids.MISSING, figure=figures.missing_figure(rows, selected)),
+            dcc.Graph(id=ids.LATENCY, figure=figures.latency_figure(counts)),
+        ]
+    )
 
 
-@callback(Output(ids.NAV, "href", allow_duplicate=True), Input(ids.TOPIC, "value"), State(ids.RANGE, "value"),
-          State(ids.NAV, "search"), prevent_initial_call=True)
+@callback(
+    Output(ids.NAV, "href", allow_duplicate=True),
+    Input(ids.TOPIC, "value"),
+    State(ids.RANGE, "value"),
+    State(ids.NAV, "search"),
+    prevent_initial_call=True,
+)
 def _pick_topic(topic, range_key, search):
     # The dropdown can report its value again as it mounts; navigating then would drop the window of
     # a deep link (an email's), so only a different topic navigates.

@@ -1,5 +1,6 @@
 """The packages import only downward (docs/architecture.md): the contract imports nothing of ours, the
 CLI sits on top. Every import counts, lazy ones inside functions too."""
+
 from __future__ import annotations
 
 import ast
@@ -59,6 +60,11 @@ def test_imports_only_go_down(name, path):
     own = package_of(name)
     if own is None:
         return
-    upward = sorted({target for target in imported(path) if (package_of(target) or own) != own
-                     and package_of(target) not in MAY_IMPORT[own]})
+    upward = sorted(
+        {
+            target
+            for target in imported(path)
+            if (package_of(target) or own) != own and package_of(target) not in MAY_IMPORT[own]
+        }
+    )
     assert upward == [], f"{name} ({own}) imports {upward}; it may import only {sorted(MAY_IMPORT[own])}"

@@ -1,4 +1,5 @@
 """The UI in real headless Chromium (Debian's chromium + chromedriver via selenium) over sample Delta tables."""
+
 from __future__ import annotations
 
 import time
@@ -51,11 +52,16 @@ def plot_data(driver, graph_id: str):
         f"const gd = document.querySelector('#{graph_id} .js-plotly-plot'); return gd && gd.data && gd.data.length ? "
         "gd.data.map(t => ({name: t.name, x: plain(t.x), y: plain(t.y), customdata: t.customdata})) : null;"
         # plotly.py 6 ships numbers as typed arrays: {dtype, bdata, _inputArray} once plotly.js decoded them
-        "function plain(a) { return a && a._inputArray ? Array.from(a._inputArray) : a; }")
+        "function plain(a) { return a && a._inputArray ? Array.from(a._inputArray) : a; }"
+    )
 
 
 def same_time(text: str, moment: pd.Timestamp) -> bool:
-    return pd.Timestamp(text).tz_localize("UTC") == moment if pd.Timestamp(text).tzinfo is None else pd.Timestamp(text) == moment
+    return (
+        pd.Timestamp(text).tz_localize("UTC") == moment
+        if pd.Timestamp(text).tzinfo is None
+        else pd.Timestamp(text) == moment
+    )
 
 
 def test_the_heatmap_shows_the_seeded_incomplete_window_and_a_click_opens_it(ui):
@@ -76,7 +82,9 @@ def test_the_heatmap_shows_the_seeded_incomplete_window_and_a_click_opens_it(ui)
         "const drag = gd.querySelector('.nsewdrag').getBoundingClientRect();"
         "const x = L.xaxis.l2p(L.xaxis.d2l(arguments[0])); const y = L.yaxis.l2p(L.yaxis.d2l(arguments[1]));"
         "return [x - drag.width / 2, y - drag.height / 2];",
-        heatmap["x"][column], heatmap["y"][row])
+        heatmap["x"][column],
+        heatmap["y"][row],
+    )
     drag = driver.find_element(By.CSS_SELECTOR, f"#{ids.HEATMAP} .nsewdrag")
     ActionChains(driver).move_to_element_with_offset(drag, int(offset[0]), int(offset[1])).click().perform()
 
@@ -93,7 +101,9 @@ def assert_the_correlation_graph_shows_the_gap(driver) -> None:
     at = {name: next(v for x, v in values.items() if same_time(str(x), LOSS_WINDOW)) for name, values in counts.items()}
     assert at["producer"] - at["aggregate"] == 40 and at["producer"] - at["lake"] == 40
     assert at["dc1"] == at["producer"]
-    heading = wait(lambda: driver.execute_script("return document.querySelector('h3') && document.querySelector('h3').innerText"))
+    heading = wait(
+        lambda: driver.execute_script("return document.querySelector('h3') && document.querySelector('h3').innerText")
+    )
     assert heading.startswith(f"Window {LOSS_WINDOW:%Y-%m-%d %H:%M} UTC")
 
 
@@ -101,9 +111,12 @@ def test_an_email_deep_link_opens_the_topic_and_window(ui):
     base, driver = ui
     driver.get(f"{base}/topic?topic=dc1.orders&window={LOSS_WINDOW:%Y-%m-%dT%H:%M}Z&tier=aggregate")
     assert_the_correlation_graph_shows_the_gap(driver)
-    cells = wait(lambda: driver.execute_script(
-        f"return Array.from(document.querySelectorAll('#{ids.WINDOW_TABLE} td')).map(td => td.innerText)"),
-        what="the window table")
+    cells = wait(
+        lambda: driver.execute_script(
+            f"return Array.from(document.querySelectorAll('#{ids.WINDOW_TABLE} td')).map(td => td.innerText)"
+        ),
+        what="the window table",
+    )
     assert "aggregate" in cells and "incomplete" in cells and "40" in cells
 
 
@@ -116,10 +129,14 @@ def test_the_deep_link_keeps_its_window_and_picking_another_topic_navigates(ui):
     time.sleep(2)  # the dropdown has mounted and reported its value: the window must still be there
     assert parse_qs(urlparse(driver.current_url).query).get("window"), driver.current_url
     driver.find_element(By.ID, ids.TOPIC).click()  # opens the list of topics
-    option = wait(lambda: next(o for o in driver.find_elements(By.CSS_SELECTOR, "[role=option]") if o.text == "dc1.payments"),
-                  what="the dc1.payments option")
+    option = wait(
+        lambda: next(o for o in driver.find_elements(By.CSS_SELECTOR, "[role=option]") if o.text == "dc1.payments"),
+        what="the dc1.payments option",
+    )
     option.click()
-    wait(lambda: parse_qs(urlparse(driver.current_url).query).get("topic") == ["dc1.payments"], what="topic=dc1.payments")
+    wait(
+        lambda: parse_qs(urlparse(driver.current_url).query).get("topic") == ["dc1.payments"], what="topic=dc1.payments"
+    )
     wait(lambda: driver.find_element(By.TAG_NAME, "h2").text == "Topic dc1.payments", what="the payments page")
 
 
@@ -146,5 +163,7 @@ def test_the_lag_and_alert_pages_render(ui):
     lake = next(t for t in traces if t["name"] == "lake")
     assert max(lake["y"]) > 30 and max(next(t for t in traces if t["name"] == "dc1")["y"]) < 1
     driver.get(base + "/alerts")
-    wait(lambda: driver.execute_script(f"return document.querySelector('#{ids.ALERTS_TABLE}') !== null"),
-         what="the alert table")
+    wait(
+        lambda: driver.execute_script(f"return document.querySelector('#{ids.ALERTS_TABLE}') !== null"),
+        what="the alert table",
+    )

@@ -1,4 +1,5 @@
 """The UI's data transforms and figure builders, without a server: a frame in, numbers and figures out."""
+
 from __future__ import annotations
 
 import base64
@@ -20,22 +21,32 @@ NOW = datetime(2025, 3, 4, 12, 3, tzinfo=UTC)
 
 @pytest.fixture(scope="module")
 def frames():
-    return sample_frames(SampleSpec(now=NOW, faults=[Loss("orders", "aggregate", 3, 40),
-                                                     Duplicate("payments", "lake", 5, 7),
-                                                     Lagging("clicks", "lake", 45)]))
+    return sample_frames(
+        SampleSpec(
+            now=NOW,
+            faults=[
+                Loss("orders", "aggregate", 3, 40),
+                Duplicate("payments", "lake", 5, 7),
+                Lagging("clicks", "lake", 45),
+            ],
+        )
+    )
 
 
 def completeness_arrow(frames) -> pa.Table:
     return arrow_table(COMPLETENESS, frames["completeness"])
 
 
-@pytest.mark.parametrize("topic, window, status", [
-    ("dc1.orders", 3, "incomplete"),   # aggregate and lake lost 40: worst wins
-    ("dc1.payments", 5, "over"),
-    ("dc1.clicks", 8, "lagging"),       # short, but not final: lagging, never incomplete
-    ("dc1.orders", 11, "pending"),      # the window still open
-    ("dc1.orders", 2, "complete"),
-])
+@pytest.mark.parametrize(
+    "topic, window, status",
+    [
+        ("dc1.orders", 3, "incomplete"),  # aggregate and lake lost 40: worst wins
+        ("dc1.payments", 5, "over"),
+        ("dc1.clicks", 8, "lagging"),  # short, but not final: lagging, never incomplete
+        ("dc1.orders", 11, "pending"),  # the window still open
+        ("dc1.orders", 2, "complete"),
+    ],
+)
 def test_overview_cells_hold_the_worst_status_of_the_non_reference_tiers(frames, topic, window, status):
     completeness = completeness_arrow(frames)
     cells = overview_cells(completeness, time_range(pd.Timestamp(NOW), "24h"))
@@ -95,9 +106,18 @@ def test_missing_and_duplicated_bars_cover_final_windows_only(frames):
     assert any(trace.name == "lake duplicated" and max(trace.y) == 7 for trace in payments.data)
 
 
-@pytest.mark.parametrize("builder", [figures.status_heatmap, figures.correlation_figure, figures.completeness_figure,
-                                     figures.missing_figure, figures.latency_figure, figures.watermark_figure,
-                                     figures.lag_figure])
+@pytest.mark.parametrize(
+    "builder",
+    [
+        figures.status_heatmap,
+        figures.correlation_figure,
+        figures.completeness_figure,
+        figures.missing_figure,
+        figures.latency_figure,
+        figures.watermark_figure,
+        figures.lag_figure,
+    ],
+)
 def test_every_figure_says_no_data_on_an_empty_frame(builder):
     figure = builder(pd.DataFrame())
     assert figure.layout.annotations[0].text == "no data in this range"

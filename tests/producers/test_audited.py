@@ -1,4 +1,5 @@
 """The audited producer against a real broker: it counts exactly what was acknowledged."""
+
 from __future__ import annotations
 
 import threading
@@ -20,8 +21,13 @@ WINDOW_MS = 600_000
 
 
 def producer_for(bootstrap: str, audit_topic: str, **options) -> AuditedProducer:
-    return AuditedProducer(config={"bootstrap.servers": bootstrap, "linger.ms": 5}, cluster="dc1",
-                           audit_topic=audit_topic, service="test", **options)
+    return AuditedProducer(
+        config={"bootstrap.servers": bootstrap, "linger.ms": 5},
+        cluster="dc1",
+        audit_topic=audit_topic,
+        service="test",
+        **options,
+    )
 
 
 def records_of(bootstrap: str, audit_topic: str):
@@ -50,8 +56,13 @@ def test_stamps_the_audit_time_header_and_calls_the_users_callback(local_cluster
     topic, audit_topic = topic_factory("dc1"), topic_factory("dc1")
     delivered = []
     with producer_for(bootstrap, audit_topic) as producer:
-        producer.produce(topic, value=b"v", headers=[("app", b"1")], timestamp=1_700_000_123_456,
-                         on_delivery=lambda err, msg: delivered.append((err, msg.topic())))
+        producer.produce(
+            topic,
+            value=b"v",
+            headers=[("app", b"1")],
+            timestamp=1_700_000_123_456,
+            on_delivery=lambda err, msg: delivered.append((err, msg.topic())),
+        )
     assert delivered == [(None, topic)]
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("g"), "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
@@ -69,8 +80,12 @@ def test_failed_sends_count_as_send_failed_not_as_count(local_clusters, topic_fa
     good, audit_topic = topic_factory("dc1"), topic_factory("dc1")
     missing = f"{good}-does-not-exist"  # auto-create is off on the test brokers
     ts = 1_700_000_000_000
-    with AuditedProducer(config={"bootstrap.servers": bootstrap}, cluster="dc1", audit_topic=audit_topic,
-                         extra_config={"message.timeout.ms": 2000}) as producer:
+    with AuditedProducer(
+        config={"bootstrap.servers": bootstrap},
+        cluster="dc1",
+        audit_topic=audit_topic,
+        extra_config={"message.timeout.ms": 2000},
+    ) as producer:
         for _ in range(3):
             producer.produce(missing, value=b"lost", timestamp=ts)
         producer.produce(good, value=b"kept", timestamp=ts)
@@ -113,8 +128,12 @@ def test_undelivered_audit_record_is_retried_under_the_same_id(local_clusters, t
     bootstrap = local_clusters["dc1"].bootstrap_servers
     topic = topic_factory("dc1")
     audit_topic = unique_name("audit-later")  # does not exist yet: the first emission fails
-    producer = AuditedProducer(config={"bootstrap.servers": bootstrap}, cluster="dc1", audit_topic=audit_topic,
-                               extra_config={"message.timeout.ms": 1500})
+    producer = AuditedProducer(
+        config={"bootstrap.servers": bootstrap},
+        cluster="dc1",
+        audit_topic=audit_topic,
+        extra_config={"message.timeout.ms": 1500},
+    )
     producer.produce(topic, value=b"v", timestamp=1_700_000_000_000)
     producer.flush(10)
     assert len(producer._unacked) == 1

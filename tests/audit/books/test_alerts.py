@@ -1,4 +1,5 @@
 """Alerts against a real SMTP server on loopback (aiosmtpd) and real Delta tables (deltalake)."""
+
 from __future__ import annotations
 
 import email
@@ -63,11 +64,16 @@ def smtp_server():
 
 def settings_for(tmp_path, port: int, **alerts) -> Settings:
     return replace(
-        Settings.default(), state_dir=tmp_path,
+        Settings.default(),
+        state_dir=tmp_path,
         smtp=SmtpSettings(host="127.0.0.1", port=port, retries=2, backoff_s=0.01, timeout_s=5),
-        alerts=AlertSettings(ui_url=UI, default_recipients=("audit@example.com",),
-                             routes=(AlertRoute(pattern=r"^dc1\.orders$", recipients=("orders-oncall@example.com",)),),
-                             **alerts))
+        alerts=AlertSettings(
+            ui_url=UI,
+            default_recipients=("audit@example.com",),
+            routes=(AlertRoute(pattern=r"^dc1\.orders$", recipients=("orders-oncall@example.com",)),),
+            **alerts,
+        ),
+    )
 
 
 def seed(settings: Settings, *faults, **spec) -> dict[str, pd.DataFrame]:
@@ -99,8 +105,10 @@ def test_a_seeded_loss_sends_exactly_one_email_with_the_windows_and_a_link(tmp_p
     assert subj(message) == f"[kaudit] LOSS dc1.orders at aggregate: {pct:.2f}% in 2025-03-04 10:40 UTC (+1 more)"
     assert message["To"] == "orders-oncall@example.com" and message["From"] == "kaudit@localhost"
     text = body(message, "plain")
-    assert f"topic: dc1.orders | tier: aggregate | window: 2025-03-04 10:40 UTC | expected: {expected:,} | " \
-           f"observed: {expected - 40:,} | missing: 40" in text
+    assert (
+        f"topic: dc1.orders | tier: aggregate | window: 2025-03-04 10:40 UTC | expected: {expected:,} | "
+        f"observed: {expected - 40:,} | missing: 40" in text
+    )
     assert "tier: lake | window: 2025-03-04 10:40 UTC" in text
     assert "lost between dc1 -> aggregate (the replicator)" in text
     assert "the producers failed to send 2 message(s) in this window" in text
@@ -209,32 +217,55 @@ def test_the_alert_id_depends_on_kind_window_tier_and_status_only():
     start = datetime(2025, 3, 4, 10, 40, tzinfo=UTC)
     same = alert_id("loss", "dc1", "orders", pd.Timestamp(start), "lake", "incomplete")
     assert same == alert_id("loss", "dc1", "orders", start, "lake", "incomplete")
-    others = {alert_id(*args) for args in [("over", "dc1", "orders", start, "lake", "incomplete"),
-                                           ("loss", "dc2", "orders", start, "lake", "incomplete"),
-                                           ("loss", "dc1", "orders", start.replace(minute=50), "lake", "incomplete"),
-                                           ("loss", "dc1", "orders", start, "aggregate", "incomplete"),
-                                           ("loss", "dc1", "orders", start, "lake", "over")]}
+    others = {
+        alert_id(*args)
+        for args in [
+            ("over", "dc1", "orders", start, "lake", "incomplete"),
+            ("loss", "dc2", "orders", start, "lake", "incomplete"),
+            ("loss", "dc1", "orders", start.replace(minute=50), "lake", "incomplete"),
+            ("loss", "dc1", "orders", start, "aggregate", "incomplete"),
+            ("loss", "dc1", "orders", start, "lake", "over"),
+        ]
+    }
     assert same not in others and len(others) == 5
 
 
-@pytest.mark.parametrize("watermark_minutes_ago, tier, expected", [
-    (29, "lake", 0),        # within lag_minutes
-    (31, "lake", 1),        # behind
-    (300, "producer", 0),   # the reference tier is never lagging: a quiet producer is not lag
-    (None, "lake", 0),      # no watermark yet
-])
+@pytest.mark.parametrize(
+    "watermark_minutes_ago, tier, expected",
+    [
+        (29, "lake", 0),  # within lag_minutes
+        (31, "lake", 1),  # behind
+        (300, "producer", 0),  # the reference tier is never lagging: a quiet producer is not lag
+        (None, "lake", 0),  # no watermark yet
+    ],
+)
 def test_lag_alerts(watermark_minutes_ago, tier, expected):
-    watermark = None if watermark_minutes_ago is None else pd.Timestamp(NOW) - pd.Timedelta(minutes=watermark_minutes_ago)
-    frame = pd.DataFrame([dict(tier=tier, origin_cluster="dc1", topic="orders", watermark=watermark, lag=10,
-                               stalled=False, reporters="x")])
+    watermark = (
+        None if watermark_minutes_ago is None else pd.Timestamp(NOW) - pd.Timedelta(minutes=watermark_minutes_ago)
+    )
+    frame = pd.DataFrame(
+        [
+            dict(
+                tier=tier,
+                origin_cluster="dc1",
+                topic="orders",
+                watermark=watermark,
+                lag=10,
+                stalled=False,
+                reporters="x",
+            )
+        ]
+    )
     frame["watermark"] = pd.to_datetime(frame["watermark"], utc=True)
     assert len(lag_alerts(frame, now=NOW, lag_minutes=30, window_minutes=10, reference_tier="producer")) == expected
 
 
 def test_the_subject_names_the_worst_window_and_counts_the_rest():
     start = datetime(2025, 3, 4, 10, 40, tzinfo=UTC)
-    alerts = [Alert("loss", "dc1", "orders", start, "lake", "incomplete", completeness_pct=99.5),
-              Alert("loss", "dc1", "orders", start.replace(minute=50), "aggregate", "incomplete", completeness_pct=90.0)]
+    alerts = [
+        Alert("loss", "dc1", "orders", start, "lake", "incomplete", completeness_pct=99.5),
+        Alert("loss", "dc1", "orders", start.replace(minute=50), "aggregate", "incomplete", completeness_pct=90.0),
+    ]
     assert subject(alerts) == "[kaudit] LOSS dc1.orders at aggregate: 90.00% in 2025-03-04 10:50 UTC (+1 more)"
     assert subject(alerts[:1]) == "[kaudit] LOSS dc1.orders at lake: 99.50% in 2025-03-04 10:40 UTC"
 
@@ -245,13 +276,28 @@ def test_kaudit_alert_exits_3_while_smtp_is_down_and_0_once_sent(tmp_path, smtp_
 
     server, inbox, port = smtp_server
     config = tmp_path / "kaudit.toml"
-    config.write_text(f'state_dir = "{tmp_path}"\n[smtp]\nport = {port}\nretries = 1\n'
-                      '[alerts]\ndefault_recipients = ["audit@example.com"]\n')
+    config.write_text(
+        f'state_dir = "{tmp_path}"\n[smtp]\nport = {port}\nretries = 1\n'
+        '[alerts]\ndefault_recipients = ["audit@example.com"]\n'
+    )
     seed(Settings(state_dir=tmp_path), Loss("orders", "lake", 4, 9))
 
     def kaudit_alert() -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "audit.cli", "--config", str(config), "alert",
-                               "--now", NOW.strftime("%Y-%m-%dT%H:%MZ")], capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "audit.cli",
+                "--config",
+                str(config),
+                "alert",
+                "--now",
+                NOW.strftime("%Y-%m-%dT%H:%MZ"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     server.stop()
     down = kaudit_alert()

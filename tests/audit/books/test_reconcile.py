@@ -3,6 +3,7 @@
 Each test writes records straight into the audit topics of the session clusters (its own audit
 topic name, its own lake), runs `reconcile`, and reads the Delta tables back.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,24 +50,60 @@ class AuditWriter:
 
         self.producers[cluster].produce(topic or self.settings.audit_topic, payload, on_delivery=delivered)
 
-    def count(self, tier: str, cluster: str, topic: str, window: int, count: int, parts: dict | None = None, *,
-              to: tuple[str, ...] | None = None) -> bytes:
+    def count(
+        self,
+        tier: str,
+        cluster: str,
+        topic: str,
+        window: int,
+        count: int,
+        parts: dict | None = None,
+        *,
+        to: tuple[str, ...] | None = None,
+    ) -> bytes:
         self.sequence += 1
-        payload = encode(count_record(record_id=f"{tier}-i:{self.sequence}", tier=tier, cluster=cluster, topic=topic,
-                                      window_start_ms=window, count=count, bytes=count * 100, by_partition=parts,
-                                      emitted_at_ms=FRESH))
+        payload = encode(
+            count_record(
+                record_id=f"{tier}-i:{self.sequence}",
+                tier=tier,
+                cluster=cluster,
+                topic=topic,
+                window_start_ms=window,
+                count=count,
+                bytes=count * 100,
+                by_partition=parts,
+                emitted_at_ms=FRESH,
+            )
+        )
         for target in to or (cluster,):
             self.send(target, payload)
         if to:  # and its copy, as the replicator brings it to the aggregate
             self.send("aggregate", payload, self.replica)
         return payload
 
-    def status(self, tier: str, cluster: str, topic: str, lag: int = 0, last_audit_time: int | None = None, *,
-               service: str = "kaudit-counter", emitted_at: int = FRESH, to: str | None = None) -> None:
+    def status(
+        self,
+        tier: str,
+        cluster: str,
+        topic: str,
+        lag: int = 0,
+        last_audit_time: int | None = None,
+        *,
+        service: str = "kaudit-counter",
+        emitted_at: int = FRESH,
+        to: str | None = None,
+    ) -> None:
         self.sequence += 1
         partitions = [PartitionStatus(0, 1000, 1000 + lag, lag, last_audit_time)]
-        record = status_record(record_id=f"{service}-{tier}:{self.sequence}", tier=tier, cluster=cluster, topic=topic,
-                               service=service, partitions=partitions, emitted_at_ms=emitted_at)
+        record = status_record(
+            record_id=f"{service}-{tier}:{self.sequence}",
+            tier=tier,
+            cluster=cluster,
+            topic=topic,
+            service=service,
+            partitions=partitions,
+            emitted_at_ms=emitted_at,
+        )
         self.send(to or cluster, encode(record))
 
     def flush(self) -> None:
@@ -77,16 +114,23 @@ class AuditWriter:
 
 def rows(spark, settings, table, *, drop=("updated_at", "ingested_at")) -> list[dict]:
     frame = delta_io.read_table(spark, settings.lake_root, table.name)
-    return sorted((row.asDict(recursive=True) for row in frame.drop(*[c for c in drop if c in frame.columns]).collect()),
-                  key=lambda r: json.dumps(r, default=str, sort_keys=True))
+    return sorted(
+        (row.asDict(recursive=True) for row in frame.drop(*[c for c in drop if c in frame.columns]).collect()),
+        key=lambda r: json.dumps(r, default=str, sort_keys=True),
+    )
 
 
 def completeness(spark, settings) -> dict[tuple[str, int, str], tuple]:
     result = {}
     for row in rows(spark, settings, COMPLETENESS):
         window = int(row["window_start"].timestamp() * 1000)
-        result[(row["logical_topic"], window, row["tier"])] = (row["status"], row["expected"], row["observed"],
-                                                               row["missing"], row["duplicated"])
+        result[(row["logical_topic"], window, row["tier"])] = (
+            row["status"],
+            row["expected"],
+            row["observed"],
+            row["missing"],
+            row["duplicated"],
+        )
     return result
 
 
@@ -142,13 +186,20 @@ def test_the_books_balance_per_topic_window_and_tier(spark, settings_factory):
     # The replicator into the aggregate is behind: lagging there and downstream, never a loss.
     assert books[("dc1.payments", W1, "aggregate")] == ("lagging", 30, 10, 20, 0)
     assert books[("dc1.payments", W1, "lake")] == ("lagging", 30, 10, 20, 0)
-    assert not any(key[0] == "dc1.dc1" or ".dc1." in key[0] for key in books), "replicated names map back to their origin"
+    assert not any(key[0] == "dc1.dc1" or ".dc1." in key[0] for key in books), (
+        "replicated names map back to their origin"
+    )
 
     reference = {r["logical_topic"]: r["reference_tier"] for r in rows(spark, settings, COMPLETENESS)}
     assert reference == {"dc1.orders": "producer", "dc1.clicks": "dc1", "dc1.payments": "producer"}
-    producer_w1 = [r for r in rows(spark, settings, TIER_COUNTS) if r["tier"] == "producer" and r["topic"] == "orders"
-                   and int(r["window_start"].timestamp() * 1000) == W1]
-    assert [(r["count"], r["records"]) for r in producer_w1] == [(100, 1)], "a record read from two clusters counts once"
+    producer_w1 = [
+        r
+        for r in rows(spark, settings, TIER_COUNTS)
+        if r["tier"] == "producer" and r["topic"] == "orders" and int(r["window_start"].timestamp() * 1000) == W1
+    ]
+    assert [(r["count"], r["records"]) for r in producer_w1] == [(100, 1)], (
+        "a record read from two clusters counts once"
+    )
     status = {(r["logical_topic"], r["tier"]): r for r in rows(spark, settings, TIER_STATUS)}
     assert status[("dc1.payments", "aggregate")]["lag"] == 20
     assert "kaudit-mirror@dc1" in status[("dc1.payments", "aggregate")]["reporters"]
@@ -162,7 +213,9 @@ def test_the_books_balance_per_topic_window_and_tier(spark, settings_factory):
     books = completeness(spark, settings)
     assert books[("dc1.payments", W1, "aggregate")] == ("complete", 30, 30, 0, 0)
     assert books[("dc1.payments", W1, "lake")] == ("complete", 30, 30, 0, 0)
-    assert books[("dc1.orders", W2, "aggregate")] == ("incomplete", 80, 77, 3, 0), "untouched windows keep their verdict"
+    assert books[("dc1.orders", W2, "aggregate")] == ("incomplete", 80, 77, 3, 0), (
+        "untouched windows keep their verdict"
+    )
 
 
 def test_a_run_killed_after_storing_its_records_is_completed_by_the_next(spark, settings_factory):
@@ -184,7 +237,9 @@ def test_a_run_killed_after_storing_its_records_is_completed_by_the_next(spark, 
     assert status[("dc1.payments", "aggregate")] == 20
 
 
-def test_a_tier_is_final_only_once_its_own_counter_reports_and_a_tier_that_joins_later_is_judged(spark, settings_factory):
+def test_a_tier_is_final_only_once_its_own_counter_reports_and_a_tier_that_joins_later_is_judged(
+    spark, settings_factory
+):
     """Two bugs the soak found. payments: a hung aggregate counter, a replicator saying all had arrived,
     and the aggregate's windows judged final with nothing counted (false loss alerts). orders: every
     message of one window was lost on the way, the lake never counted that window, and it got no lake
@@ -222,18 +277,58 @@ def test_a_tier_is_final_only_once_its_own_counter_reports_and_a_tier_that_joins
 MALFORMED = {
     b"this is not json": "record: not JSON",
     b'{"schema_version": 1, "kind": "count", "tier": "dc1"}': "record_id: missing",
-    json.dumps({"schema_version": 1, "record_id": "bad:1", "kind": "count", "tier": "dc1", "cluster": "dc1",
-                "topic": "orders", "window_start": "2024-01-01T00:00:00Z", "count": -5,
-                "emitted_at": "2024-01-01T00:11:00.000Z"}).encode(): "count: -5 is negative",
-    json.dumps({"schema_version": 1, "record_id": "bad:2", "kind": "count", "tier": "dc1", "cluster": "dc1",
-                "topic": "orders", "window_start": "2024-01-01T00:03:00Z", "count": 5,
-                "emitted_at": "2024-01-01T00:11:00.000Z"}).encode(): "window_start: 2024-01-01T00:03:00Z is not aligned",
-    json.dumps({"schema_version": 1, "record_id": "bad:3", "kind": "count", "tier": "moon", "cluster": "dc1",
-                "topic": "orders", "window_start": "2024-01-01T00:00:00Z", "count": 5,
-                "emitted_at": "2024-01-01T00:11:00.000Z"}).encode(): "tier: 'moon' fails expect_column_values_to_be_in_set",
-    json.dumps({"schema_version": 1, "record_id": "bad:4", "kind": "count", "tier": "dc1", "cluster": "dc1",
-                "topic": "orders", "window_start": "2024-01-01T00:00:00Z", "count": 10**20,
-                "emitted_at": "2024-01-01T00:11:00.000Z"}).encode(): "count: 100000000000000000000 is over the limit",
+    json.dumps(
+        {
+            "schema_version": 1,
+            "record_id": "bad:1",
+            "kind": "count",
+            "tier": "dc1",
+            "cluster": "dc1",
+            "topic": "orders",
+            "window_start": "2024-01-01T00:00:00Z",
+            "count": -5,
+            "emitted_at": "2024-01-01T00:11:00.000Z",
+        }
+    ).encode(): "count: -5 is negative",
+    json.dumps(
+        {
+            "schema_version": 1,
+            "record_id": "bad:2",
+            "kind": "count",
+            "tier": "dc1",
+            "cluster": "dc1",
+            "topic": "orders",
+            "window_start": "2024-01-01T00:03:00Z",
+            "count": 5,
+            "emitted_at": "2024-01-01T00:11:00.000Z",
+        }
+    ).encode(): "window_start: 2024-01-01T00:03:00Z is not aligned",
+    json.dumps(
+        {
+            "schema_version": 1,
+            "record_id": "bad:3",
+            "kind": "count",
+            "tier": "moon",
+            "cluster": "dc1",
+            "topic": "orders",
+            "window_start": "2024-01-01T00:00:00Z",
+            "count": 5,
+            "emitted_at": "2024-01-01T00:11:00.000Z",
+        }
+    ).encode(): "tier: 'moon' fails expect_column_values_to_be_in_set",
+    json.dumps(
+        {
+            "schema_version": 1,
+            "record_id": "bad:4",
+            "kind": "count",
+            "tier": "dc1",
+            "cluster": "dc1",
+            "topic": "orders",
+            "window_start": "2024-01-01T00:00:00Z",
+            "count": 10**20,
+            "emitted_at": "2024-01-01T00:11:00.000Z",
+        }
+    ).encode(): "count: 100000000000000000000 is over the limit",
 }
 
 
@@ -271,7 +366,9 @@ def test_reconciling_twice_or_from_scratch_leaves_identical_tables(spark, settin
     first = {t.name: rows(spark, settings, t, drop=()) for t in tables}
     again = reconcile(spark, settings, now_ms=NOW)
     assert again.read == 0
-    assert {t.name: rows(spark, settings, t, drop=()) for t in tables} == first, "a rerun changes nothing, not even updated_at"
+    assert {t.name: rows(spark, settings, t, drop=()) for t in tables} == first, (
+        "a rerun changes nothing, not even updated_at"
+    )
 
     # Forget every offset: the whole audit topic is read again, and still nothing changes.
     spark.sql(f"DELETE FROM delta.`{delta_io.table_path(settings.lake_root, SOURCE_OFFSETS.name)}`")

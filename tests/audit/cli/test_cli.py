@@ -1,4 +1,5 @@
 """The `kaudit` command line: help for newcomers, errors that name the problem, real clusters."""
+
 from __future__ import annotations
 
 import subprocess
@@ -17,11 +18,18 @@ from audit.local.clusters import free_port
 def kaudit(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     import os
 
-    return subprocess.run([sys.executable, "-m", "audit.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "audit.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
-@pytest.mark.parametrize("command", [[], ["clusters"], ["config"], ["produce"], ["count"], ["mirror"], ["alert"], ["ui"], ["demo"]])
+@pytest.mark.parametrize(
+    "command", [[], ["clusters"], ["config"], ["produce"], ["count"], ["mirror"], ["alert"], ["ui"], ["demo"]]
+)
 def test_every_command_explains_itself(command):
     result = kaudit(*command, "--help")
     assert result.returncode == 0, result.stderr
@@ -30,8 +38,9 @@ def test_every_command_explains_itself(command):
 
 def session_config(tmp_path, state_dir, local_clusters) -> str:
     path = tmp_path / "kaudit.toml"
-    path.write_text(f'state_dir = "{state_dir}"\n' + "".join(
-        f'[[clusters]]\nname = "{name}"\n' for name in local_clusters.clusters))
+    path.write_text(
+        f'state_dir = "{state_dir}"\n' + "".join(f'[[clusters]]\nname = "{name}"\n' for name in local_clusters.clusters)
+    )
     return str(path)
 
 
@@ -97,16 +106,27 @@ def test_counter_exports_prometheus_metrics(local_clusters, topic_factory, uniqu
     assert "kaudit_counter_last_flush_timestamp_seconds" in body and "kaudit_counter_transaction_aborts_total" in body
 
 
-@pytest.mark.parametrize("args, names", [
-    (["mirror", "--from", "dc1", "--to", "aggregate", "--drop-topics", "x", "--drop-count", "-5"], "count -5 is negative"),
-    (["mirror", "--from", "dc1", "--to", "aggregate", "--drop-topics", "(", "--drop-count", "1"], "not a valid regex"),
-    (["count", "--cluster", "nowhere"], "nowhere"),
-])
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        (
+            ["mirror", "--from", "dc1", "--to", "aggregate", "--drop-topics", "x", "--drop-count", "-5"],
+            "count -5 is negative",
+        ),
+        (
+            ["mirror", "--from", "dc1", "--to", "aggregate", "--drop-topics", "(", "--drop-count", "1"],
+            "not a valid regex",
+        ),
+        (["count", "--cluster", "nowhere"], "nowhere"),
+    ],
+)
 def test_a_bad_flag_is_one_error_line_with_exit_2_never_a_traceback(args, names):
     result = kaudit(*args, timeout=60)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("kaudit: error: ") and names in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("kaudit: error: ") and names in result.stderr, (
+        result.stderr
+    )
 
 
 def test_an_unexpected_failure_names_its_type_and_place_not_a_traceback(monkeypatch, capsys):

@@ -1,4 +1,5 @@
 """The completeness rules as a table of cases, plus properties that hold for any counts."""
+
 from __future__ import annotations
 
 import re
@@ -15,12 +16,22 @@ GRACE = 300_000
 DUE = WINDOW_END + GRACE
 
 
-def row(expected, observed, *, watermark=DUE + 1, now=DUE + 10_000, threshold=None, exp_parts=None, obs_parts=None) -> dict:
-    frame = pd.DataFrame([{
-        "expected": expected, "observed": observed, "expected_by_partition": exp_parts,
-        "observed_by_partition": obs_parts, "window_end_ms": WINDOW_END, "tier_watermark_ms": watermark,
-        "threshold_pct": threshold,
-    }])
+def row(
+    expected, observed, *, watermark=DUE + 1, now=DUE + 10_000, threshold=None, exp_parts=None, obs_parts=None
+) -> dict:
+    frame = pd.DataFrame(
+        [
+            {
+                "expected": expected,
+                "observed": observed,
+                "expected_by_partition": exp_parts,
+                "observed_by_partition": obs_parts,
+                "window_end_ms": WINDOW_END,
+                "tier_watermark_ms": watermark,
+                "threshold_pct": threshold,
+            }
+        ]
+    )
     return classify(frame, now_ms=now, grace_ms=GRACE).iloc[0].to_dict()
 
 
@@ -37,15 +48,40 @@ CASES = [
     ("above a lowered threshold a small loss is complete", 1000, 999, {"threshold": 99.0}, "complete", 1, 0),
     ("below a lowered threshold it is incomplete", 1000, 980, {"threshold": 99.0}, "incomplete", 20, 0),
     ("nothing expected but something seen is over", 0, 5, {}, "over", 0, 5),
-    ("a loss in one partition is not hidden by duplicates in another", 20, 20,
-     {"exp_parts": {0: 10, 1: 10}, "obs_parts": {0: 7, 1: 13}}, "incomplete", 3, 3),
-    ("duplicates alone, per partition", 20, 22, {"exp_parts": {0: 10, 1: 10}, "obs_parts": {0: 12, 1: 10}}, "over", 0, 2),
-    ("a partition only the tier has counts as duplicates", 10, 12, {"exp_parts": {0: 10}, "obs_parts": {0: 10, 5: 2}}, "over", 0, 2),
+    (
+        "a loss in one partition is not hidden by duplicates in another",
+        20,
+        20,
+        {"exp_parts": {0: 10, 1: 10}, "obs_parts": {0: 7, 1: 13}},
+        "incomplete",
+        3,
+        3,
+    ),
+    (
+        "duplicates alone, per partition",
+        20,
+        22,
+        {"exp_parts": {0: 10, 1: 10}, "obs_parts": {0: 12, 1: 10}},
+        "over",
+        0,
+        2,
+    ),
+    (
+        "a partition only the tier has counts as duplicates",
+        10,
+        12,
+        {"exp_parts": {0: 10}, "obs_parts": {0: 10, 5: 2}},
+        "over",
+        0,
+        2,
+    ),
     ("without partitions on one side the totals decide", 20, 20, {"exp_parts": {0: 10, 1: 10}}, "complete", 0, 0),
 ]
 
 
-@pytest.mark.parametrize("why, expected, observed, kwargs, status, missing, duplicated", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    "why, expected, observed, kwargs, status, missing, duplicated", CASES, ids=[c[0] for c in CASES]
+)
 def test_status_rules(why, expected, observed, kwargs, status, missing, duplicated):
     result = row(expected, observed, **kwargs)
     assert (result["status"], result["missing"], result["duplicated"]) == (status, missing, duplicated), why

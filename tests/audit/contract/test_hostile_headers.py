@@ -1,6 +1,7 @@
 """Hostile message headers and timestamps: the `kaudit-time` header, the `kaudit-path` provenance
 header and the audit time chosen from them never raise, and out-of-range times are flagged as no
 usable timestamp instead of naming a window no record can hold (issue 8, part 2)."""
+
 from __future__ import annotations
 
 import pytest
@@ -61,9 +62,17 @@ def test_audit_time_header_accepts_only_ascii_epoch_ms_in_range(value, expected)
         ((TIMESTAMP_CREATE_TIME, 2**63 - 1), [(AUDIT_TIME_HEADER, b"1700000000000")], (1_700_000_000_000, True)),
         ((TIMESTAMP_LOG_APPEND_TIME, 2**63 - 1), [(AUDIT_TIME_HEADER, b"junk")], (NOW_MS, False)),
         ((TIMESTAMP_LOG_APPEND_TIME, 1_763_000_000_000), [(AUDIT_TIME_HEADER, b"junk")], (1_763_000_000_000, False)),
-        ((TIMESTAMP_LOG_APPEND_TIME, 1_763_000_000_000), [(AUDIT_TIME_HEADER, b"1700000000000")], (1_700_000_000_000, True)),
+        (
+            (TIMESTAMP_LOG_APPEND_TIME, 1_763_000_000_000),
+            [(AUDIT_TIME_HEADER, b"1700000000000")],
+            (1_700_000_000_000, True),
+        ),
         ((TIMESTAMP_NOT_AVAILABLE, -1), [(AUDIT_TIME_HEADER, None)], (NOW_MS, False)),
-        ((TIMESTAMP_NOT_AVAILABLE, -1), [(AUDIT_TIME_HEADER, b"1"), (AUDIT_TIME_HEADER, b"x")], (NOW_MS, False)),  # last wins
+        (
+            (TIMESTAMP_NOT_AVAILABLE, -1),
+            [(AUDIT_TIME_HEADER, b"1"), (AUDIT_TIME_HEADER, b"x")],
+            (NOW_MS, False),
+        ),  # last wins
         ((TIMESTAMP_NOT_AVAILABLE, -1), [("kaudit-time\x00", b"1700000000000")], (NOW_MS, False)),
     ],
 )
@@ -72,15 +81,29 @@ def test_audit_time_table(timestamp, headers, expected):
 
 
 @settings(max_examples=500)
-@given(st.sampled_from([TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE]),
-       st.integers(min_value=-(2**63), max_value=2**63 - 1),
-       st.lists(st.tuples(st.sampled_from([AUDIT_TIME_HEADER, PROVENANCE_HEADER]) | st.text(max_size=12),
-                          st.none() | st.binary(max_size=40)), max_size=5))
+@given(
+    st.sampled_from([TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE]),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.lists(
+        st.tuples(
+            st.sampled_from([AUDIT_TIME_HEADER, PROVENANCE_HEADER]) | st.text(max_size=12),
+            st.none() | st.binary(max_size=40),
+        ),
+        max_size=5,
+    ),
+)
 def test_any_timestamp_and_headers_give_a_time_a_count_record_can_carry(kind, value, headers):
     when, usable = audit_time((kind, value), headers, NOW_MS)
     assert 0 < when <= MAX_AUDIT_TIME_MS
-    record = count_record(record_id="c:1", tier="dc1", cluster="dc1", topic="t", window_start_ms=window_start(when),
-                          count=1, no_timestamp=0 if usable else 1)
+    record = count_record(
+        record_id="c:1",
+        tier="dc1",
+        cluster="dc1",
+        topic="t",
+        window_start_ms=window_start(when),
+        count=1,
+        no_timestamp=0 if usable else 1,
+    )
     assert parse(encode(record))[1] is None
 
 
@@ -102,8 +125,15 @@ def test_provenance_header_table(value, expected):
 
 
 @settings(max_examples=500)
-@given(st.lists(st.tuples(st.sampled_from([PROVENANCE_HEADER, AUDIT_TIME_HEADER]) | st.text(max_size=8),
-                          st.none() | st.binary(max_size=60)), max_size=6))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([PROVENANCE_HEADER, AUDIT_TIME_HEADER]) | st.text(max_size=8),
+            st.none() | st.binary(max_size=60),
+        ),
+        max_size=6,
+    )
+)
 def test_provenance_never_raises_and_keeps_every_clean_name(headers):
     path = provenance(headers)
     assert all(isinstance(name, str) and name for name in path)

@@ -1,5 +1,6 @@
 """Hostile audit records: every class of bad input is refused with a reason naming the field, and
 `parse` never raises, whatever it is handed (issue 8, part 2)."""
+
 from __future__ import annotations
 
 import json
@@ -15,15 +16,34 @@ WINDOW_START_MS = 1_700_000_400_000
 
 
 def valid_count() -> dict:
-    return to_json(count_record(record_id="p-1:1", tier="producer", cluster="dc1", topic="orders",
-                                window_start_ms=WINDOW_START_MS, count=3, bytes=30, by_partition={0: 1, 2: 2},
-                                latency_ms={"p50": 1, "p95": 2, "p99": 3, "max": 4}, emitted_at_ms=1_700_000_500_000))
+    return to_json(
+        count_record(
+            record_id="p-1:1",
+            tier="producer",
+            cluster="dc1",
+            topic="orders",
+            window_start_ms=WINDOW_START_MS,
+            count=3,
+            bytes=30,
+            by_partition={0: 1, 2: 2},
+            latency_ms={"p50": 1, "p95": 2, "p99": 3, "max": 4},
+            emitted_at_ms=1_700_000_500_000,
+        )
+    )
 
 
 def valid_status() -> dict:
-    return to_json(status_record(record_id="c-1:1", tier="dc1", cluster="dc1", topic="orders",
-                                 partitions=[PartitionStatus(0, 5, 7, 2, 1_700_000_000_000)],
-                                 watermark_ms=1_700_000_000_000, emitted_at_ms=1_700_000_500_000))
+    return to_json(
+        status_record(
+            record_id="c-1:1",
+            tier="dc1",
+            cluster="dc1",
+            topic="orders",
+            partitions=[PartitionStatus(0, 5, 7, 2, 1_700_000_000_000)],
+            watermark_ms=1_700_000_000_000,
+            emitted_at_ms=1_700_000_500_000,
+        )
+    )
 
 
 def with_field(base: dict, path: str, value) -> str:
@@ -68,7 +88,11 @@ CASES = [
     ("a partition as a number", with_field(valid_status(), "partitions.0", 7), "partitions[0]:"),
     ("stalled as a string", with_field(valid_status(), "stalled", "yes"), "stalled:"),
     # NaN, Infinity and numbers out of range
-    ("count NaN", json.dumps(valid_count()).replace('"count":3', '"count":NaN').replace('"count": 3', '"count": NaN'), "count:"),
+    (
+        "count NaN",
+        json.dumps(valid_count()).replace('"count":3', '"count":NaN').replace('"count": 3', '"count": NaN'),
+        "count:",
+    ),
     ("count Infinity", with_field(valid_count(), "count", math.inf), "count:"),
     ("latency NaN", with_field(valid_count(), "latency_ms.p50", math.nan), "latency_ms:"),
     ("latency -Infinity", with_field(valid_count(), "latency_ms.p50", -math.inf), "latency_ms:"),
@@ -76,8 +100,13 @@ CASES = [
     ("count over 10**15", with_field(valid_count(), "count", 10**16), "count:"),
     ("negative bytes", with_field(valid_count(), "bytes", -1), "bytes:"),
     ("partition past int32", with_field(valid_status(), "partitions.0.partition", 2**31), "partitions[0].partition:"),
-    ("offset past int64", json.dumps({**valid_status(), "partitions": [
-        {"partition": 0, "position": 2**63, "end_offset": 2**63, "lag": 0}]}), "partitions[0].position:"),
+    (
+        "offset past int64",
+        json.dumps(
+            {**valid_status(), "partitions": [{"partition": 0, "position": 2**63, "end_offset": 2**63, "lag": 0}]}
+        ),
+        "partitions[0].position:",
+    ),
     ("by_partition key past int32", with_field(valid_count(), "by_partition", {"4294967296": 3}), "by_partition:"),
     ("by_partition key in arabic digits", with_field(valid_count(), "by_partition", {"\u0661": 3}), "by_partition:"),
     # timestamps far in the past or the future
@@ -89,8 +118,11 @@ CASES = [
     ("window as epoch ms", with_field(valid_count(), "window_start", WINDOW_START_MS), "window_start:"),
     ("emitted_at in year 1", with_field(valid_count(), "emitted_at", "0001-01-01T00:00:00.000Z"), "emitted_at:"),
     ("watermark garbage", with_field(valid_status(), "watermark", "tomorrow"), "watermark:"),
-    ("last_audit_time in year 1", with_field(valid_status(), "partitions.0.last_audit_time", "0001-01-01T00:00:00Z"),
-     "partitions[0].last_audit_time:"),
+    (
+        "last_audit_time in year 1",
+        with_field(valid_status(), "partitions.0.last_audit_time", "0001-01-01T00:00:00Z"),
+        "partitions[0].last_audit_time:",
+    ),
     # windows of the wrong size
     ("window of 7 minutes", with_field(valid_count(), "window_minutes", 7), "window_minutes:"),
     ("window of 0 minutes", with_field(valid_count(), "window_minutes", 0), "window_minutes:"),
@@ -101,8 +133,13 @@ CASES = [
     # duplicate keys: which value would count?
     ("count given twice", '{"count": 1000000, ' + json.dumps(valid_count())[1:], "count:"),
     ("topic given twice", json.dumps(valid_count())[:-1] + ', "topic": "payments"}', "topic:"),
-    ("latency key given twice", with_field(valid_count(), "latency_ms", {}).replace(
-        '"latency_ms": {}', '"latency_ms": {"p50": 1, "p95": 2, "p99": 3, "max": 4, "p50": 9}'), "p50:"),
+    (
+        "latency key given twice",
+        with_field(valid_count(), "latency_ms", {}).replace(
+            '"latency_ms": {}', '"latency_ms": {"p50": 1, "p95": 2, "p99": 3, "max": 4, "p50": 9}'
+        ),
+        "p50:",
+    ),
     # shapes
     ("deeply nested JSON", '{"topic": ' + "[" * 100_000 + "]" * 100_000 + "}", "record:"),
     ("nested 900 deep in a field", with_field(valid_count(), "tier", json.loads("[" * 900 + "]" * 900)), "tier:"),
@@ -141,17 +178,31 @@ def test_what_the_contract_allows_is_still_accepted():
 
 # -- properties ----------------------------------------------------------------------------------
 
-hostile_text = st.text(alphabet=st.characters(codec="utf-8", categories=("Cc", "Cf", "Zs", "Zl", "Zp", "Lo", "Nd", "So"))
-                       | st.sampled_from("\n\r\t\x00\x1b\u202e\ufeff"), min_size=1, max_size=12).filter(
-    lambda text: any(not (ch.isascii() and (ch.isalnum() or ch in "._-")) for ch in text))  # one illegal character
-json_scalars = (st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30)
-                | st.floats() | st.text(max_size=20) | hostile_text)
-json_values = st.recursive(json_scalars, lambda children: st.lists(children, max_size=4)
-                           | st.dictionaries(st.text(max_size=8), children, max_size=4), max_leaves=25)
+hostile_text = st.text(
+    alphabet=st.characters(codec="utf-8", categories=("Cc", "Cf", "Zs", "Zl", "Zp", "Lo", "Nd", "So"))
+    | st.sampled_from("\n\r\t\x00\x1b\u202e\ufeff"),
+    min_size=1,
+    max_size=12,
+).filter(lambda text: any(not (ch.isascii() and (ch.isalnum() or ch in "._-")) for ch in text))  # one illegal character
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats()
+    | st.text(max_size=20)
+    | hostile_text
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=25,
+)
 
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(["topic", "tier", "cluster", "record_id"]), st.text(max_size=4), hostile_text, st.text(max_size=4))
+@given(
+    st.sampled_from(["topic", "tier", "cluster", "record_id"]), st.text(max_size=4), hostile_text, st.text(max_size=4)
+)
 def test_a_name_with_any_control_or_foreign_character_is_refused_naming_its_field(field, before, middle, after):
     value = before + middle + after
     record, why = parse(with_field(valid_count(), field, value))
@@ -162,8 +213,11 @@ def test_a_name_with_any_control_or_foreign_character_is_refused_naming_its_fiel
 
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(["count", "status"]), st.dictionaries(st.text(max_size=16), json_values, max_size=8),
-       st.lists(st.tuples(st.text(max_size=16), json_values), max_size=4))
+@given(
+    st.sampled_from(["count", "status"]),
+    st.dictionaries(st.text(max_size=16), json_values, max_size=8),
+    st.lists(st.tuples(st.text(max_size=16), json_values), max_size=4),
+)
 def test_parse_never_raises_on_any_json_shape_and_refusals_name_something(kind, overlay, duplicates):
     base = valid_count() if kind == "count" else valid_status()
     text = json.dumps({**base, **overlay}, allow_nan=True)
@@ -188,8 +242,12 @@ def test_any_window_start_and_size_is_accepted_only_when_aligned_and_in_range(st
     except (OverflowError, ValueError):
         data["window_start"] = str(start_ms)
     record, why = parse(json.dumps(data))
-    legal = (0 < minutes <= MINUTES_PER_DAY and MINUTES_PER_DAY % minutes == 0
-             and 0 <= start_ms <= MAX_AUDIT_TIME_MS and start_ms % (minutes * 60_000) == 0)
+    legal = (
+        0 < minutes <= MINUTES_PER_DAY
+        and MINUTES_PER_DAY % minutes == 0
+        and 0 <= start_ms <= MAX_AUDIT_TIME_MS
+        and start_ms % (minutes * 60_000) == 0
+    )
     assert (record is not None) == legal, why
     if not legal:
         assert why.startswith(("window_start:", "window_minutes:")), why

@@ -1,4 +1,5 @@
 """The audit-record contract: round trips, and every malformed shape refused with a reason."""
+
 from __future__ import annotations
 
 import json
@@ -44,11 +45,21 @@ def count_records(draw):
     count = sum(parts.values()) if parts else draw(amounts)
     return count_record(
         record_id=record_id(draw(names), draw(st.integers(0, 10**12))),
-        tier=draw(names), cluster=draw(names), service=draw(st.text(max_size=20)), host=draw(st.text(max_size=20)),
-        instance_id=draw(st.text(max_size=20)), topic=draw(topics),
-        window_start_ms=draw(times_ms) // (minutes * 60_000) * minutes * 60_000, window_minutes=minutes,
-        count=count, bytes=draw(amounts), send_failed=draw(amounts), no_timestamp=draw(st.integers(0, count)),
-        by_partition=parts or None, latency_ms=draw(st.none() | latencies()), emitted_at_ms=draw(times_ms),
+        tier=draw(names),
+        cluster=draw(names),
+        service=draw(st.text(max_size=20)),
+        host=draw(st.text(max_size=20)),
+        instance_id=draw(st.text(max_size=20)),
+        topic=draw(topics),
+        window_start_ms=draw(times_ms) // (minutes * 60_000) * minutes * 60_000,
+        window_minutes=minutes,
+        count=count,
+        bytes=draw(amounts),
+        send_failed=draw(amounts),
+        no_timestamp=draw(st.integers(0, count)),
+        by_partition=parts or None,
+        latency_ms=draw(st.none() | latencies()),
+        emitted_at_ms=draw(times_ms),
     )
 
 
@@ -59,14 +70,32 @@ def status_records(draw):
         position = draw(st.integers(0, 10**12))
         end = position + draw(st.integers(0, 10**6))
         partitions.append(PartitionStatus(partition, position, end, end - position, draw(st.none() | times_ms)))
-    return status_record(record_id=draw(names), tier=draw(names), cluster=draw(names), topic=draw(topics),
-                         partitions=partitions, watermark_ms=draw(st.none() | times_ms), emitted_at_ms=draw(times_ms))
+    return status_record(
+        record_id=draw(names),
+        tier=draw(names),
+        cluster=draw(names),
+        topic=draw(topics),
+        partitions=partitions,
+        watermark_ms=draw(st.none() | times_ms),
+        emitted_at_ms=draw(times_ms),
+    )
 
 
 def valid_json() -> dict:
-    return to_json(count_record(record_id="p-1:1", tier="producer", cluster="dc1", topic="orders",
-                                window_start_ms=1_700_000_400_000, count=3, bytes=30, by_partition={0: 1, 2: 2},
-                                latency_ms={"p50": 1, "p95": 2, "p99": 3, "max": 4}, emitted_at_ms=1_700_000_500_000))
+    return to_json(
+        count_record(
+            record_id="p-1:1",
+            tier="producer",
+            cluster="dc1",
+            topic="orders",
+            window_start_ms=1_700_000_400_000,
+            count=3,
+            bytes=30,
+            by_partition={0: 1, 2: 2},
+            latency_ms={"p50": 1, "p95": 2, "p99": 3, "max": 4},
+            emitted_at_ms=1_700_000_500_000,
+        )
+    )
 
 
 @given(count_records() | status_records())
@@ -92,9 +121,15 @@ def test_valid_record_passes_and_unknown_fields_are_ignored():
         (lambda d: d.update(count=3.0), "count: 3.0 is not an integer"),
         (lambda d: d.update(bytes=MAX_COUNT + 1), "bytes: 1000000000000001 is over the limit"),
         (lambda d: d.update(count=10**400), "count:"),
-        (lambda d: d.update(window_start="2023-11-14T22:13:00Z"), "window_start: 2023-11-14T22:13:00Z is not aligned to 10-minute windows"),
+        (
+            lambda d: d.update(window_start="2023-11-14T22:13:00Z"),
+            "window_start: 2023-11-14T22:13:00Z is not aligned to 10-minute windows",
+        ),
         (lambda d: d.update(window_start="yesterday"), "window_start: 'yesterday' is not an ISO-8601 time"),
-        (lambda d: d.update(window_start="2023-11-14T22:10:00+02:00"), "window_start: '2023-11-14T22:10:00+02:00' is not UTC"),
+        (
+            lambda d: d.update(window_start="2023-11-14T22:10:00+02:00"),
+            "window_start: '2023-11-14T22:10:00+02:00' is not UTC",
+        ),
         (lambda d: d.update(window_minutes=7), "window_minutes: 7 does not divide a day"),
         (lambda d: d.update(window_minutes=0), "window_minutes: 0 is not between 1 and 1440"),
         (lambda d: d.update(kind="total"), "kind: 'total' is not one of count, status"),
@@ -141,8 +176,13 @@ def test_unreadable_payloads_are_refused_with_a_reason(payload, reason):
 
 
 def test_status_record_with_inconsistent_lag_is_refused():
-    record = status_record(record_id="c:1", tier="dc1", cluster="dc1", topic="t",
-                           partitions=[PartitionStatus(0, position=10, end_offset=15, lag=4)])
+    record = status_record(
+        record_id="c:1",
+        tier="dc1",
+        cluster="dc1",
+        topic="t",
+        partitions=[PartitionStatus(0, position=10, end_offset=15, lag=4)],
+    )
     assert parse(encode(record)) == (None, "partitions[0]: lag 4 is not end_offset 15 - position 10")
 
 
@@ -173,8 +213,17 @@ def test_parse_never_raises_when_any_field_holds_any_json_value(key, value):
 
 @pytest.mark.parametrize(
     ("header", "expected"),
-    [(b"1700000000000", 1_700_000_000_000), (None, None), (b"", None), (b"abc", None), (b"-5", None),
-     (b"0", None), (b"99999999999999999999", None), (b"\xff", None), (b"17e11", None)],
+    [
+        (b"1700000000000", 1_700_000_000_000),
+        (None, None),
+        (b"", None),
+        (b"abc", None),
+        (b"-5", None),
+        (b"0", None),
+        (b"99999999999999999999", None),
+        (b"\xff", None),
+        (b"17e11", None),
+    ],
 )
 def test_audit_time_header(header, expected):
     assert parse_audit_time_header(header) == expected
@@ -194,8 +243,10 @@ def test_topic_statuses_never_report_an_end_below_the_position():
     assert withheld == [] and by_topic == {"a": [PartitionStatus(0, 10, 10, 0, None)]}
 
 
-@given(st.dictionaries(st.tuples(st.sampled_from("abc"), st.integers(0, 3)), st.integers(0, 1000), max_size=12),
-       st.dictionaries(st.tuples(st.sampled_from("abc"), st.integers(0, 3)), st.integers(0, 1000), max_size=12))
+@given(
+    st.dictionaries(st.tuples(st.sampled_from("abc"), st.integers(0, 3)), st.integers(0, 1000), max_size=12),
+    st.dictionaries(st.tuples(st.sampled_from("abc"), st.integers(0, 3)), st.integers(0, 1000), max_size=12),
+)
 def test_topic_statuses_report_a_topic_only_when_every_partition_end_is_known(positions, ends):
     by_topic, withheld = topic_statuses(positions, ends, {})
     topics = {topic for topic, _ in positions}
@@ -205,4 +256,6 @@ def test_topic_statuses_report_a_topic_only_when_every_partition_end_is_known(po
     for topic, statuses in by_topic.items():
         assert sorted(s.partition for s in statuses) == sorted(p for t, p in positions if t == topic)
         for s in statuses:
-            assert s.end_offset == max(ends[(topic, s.partition)], s.position) and s.lag == s.end_offset - s.position >= 0
+            assert (
+                s.end_offset == max(ends[(topic, s.partition)], s.position) and s.lag == s.end_offset - s.position >= 0
+            )

@@ -1,4 +1,5 @@
 """The table catalogue's pyarrow schemas: every Spark type of audit/contract/tables.py maps, and round-trips Delta."""
+
 from __future__ import annotations
 
 import pyarrow as pa
@@ -9,16 +10,38 @@ from audit.contract.tables import ALERTS, PARTITION_STATUS_TYPE, TABLES, arrow_s
 UTC_US = pa.timestamp("us", tz="UTC")
 
 
-@pytest.mark.parametrize("spark, arrow", [
-    ("STRING", pa.string()), ("BIGINT", pa.int64()), ("INT", pa.int32()), ("DOUBLE", pa.float64()),
-    ("BOOLEAN", pa.bool_()), ("TIMESTAMP", UTC_US), ("DATE", pa.date32()), ("BINARY", pa.binary()),
-    ("MAP<INT,BIGINT>", pa.map_(pa.int32(), pa.int64())),
-    ("ARRAY<STRUCT<key: STRING, value: BINARY>>",
-     pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))),
-    (PARTITION_STATUS_TYPE, pa.list_(pa.struct([
-        pa.field("partition", pa.int32()), pa.field("position", pa.int64()), pa.field("end_offset", pa.int64()),
-        pa.field("lag", pa.int64()), pa.field("last_audit_time", UTC_US)]))),
-])
+@pytest.mark.parametrize(
+    "spark, arrow",
+    [
+        ("STRING", pa.string()),
+        ("BIGINT", pa.int64()),
+        ("INT", pa.int32()),
+        ("DOUBLE", pa.float64()),
+        ("BOOLEAN", pa.bool_()),
+        ("TIMESTAMP", UTC_US),
+        ("DATE", pa.date32()),
+        ("BINARY", pa.binary()),
+        ("MAP<INT,BIGINT>", pa.map_(pa.int32(), pa.int64())),
+        (
+            "ARRAY<STRUCT<key: STRING, value: BINARY>>",
+            pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])),
+        ),
+        (
+            PARTITION_STATUS_TYPE,
+            pa.list_(
+                pa.struct(
+                    [
+                        pa.field("partition", pa.int32()),
+                        pa.field("position", pa.int64()),
+                        pa.field("end_offset", pa.int64()),
+                        pa.field("lag", pa.int64()),
+                        pa.field("last_audit_time", UTC_US),
+                    ]
+                )
+            ),
+        ),
+    ],
+)
 def test_spark_types_map_to_arrow(spark, arrow):
     assert arrow_type(spark) == arrow
 
@@ -54,5 +77,6 @@ def test_docs_tables_md_is_generated_from_the_catalogue():
 
     from audit.contract.tables import markdown
 
-    assert (Path(__file__).parents[3] / "docs" / "tables.md").read_text() == markdown(), \
+    assert (Path(__file__).parents[3] / "docs" / "tables.md").read_text() == markdown(), (
         "docs/tables.md is stale: run `python -m audit.contract.tables > docs/tables.md`"
+    )

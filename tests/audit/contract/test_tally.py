@@ -1,4 +1,5 @@
 """Window bookkeeping: deltas per (topic, window), drained once."""
+
 from __future__ import annotations
 
 import threading
@@ -34,8 +35,10 @@ def test_latency_percentiles_are_within_one_percent():
         assert abs(percentiles[name] - exact) / exact <= 0.011, (name, percentiles[name])
 
 
-@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 10 * WINDOW_MS), st.integers(0, 1000)), max_size=200),
-       st.lists(st.integers(0, 199), max_size=5))
+@given(
+    st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 10 * WINDOW_MS), st.integers(0, 1000)), max_size=200),
+    st.lists(st.integers(0, 199), max_size=5),
+)
 def test_drains_at_any_moments_sum_to_the_whole(messages, cut_points):
     tally = Tally(10)
     total_count, total_bytes = 0, 0

@@ -1,4 +1,5 @@
 """Window assignment: aligned, UTC, sizes that divide a day."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime
@@ -57,9 +58,15 @@ def test_window_start_table(ts, minutes, start):
 
 @pytest.mark.parametrize(
     ("minutes", "reason"),
-    [(7, "7 does not divide a day"), (0, "0 is not between 1 and 1440"), (2880, "2880 is not between"),
-     (-10, "-10 is not between"), (10.0, "10.0 is not a whole number"), (True, "True is not a whole number"),
-     ("10", "'10' is not a whole number")],
+    [
+        (7, "7 does not divide a day"),
+        (0, "0 is not between 1 and 1440"),
+        (2880, "2880 is not between"),
+        (-10, "-10 is not between"),
+        (10.0, "10.0 is not a whole number"),
+        (True, "True is not a whole number"),
+        ("10", "'10' is not a whole number"),
+    ],
 )
 def test_bad_window_sizes_are_named(minutes, reason):
     assert reason in validate_window_minutes(minutes)

@@ -1,4 +1,5 @@
 """The per-cluster audit counter against real brokers: exact counts, crashes, rebalances, odd timestamps."""
+
 from __future__ import annotations
 
 import os
@@ -26,20 +27,34 @@ WINDOW_MS = WINDOW_MINUTES * 60_000
 BASE_MS = 1_763_800_000_000 // WINDOW_MS * WINDOW_MS  # an aligned window start in 2025
 
 
-def produce_plain(bootstrap: str, topics: list[str], count: int, *, windows: int, partitions: int, seed: int = 1) -> Counter:
+def produce_plain(
+    bootstrap: str, topics: list[str], count: int, *, windows: int, partitions: int, seed: int = 1
+) -> Counter:
     """Produce `count` messages spread over `windows` windows; the expected (topic, window) counts."""
     rng = random.Random(seed)
     expected: Counter = Counter()
     failures = []
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 10,
-                         "on_delivery": lambda err, _msg: err and failures.append(err)})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 10,
+            "on_delivery": lambda err, _msg: err and failures.append(err),
+        }
+    )
     for i in range(count):
         topic = topics[i % len(topics)]
         ts = BASE_MS + rng.randrange(windows * WINDOW_MS)
         while True:
             try:
-                producer.produce(topic, value=b"x" * rng.randrange(1, 100), key=str(i).encode(), timestamp=ts,
-                                 partition=rng.randrange(partitions))
+                producer.produce(
+                    topic,
+                    value=b"x" * rng.randrange(1, 100),
+                    key=str(i).encode(),
+                    timestamp=ts,
+                    partition=rng.randrange(partitions),
+                )
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -50,11 +65,24 @@ def produce_plain(bootstrap: str, topics: list[str], count: int, *, windows: int
     return expected
 
 
-def counter_for(bootstrap: str, audit_topic: str, prefix: str, *, instance: str = "0", group: str | None = None,
-                flush_interval_s: float = 0.5) -> ClusterCounter:
+def counter_for(
+    bootstrap: str,
+    audit_topic: str,
+    prefix: str,
+    *,
+    instance: str = "0",
+    group: str | None = None,
+    flush_interval_s: float = 0.5,
+) -> ClusterCounter:
     options = CounterOptions(
-        cluster="dc1", audit_topic=audit_topic, window_minutes=WINDOW_MINUTES, flush_interval_s=flush_interval_s,
-        instance=instance, group_id=group or f"g-{audit_topic}", topic_refresh_s=1.0, by_partition=True,
+        cluster="dc1",
+        audit_topic=audit_topic,
+        window_minutes=WINDOW_MINUTES,
+        flush_interval_s=flush_interval_s,
+        instance=instance,
+        group_id=group or f"g-{audit_topic}",
+        topic_refresh_s=1.0,
+        by_partition=True,
     )
     return ClusterCounter({"bootstrap.servers": bootstrap}, options, lambda topic: topic.startswith(prefix))
 
@@ -118,6 +146,7 @@ def test_two_instances_and_a_rebalance_mid_stream_stay_exact(local_clusters, top
         def work():
             for batch in range(batches):
                 expected.update(produce_plain(bootstrap, topics, 4000, windows=5, partitions=6, seed=batch))
+
         thread = threading.Thread(target=work)
         thread.start()
         return thread
@@ -156,11 +185,23 @@ def test_kill_minus_nine_at_random_moments_changes_no_count(local_clusters, topi
     )
     expected: Counter = Counter()
     producing = threading.Thread(
-        target=lambda: [expected.update(produce_plain(bootstrap, topics, 5000, windows=5, partitions=6, seed=s)) for s in range(8)]
+        target=lambda: [
+            expected.update(produce_plain(bootstrap, topics, 5000, windows=5, partitions=6, seed=s)) for s in range(8)
+        ]
     )
     producing.start()
-    command = [sys.executable, "-m", "audit.cli", "--config", str(config), "count", "--cluster", "dc1",
-               "--topic-refresh-s", "1"]
+    command = [
+        sys.executable,
+        "-m",
+        "audit.cli",
+        "--config",
+        str(config),
+        "count",
+        "--cluster",
+        "dc1",
+        "--topic-refresh-s",
+        "1",
+    ]
     rng = random.Random(7)
     kills = 0
     while kills < 5 or producing.is_alive():
@@ -198,7 +239,9 @@ def diagnose(bootstrap: str, audit_topic: str, topics: list[str], group: str) ->
         tps = [TopicPartition(topic, p) for p in range(6)]
         for tp in consumer.committed(tps, timeout=10):
             end = watermarks(consumer, topic, tp.partition)[1]
-            lines.append(f"{topic}[{tp.partition}] end={end} committed={tp.offset} counted={per_partition[(topic, tp.partition)]}")
+            lines.append(
+                f"{topic}[{tp.partition}] end={end} committed={tp.offset} counted={per_partition[(topic, tp.partition)]}"
+            )
     consumer.close()
     return "\n".join(lines)
 
@@ -214,7 +257,9 @@ def test_missing_and_garbage_timestamps_are_counted_and_flagged(local_clusters, 
     producer.produce(log_append, value=b"no header")
     producer.produce(log_append, value=b"garbage header", headers=[(AUDIT_TIME_HEADER, b"not-a-number")])
     producer.produce(log_append, value=b"good header", headers=[(AUDIT_TIME_HEADER, str(header_ms).encode())])
-    producer.produce(create_time, value=b"garbage header", timestamp=BASE_MS + 5, headers=[(AUDIT_TIME_HEADER, b"\xff\xfe")])
+    producer.produce(
+        create_time, value=b"garbage header", timestamp=BASE_MS + 5, headers=[(AUDIT_TIME_HEADER, b"\xff\xfe")]
+    )
     assert producer.flush(10) == 0
 
     counter = counter_for(bootstrap, audit_topic, prefix)
@@ -239,8 +284,12 @@ def test_producer_and_counter_tiers_agree_on_100k_messages(local_clusters, topic
     prefix = unique_name("agree")
     topics = [topic_factory("dc1", partitions=6, name=f"{prefix}-{i}") for i in range(3)]
     audit_topic = topic_factory("dc1", name=f"{prefix}-audit")
-    with AuditedProducer(config={"bootstrap.servers": bootstrap, "linger.ms": 20}, cluster="dc1",
-                         audit_topic=audit_topic, flush_interval_s=1.0) as producer:
+    with AuditedProducer(
+        config={"bootstrap.servers": bootstrap, "linger.ms": 20},
+        cluster="dc1",
+        audit_topic=audit_topic,
+        flush_interval_s=1.0,
+    ) as producer:
         stats = generate(producer, topics, count=100_000, backfill_hours=1, seed=11)
 
     counter_for(bootstrap, audit_topic, prefix).run(until_caught_up=True, max_seconds=180)

@@ -1,4 +1,5 @@
 """The fault hooks as pure objects: exactly N, only the chosen window, a pause in time."""
+
 from __future__ import annotations
 
 import pytest

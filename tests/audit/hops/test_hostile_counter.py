@@ -1,6 +1,7 @@
 """A real counter fed hostile messages: garbage and huge `kaudit-time` headers, empty values, control
 characters in keys, timestamps past year 9999. It keeps counting, writes only valid audit records
 and loses nothing else (issue 8, part 2)."""
+
 from __future__ import annotations
 
 import random
@@ -18,8 +19,19 @@ pytestmark = pytest.mark.kafka
 
 WINDOW_MINUTES = 10
 BASE_MS = 1_763_800_000_000 // 600_000 * 600_000
-GARBAGE_HEADERS = [b"", b"junk", b"-1", b"0", b"1.7e12", b" 1763800000000", b"\xff\xfe\x00", b"9" * 21,
-                   str(MAX_AUDIT_TIME_MS + 1).encode(), "١٧٦٣٨٠٠٠٠٠٠٠٠".encode(), b"1763800000000\n"]
+GARBAGE_HEADERS = [
+    b"",
+    b"junk",
+    b"-1",
+    b"0",
+    b"1.7e12",
+    b" 1763800000000",
+    b"\xff\xfe\x00",
+    b"9" * 21,
+    str(MAX_AUDIT_TIME_MS + 1).encode(),
+    "١٧٦٣٨٠٠٠٠٠٠٠٠".encode(),
+    b"1763800000000\n",
+]
 HOSTILE_KEYS = [None, b"", b"\x00", b"\x1b[2J\r\n", "k\u202e\ufeff".encode(), b"\xff" * 300]
 
 
@@ -27,11 +39,11 @@ def test_hostile_messages_are_all_counted_and_the_audit_records_stay_valid(local
     bootstrap = local_clusters["dc1"].bootstrap_servers
     prefix = unique_name("hostile")
     # LogAppendTime: the broker's clock is no audit time, so the kaudit-time header is read for every message.
-    log_append = topic_factory("dc1", partitions=2, name=f"{prefix}-append",
-                               config={"message.timestamp.type": "LogAppendTime"})
+    log_append = topic_factory(
+        "dc1", partitions=2, name=f"{prefix}-append", config={"message.timestamp.type": "LogAppendTime"}
+    )
     # A topic that lets any CreateTime in: year ~318000 reaches the counter.
-    any_time = topic_factory("dc1", name=f"{prefix}-anytime",
-                             config={"message.timestamp.after.max.ms": str(2**63 - 1)})
+    any_time = topic_factory("dc1", name=f"{prefix}-anytime", config={"message.timestamp.after.max.ms": str(2**63 - 1)})
     plain = topic_factory("dc1", partitions=2, name=f"{prefix}-plain")
     audit_topic = topic_factory("dc1", name=f"{prefix}-audit")
 
@@ -60,9 +72,18 @@ def test_hostile_messages_are_all_counted_and_the_audit_records_stay_valid(local
         expected[plain] += 1
     assert producer.flush(60) == 0
 
-    options = CounterOptions(cluster="dc1", audit_topic=audit_topic, window_minutes=WINDOW_MINUTES,
-                             flush_interval_s=0.5, group_id=f"g-{prefix}", topic_refresh_s=1.0, by_partition=True)
-    counter = ClusterCounter({"bootstrap.servers": bootstrap}, options, lambda topic: topic.startswith(prefix) and topic != audit_topic)
+    options = CounterOptions(
+        cluster="dc1",
+        audit_topic=audit_topic,
+        window_minutes=WINDOW_MINUTES,
+        flush_interval_s=0.5,
+        group_id=f"g-{prefix}",
+        topic_refresh_s=1.0,
+        by_partition=True,
+    )
+    counter = ClusterCounter(
+        {"bootstrap.servers": bootstrap}, options, lambda topic: topic.startswith(prefix) and topic != audit_topic
+    )
     stats = counter.run(until_caught_up=True, max_seconds=90)
 
     assert stats.counted == sum(expected.values())

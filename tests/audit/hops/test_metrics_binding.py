@@ -1,4 +1,5 @@
 """Metrics endpoints bind to loopback unless a setting says otherwise (issue 8, part 4)."""
+
 from __future__ import annotations
 
 import os
@@ -32,13 +33,34 @@ def listening_addresses(port: int) -> set[str]:
 @pytest.mark.parametrize(("metrics_host", "expected"), [(None, {"0100007F"}), ("0.0.0.0", {"00000000"})])
 def test_counter_metrics_listen_on_loopback_unless_exposed(tmp_path, local_clusters, metrics_host, expected):
     config = tmp_path / "kaudit.toml"
-    config.write_text((f'metrics_host = "{metrics_host}"\n' if metrics_host else "")
-                      + f'[[clusters]]\nname = "dc1"\nbootstrap_servers = "{local_clusters["dc1"].bootstrap_servers}"\n')
+    config.write_text(
+        (f'metrics_host = "{metrics_host}"\n' if metrics_host else "")
+        + f'[[clusters]]\nname = "dc1"\nbootstrap_servers = "{local_clusters["dc1"].bootstrap_servers}"\n'
+    )
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAUDIT_")}
-    process = subprocess.Popen([sys.executable, "-m", "audit.cli", "--config", str(config), "count", "--cluster", "dc1",
-                                "--group-id", f"metrics-{port}", "--metrics-port", str(port), "--max-seconds", "60"],
-                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "audit.cli",
+            "--config",
+            str(config),
+            "count",
+            "--cluster",
+            "dc1",
+            "--group-id",
+            f"metrics-{port}",
+            "--metrics-port",
+            str(port),
+            "--max-seconds",
+            "60",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 30
         while not listening_addresses(port):

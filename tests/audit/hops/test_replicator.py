@@ -1,5 +1,6 @@
 """The replicator: its watermark rule as a table; against real clusters: fidelity, the drop hook,
 new topics, cycles, outages, watermarks in its status records."""
+
 from __future__ import annotations
 
 import threading
@@ -30,16 +31,19 @@ def status(partition: int, lag: int, last_ms: int | None) -> PartitionStatus:
     return PartitionStatus(partition=partition, position=100, end_offset=100 + lag, lag=lag, last_audit_time_ms=last_ms)
 
 
-@pytest.mark.parametrize("partitions, expected, why", [
-    ([], NOW_MS, "no partitions: nothing is behind"),
-    ([status(0, 0, None)], NOW_MS, "caught up, nothing ever copied: everything so far is seen"),
-    ([status(0, 0, 5)], NOW_MS, "caught up: now, not the last message's time"),
-    ([status(0, 3, 5)], 5, "behind: the last acknowledged message's time"),
-    ([status(0, 3, None)], None, "behind with no acknowledged message: unknown"),
-    ([status(0, 3, 9), status(1, 2, 7), status(2, 0, 1)], 7, "the slowest partition decides"),
-    ([status(0, 3, 9), status(1, 2, None)], None, "one unknown partition makes the watermark unknown"),
-    ([status(0, 1, NOW_MS + 50)], NOW_MS, "a message from the future never moves it past now"),
-])
+@pytest.mark.parametrize(
+    "partitions, expected, why",
+    [
+        ([], NOW_MS, "no partitions: nothing is behind"),
+        ([status(0, 0, None)], NOW_MS, "caught up, nothing ever copied: everything so far is seen"),
+        ([status(0, 0, 5)], NOW_MS, "caught up: now, not the last message's time"),
+        ([status(0, 3, 5)], 5, "behind: the last acknowledged message's time"),
+        ([status(0, 3, None)], None, "behind with no acknowledged message: unknown"),
+        ([status(0, 3, 9), status(1, 2, 7), status(2, 0, 1)], 7, "the slowest partition decides"),
+        ([status(0, 3, 9), status(1, 2, None)], None, "one unknown partition makes the watermark unknown"),
+        ([status(0, 1, NOW_MS + 50)], NOW_MS, "a message from the future never moves it past now"),
+    ],
+)
 def test_watermark_rule(partitions, expected, why):
     assert watermark_ms(partitions, NOW_MS) == expected, why
 
@@ -49,9 +53,14 @@ def produce(bootstrap: str, topic: str, count: int, *, partitions: int, tag: str
     for i in range(count):
         while True:
             try:
-                producer.produce(topic, key=b"k%d" % (i % 977), value=b"%s-%d-" % (tag.encode(), i) + bytes([i % 256]) * (i % 40),
-                                 headers=[("seq", b"%d" % i), ("tag", tag.encode())], timestamp=1_700_000_000_000 + i,
-                                 partition=i % partitions)
+                producer.produce(
+                    topic,
+                    key=b"k%d" % (i % 977),
+                    value=b"%s-%d-" % (tag.encode(), i) + bytes([i % 256]) * (i % 40),
+                    headers=[("seq", b"%d" % i), ("tag", tag.encode())],
+                    timestamp=1_700_000_000_000 + i,
+                    partition=i % partitions,
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -59,8 +68,14 @@ def produce(bootstrap: str, topic: str, count: int, *, partitions: int, tag: str
 
 
 def read_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 60) -> list:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"read-{time.monotonic_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([topic])
     messages = []
     deadline = time.monotonic() + timeout_s
@@ -77,16 +92,28 @@ def read_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 60) -
 
 
 def replicator(source: str, target: str, options: MirrorOptions, naming, select, fault=None) -> Replicator:
-    return Replicator({"bootstrap.servers": source}, {"bootstrap.servers": target}, options, naming, select, fault=fault)
+    return Replicator(
+        {"bootstrap.servers": source}, {"bootstrap.servers": target}, options, naming, select, fault=fault
+    )
 
 
 def options_for(unique_name, **overrides) -> MirrorOptions:
-    return MirrorOptions(source="dc1", target="aggregate", audit_topic=unique_name("audit"), group_id=unique_name("mirror"),
-                         commit_interval_s=0.5, status_interval_s=1.0, topic_refresh_s=1.0, **overrides)
+    return MirrorOptions(
+        source="dc1",
+        target="aggregate",
+        audit_topic=unique_name("audit"),
+        group_id=unique_name("mirror"),
+        commit_interval_s=0.5,
+        status_interval_s=1.0,
+        topic_refresh_s=1.0,
+        **overrides,
+    )
 
 
 @kafka
-def test_copies_200k_messages_byte_identical_with_partitions_timestamps_and_headers(local_clusters, topic_factory, unique_name):
+def test_copies_200k_messages_byte_identical_with_partitions_timestamps_and_headers(
+    local_clusters, topic_factory, unique_name
+):
     dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
     topics = [topic_factory("dc1", partitions=4) for _ in range(3)]
     for topic in topics:
@@ -94,7 +121,9 @@ def test_copies_200k_messages_byte_identical_with_partitions_timestamps_and_head
     options = options_for(unique_name)
 
     began = time.monotonic()
-    stats = replicator(dc1, aggregate, options, PREFIX, lambda t: t in topics).run(until_caught_up=True, max_seconds=240)
+    stats = replicator(dc1, aggregate, options, PREFIX, lambda t: t in topics).run(
+        until_caught_up=True, max_seconds=240
+    )
     print(f"replicated {stats.copied:,} messages in {time.monotonic() - began:.1f} s")
 
     assert {topic: stats.copied_by_topic[topic] for topic in topics} == {topic: 66_667 for topic in topics}
@@ -106,7 +135,11 @@ def test_copies_200k_messages_byte_identical_with_partitions_timestamps_and_head
         by_position = {(m.partition(), m.offset()): m for m in copies}
         for original in source:
             copy = by_position[(original.partition(), original.offset())]
-            assert (copy.key(), copy.value(), copy.timestamp()) == (original.key(), original.value(), original.timestamp())
+            assert (copy.key(), copy.value(), copy.timestamp()) == (
+                original.key(),
+                original.value(),
+                original.timestamp(),
+            )
             assert copy.headers() == original.headers() + [(PROVENANCE_HEADER, b"dc1")]
 
 
@@ -118,8 +151,9 @@ def test_drop_hook_loses_exactly_n_messages(local_clusters, topic_factory, uniqu
     produce(dc1, intact, 1000, partitions=2)
     fault = DropFault(f"^{lossy}$", count=37)
 
-    stats = replicator(dc1, aggregate, options_for(unique_name), PREFIX, lambda t: t in (lossy, intact),
-                       fault=fault).run(until_caught_up=True, max_seconds=120)
+    stats = replicator(
+        dc1, aggregate, options_for(unique_name), PREFIX, lambda t: t in (lossy, intact), fault=fault
+    ).run(until_caught_up=True, max_seconds=120)
 
     assert stats.dropped == 37
     assert len(read_all(aggregate, f"dc1.{lossy}", 963)) == 963
@@ -127,7 +161,9 @@ def test_drop_hook_loses_exactly_n_messages(local_clusters, topic_factory, uniqu
 
 
 @kafka
-def test_a_topic_created_while_running_is_replicated_within_the_refresh_interval(local_clusters, topic_factory, unique_name):
+def test_a_topic_created_while_running_is_replicated_within_the_refresh_interval(
+    local_clusters, topic_factory, unique_name
+):
     dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
     prefix = unique_name("late")
     mirror = replicator(dc1, aggregate, options_for(unique_name), PREFIX, lambda t: t.startswith(prefix))
@@ -161,12 +197,34 @@ def test_active_active_with_identity_naming_never_loops(local_clusters, topic_fa
     produce(dc1, topic, 500, partitions=2, tag="dc1")
     produce(aggregate, topic, 500, partitions=2, tag="aggregate")
     audit = unique_name("audit")
-    forward = Replicator({"bootstrap.servers": dc1}, {"bootstrap.servers": aggregate},
-                         MirrorOptions(source="dc1", target="aggregate", audit_topic=audit, group_id=unique_name("fw"),
-                                       commit_interval_s=0.5, topic_refresh_s=1.0), IdentityNaming(), lambda t: t == topic)
-    backward = Replicator({"bootstrap.servers": aggregate}, {"bootstrap.servers": dc1},
-                          MirrorOptions(source="aggregate", target="dc1", audit_topic=audit, group_id=unique_name("bw"),
-                                        commit_interval_s=0.5, topic_refresh_s=1.0), IdentityNaming(), lambda t: t == topic)
+    forward = Replicator(
+        {"bootstrap.servers": dc1},
+        {"bootstrap.servers": aggregate},
+        MirrorOptions(
+            source="dc1",
+            target="aggregate",
+            audit_topic=audit,
+            group_id=unique_name("fw"),
+            commit_interval_s=0.5,
+            topic_refresh_s=1.0,
+        ),
+        IdentityNaming(),
+        lambda t: t == topic,
+    )
+    backward = Replicator(
+        {"bootstrap.servers": aggregate},
+        {"bootstrap.servers": dc1},
+        MirrorOptions(
+            source="aggregate",
+            target="dc1",
+            audit_topic=audit,
+            group_id=unique_name("bw"),
+            commit_interval_s=0.5,
+            topic_refresh_s=1.0,
+        ),
+        IdentityNaming(),
+        lambda t: t == topic,
+    )
     runners = [threading.Thread(target=r.run, kwargs={"max_seconds": 25}) for r in (forward, backward)]
     for runner in runners:
         runner.start()
@@ -189,10 +247,21 @@ def test_target_down_30_s_loses_nothing_and_is_reported_as_a_stall(tmp_path, uni
     try:
         source, target = clusters["src"].bootstrap_servers, clusters["dst"].bootstrap_servers
         ensure_topics({"bootstrap.servers": source}, {"orders": 3, "_audit": 1})
-        options = MirrorOptions(source="src", target="dst", commit_interval_s=0.5, status_interval_s=1.0,
-                                topic_refresh_s=60.0, stall_after_s=5.0)
-        mirror = Replicator({"bootstrap.servers": source}, {"bootstrap.servers": target}, options,
-                            PrefixNaming(frozenset({"src", "dst"})), lambda t: t == "orders")
+        options = MirrorOptions(
+            source="src",
+            target="dst",
+            commit_interval_s=0.5,
+            status_interval_s=1.0,
+            topic_refresh_s=60.0,
+            stall_after_s=5.0,
+        )
+        mirror = Replicator(
+            {"bootstrap.servers": source},
+            {"bootstrap.servers": target},
+            options,
+            PrefixNaming(frozenset({"src", "dst"})),
+            lambda t: t == "orders",
+        )
         runner = threading.Thread(target=mirror.run, kwargs={"max_seconds": 150})
         runner.start()
         produce(source, "orders", 5000, partitions=3, tag="before")
@@ -219,8 +288,13 @@ def test_target_down_30_s_loses_nothing_and_is_reported_as_a_stall(tmp_path, uni
 
         # Stopped (as by SIGTERM) while the target is down: it exits within a bound and commits
         # nothing the target did not acknowledge; a later run copies the rest.
-        stopping = Replicator({"bootstrap.servers": source}, {"bootstrap.servers": target},
-                              replace(options, client_timeout_s=5.0), PrefixNaming(frozenset({"src", "dst"})), lambda t: t == "orders")
+        stopping = Replicator(
+            {"bootstrap.servers": source},
+            {"bootstrap.servers": target},
+            replace(options, client_timeout_s=5.0),
+            PrefixNaming(frozenset({"src", "dst"})),
+            lambda t: t == "orders",
+        )
         runner = threading.Thread(target=stopping.run, kwargs={"max_seconds": 150})
         runner.start()
         time.sleep(3)
@@ -239,8 +313,13 @@ def test_target_down_30_s_loses_nothing_and_is_reported_as_a_stall(tmp_path, uni
         committed = watcher.committed([TopicPartition("orders", p) for p in range(3)], timeout=10)
         watcher.close()
         assert sum(tp.offset for tp in committed) == 10_000, "nothing past what the target acknowledged"
-        Replicator({"bootstrap.servers": source}, {"bootstrap.servers": target}, options,
-                   PrefixNaming(frozenset({"src", "dst"})), lambda t: t == "orders").run(until_caught_up=True, max_seconds=120)
+        Replicator(
+            {"bootstrap.servers": source},
+            {"bootstrap.servers": target},
+            options,
+            PrefixNaming(frozenset({"src", "dst"})),
+            lambda t: t == "orders",
+        ).run(until_caught_up=True, max_seconds=120)
         copies = read_all(target, "src.orders", 13_000)
         assert len({(dict(m.headers())["tag"], dict(m.headers())["seq"]) for m in copies}) == 13_000
     finally:
@@ -254,7 +333,9 @@ def statuses_of(bootstrap: str, audit_topic: str, topic: str) -> list:
 
 
 @kafka
-def test_status_watermark_trails_the_uncopied_messages_and_is_now_once_caught_up(local_clusters, topic_factory, unique_name):
+def test_status_watermark_trails_the_uncopied_messages_and_is_now_once_caught_up(
+    local_clusters, topic_factory, unique_name
+):
     dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
     topic = topic_factory("dc1", partitions=2)
     produce(dc1, topic, 1000, partitions=1)  # everything in partition 0; partition 1 stays empty (lag 0)
@@ -282,7 +363,9 @@ def test_status_watermark_trails_the_uncopied_messages_and_is_now_once_caught_up
 
     first_uncopied_ms = BASE_TS_MS + copied
     assert 0 < copied < 1000 and sum(p.lag for p in lagging.partitions) == 1000 - copied
-    assert lagging.watermark_ms == first_uncopied_ms - 1, "the last acknowledged message's time, before every un-copied one"
+    assert lagging.watermark_ms == first_uncopied_ms - 1, (
+        "the last acknowledged message's time, before every un-copied one"
+    )
     assert {p.partition: p.last_audit_time_ms for p in lagging.partitions} == {0: first_uncopied_ms - 1, 1: None}
     assert all(p.lag == 0 for p in caught_up.partitions)
     assert caught_up.partitions[0].last_audit_time_ms == BASE_TS_MS + 999

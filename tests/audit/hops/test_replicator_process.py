@@ -3,6 +3,7 @@
 Every source message carries a `seq` header unique across the test, so the target can be checked
 message by message: nothing lost, and every duplicate accounted for.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,27 +34,58 @@ def write_config(path: Path, local_clusters, *, audit_topic: str, prefix: str) -
     path.write_text(
         f'state_dir = "{path.parent}"\naudit_topic = "{audit_topic}"\n'
         f'[topics]\ninclude = ["^{prefix}$"]\n'
-        + "".join(f'[[clusters]]\nname = "{name}"\nbootstrap_servers = "{local_clusters[name].bootstrap_servers}"\n'
-                  f'local = false\n' for name in ("dc1", "aggregate"))
+        + "".join(
+            f'[[clusters]]\nname = "{name}"\nbootstrap_servers = "{local_clusters[name].bootstrap_servers}"\n'
+            f"local = false\n"
+            for name in ("dc1", "aggregate")
+        )
     )
     return path
 
 
 def mirror_command(config: Path) -> list[str]:
-    return [sys.executable, "-m", "audit.cli", "--config", str(config), "mirror", "--from", "dc1", "--to", "aggregate",
-            "--topic-refresh-s", "1", "--status-interval-s", "1"]
+    return [
+        sys.executable,
+        "-m",
+        "audit.cli",
+        "--config",
+        str(config),
+        "mirror",
+        "--from",
+        "dc1",
+        "--to",
+        "aggregate",
+        "--topic-refresh-s",
+        "1",
+        "--status-interval-s",
+        "1",
+    ]
 
 
-def produce_sequenced(bootstrap: str, topic: str, first: int, count: int, *, pause_every: int = 0, pause_s: float = 0.0) -> None:
+def produce_sequenced(
+    bootstrap: str, topic: str, first: int, count: int, *, pause_every: int = 0, pause_s: float = 0.0
+) -> None:
     """Messages `first` .. `first + count - 1`, each with its number in the `seq` header; paced if asked."""
     failures = []
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 10,
-                         "on_delivery": lambda err, _msg: err and failures.append(err)})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 10,
+            "on_delivery": lambda err, _msg: err and failures.append(err),
+        }
+    )
     for seq in range(first, first + count):
         while True:
             try:
-                producer.produce(topic, value=b"v%d" % seq, key=b"%d" % (seq % 101), headers=[("seq", b"%d" % seq)],
-                                 partition=seq % PARTITIONS)
+                producer.produce(
+                    topic,
+                    value=b"v%d" % seq,
+                    key=b"%d" % (seq % 101),
+                    headers=[("seq", b"%d" % seq)],
+                    partition=seq % PARTITIONS,
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -67,8 +99,14 @@ def produce_sequenced(bootstrap: str, topic: str, first: int, count: int, *, pau
 
 def seqs_at(bootstrap: str, topic: str) -> Counter:
     """How often each `seq` is in `topic`, read to its current end."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"read-{time.monotonic_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     ends = {p: watermarks(consumer, topic, p)[1] for p in range(PARTITIONS)}
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     seen: Counter = Counter()
@@ -112,21 +150,35 @@ def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
 def counted_at_target(local_clusters, topic: str, audit_topic: str) -> int:
     """What a real audit counter on the aggregate cluster counts in `topic`."""
     aggregate = {"bootstrap.servers": local_clusters["aggregate"].bootstrap_servers}
-    counter = ClusterCounter(aggregate, CounterOptions(cluster="aggregate", audit_topic=audit_topic, group_id=f"g-{audit_topic}",
-                                                       flush_interval_s=0.5, topic_refresh_s=1.0), lambda t: t == topic)
+    counter = ClusterCounter(
+        aggregate,
+        CounterOptions(
+            cluster="aggregate",
+            audit_topic=audit_topic,
+            group_id=f"g-{audit_topic}",
+            flush_interval_s=0.5,
+            topic_refresh_s=1.0,
+        ),
+        lambda t: t == topic,
+    )
     counter.run(until_caught_up=True, max_seconds=120)
     records, rejects = read_audit_topic(aggregate, audit_topic)
     assert rejects == []
     return sum(r.count for r in records if r.kind == Kind.COUNT and r.topic == topic)
 
 
-def test_kill_minus_nine_loses_nothing_and_every_duplicate_is_counted_downstream(local_clusters, topic_factory, unique_name, tmp_path):
+def test_kill_minus_nine_loses_nothing_and_every_duplicate_is_counted_downstream(
+    local_clusters, topic_factory, unique_name, tmp_path
+):
     dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
     topic = topic_factory("dc1", partitions=PARTITIONS)
     config = write_config(tmp_path / "kaudit.toml", local_clusters, audit_topic=unique_name("audit"), prefix=topic)
     rounds, per_round = 10, 5000  # paced over about a minute, so that the kills come while it writes
-    producing = threading.Thread(target=lambda: [produce_sequenced(dc1, topic, r * per_round, per_round, pause_every=500,
-                                                                   pause_s=0.5) for r in range(rounds)])
+    producing = threading.Thread(
+        target=lambda: [
+            produce_sequenced(dc1, topic, r * per_round, per_round, pause_every=500, pause_s=0.5) for r in range(rounds)
+        ]
+    )
     producing.start()
     command = mirror_command(config)
     rng = random.Random(11)
@@ -134,7 +186,9 @@ def test_kill_minus_nine_loses_nothing_and_every_duplicate_is_counted_downstream
     while kills < 5 or producing.is_alive():
         before = target_end(aggregate, f"dc1.{topic}")
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ))
-        wait_for(lambda before=before: target_end(aggregate, f"dc1.{topic}") > before, "the replicator to copy", timeout_s=60)
+        wait_for(
+            lambda before=before: target_end(aggregate, f"dc1.{topic}") > before, "the replicator to copy", timeout_s=60
+        )
         time.sleep(rng.uniform(0.0, 3.0))  # kill at a random moment while it copies
         process.send_signal(signal.SIGKILL)
         process.wait(10)
@@ -152,15 +206,21 @@ def test_kill_minus_nine_loses_nothing_and_every_duplicate_is_counted_downstream
     assert set(seen) == set(range(source_count)), f"lost: {sorted(set(range(source_count)) - set(seen))[:10]}"
     assert duplicates == target_count - source_count
     audit_at_target = topic_factory("aggregate", name=unique_name("audit-agg"))
-    assert counted_at_target(local_clusters, f"dc1.{topic}", audit_at_target) == target_count, "duplicates are counted, not hidden"
+    assert counted_at_target(local_clusters, f"dc1.{topic}", audit_at_target) == target_count, (
+        "duplicates are counted, not hidden"
+    )
 
 
-def test_sigterm_mid_stream_exits_cleanly_and_a_restart_copies_the_rest_without_duplicates(local_clusters, topic_factory, unique_name, tmp_path):
+def test_sigterm_mid_stream_exits_cleanly_and_a_restart_copies_the_rest_without_duplicates(
+    local_clusters, topic_factory, unique_name, tmp_path
+):
     dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
     topic = topic_factory("dc1", partitions=PARTITIONS)
     config = write_config(tmp_path / "kaudit.toml", local_clusters, audit_topic=unique_name("audit"), prefix=topic)
     total = 30_000
-    producing = threading.Thread(target=produce_sequenced, args=(dc1, topic, 0, total), kwargs={"pause_every": 1000, "pause_s": 0.3})
+    producing = threading.Thread(
+        target=produce_sequenced, args=(dc1, topic, 0, total), kwargs={"pause_every": 1000, "pause_s": 0.3}
+    )
     producing.start()
     command = mirror_command(config)
     log_path = tmp_path / "mirror.log"
@@ -179,13 +239,16 @@ def test_sigterm_mid_stream_exits_cleanly_and_a_restart_copies_the_rest_without_
     per_partition = Counter(seq % PARTITIONS for seq in at_stop)
     assert 0 < len(at_stop) < total, f"stopped mid-stream; log:\n{log_path.read_text()[-3000:]}"
     assert max(at_stop.values()) == 1
-    assert committed(dc1, "kaudit-mirror-dc1-aggregate", topic) == {p: per_partition[p] for p in range(PARTITIONS)}, \
+    assert committed(dc1, "kaudit-mirror-dc1-aggregate", topic) == {p: per_partition[p] for p in range(PARTITIONS)}, (
         "everything delivered is committed, nothing more"
+    )
     producing.join()
 
     final = subprocess.run(command + ["--until-caught-up"], capture_output=True, text=True, timeout=240)
     assert final.returncode == 0, final.stderr[-3000:]
     seen = seqs_at(aggregate, f"dc1.{topic}")
-    print(f"SIGTERM mid-stream: exited 0 in {took_s:.1f} s with {len(at_stop):,} of {total:,} copied; restart copied the rest")
+    print(
+        f"SIGTERM mid-stream: exited 0 in {took_s:.1f} s with {len(at_stop):,} of {total:,} copied; restart copied the rest"
+    )
     assert set(seen) == set(range(total))
     assert sum(seen.values()) == total, "zero duplicates after a clean stop"

@@ -1,4 +1,5 @@
 """Delta helpers on a real local Spark session: tables survive the ways their writers die."""
+
 from __future__ import annotations
 
 import pytest

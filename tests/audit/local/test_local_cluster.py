@@ -1,4 +1,5 @@
 """The local cluster launcher against real Apache Kafka brokers."""
+
 from __future__ import annotations
 
 import subprocess
@@ -32,7 +33,9 @@ def expected_messages(cluster: str) -> list[dict]:
 
 @pytest.mark.kafka
 @pytest.mark.parametrize("cluster", SESSION_CLUSTERS)
-def test_ten_thousand_messages_round_trip_with_headers_and_timestamps(cluster, local_clusters, topic_factory, unique_name):
+def test_ten_thousand_messages_round_trip_with_headers_and_timestamps(
+    cluster, local_clusters, topic_factory, unique_name
+):
     topic = topic_factory(cluster, partitions=PARTITIONS)
     bootstrap = local_clusters[cluster].bootstrap_servers
     sent = expected_messages(cluster)
@@ -40,18 +43,26 @@ def test_ten_thousand_messages_round_trip_with_headers_and_timestamps(cluster, l
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
     for message in sent:
         producer.produce(
-            topic, key=message["key"], value=message["value"], headers=message["headers"],
-            timestamp=message["timestamp"], partition=message["partition"],
+            topic,
+            key=message["key"],
+            value=message["value"],
+            headers=message["headers"],
+            timestamp=message["timestamp"],
+            partition=message["partition"],
             on_delivery=lambda err, _msg: err and failures.append(err),
         )
         producer.poll(0)
     assert producer.flush(30) == 0
     assert failures == []
 
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": unique_name("group"),
-        "auto.offset.reset": "earliest", "enable.auto.commit": False,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique_name("group"),
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([topic])
     received = {}
     deadline = time.monotonic() + 60
@@ -123,7 +134,9 @@ def test_restart_keeps_address_and_data_and_down_leaves_no_jvm(tmp_path):
 
 
 def test_broker_that_cannot_start_reports_its_log(tmp_path):
-    cluster = LocalCluster("broken", state_dir=tmp_path, cache_dir=cache_dir(), broker_properties={"num.io.threads": "zero"})
+    cluster = LocalCluster(
+        "broken", state_dir=tmp_path, cache_dir=cache_dir(), broker_properties={"num.io.threads": "zero"}
+    )
     with pytest.raises(ClusterError) as caught:
         cluster.start(timeout_s=60)
     message = str(caught.value)

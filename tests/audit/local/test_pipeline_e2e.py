@@ -1,6 +1,7 @@
 """The whole pipeline on real parts: audited producer -> dc1 -> counter, replicator -> aggregate ->
 counter, lake job -> Delta, reconciliation. Faults are injected with the replicator's drop hook,
 a second replicator group (every message copied twice), and kill -9 of the lake job."""
+
 from __future__ import annotations
 
 import random
@@ -36,40 +37,72 @@ PARTITIONS = 3
 
 def produce(settings, topics: list[str], per_topic: int) -> None:
     config = {"bootstrap.servers": settings.cluster("dc1").bootstrap_servers}
-    with AuditedProducer(config=config, cluster="dc1", audit_topic=settings.audit_topic, flush_interval_s=1.0,
-                         service="e2e") as producer:
+    with AuditedProducer(
+        config=config, cluster="dc1", audit_topic=settings.audit_topic, flush_interval_s=1.0, service="e2e"
+    ) as producer:
         for i in range(per_topic):
             for topic in topics:
-                producer.produce(topic, value=b"v%d" % i, key=b"k%d" % (i % 50), timestamp=START + (i * 30 * MINUTE) // per_topic,
-                                 partition=i % PARTITIONS, headers=[("seq", b"%d" % i)])
+                producer.produce(
+                    topic,
+                    value=b"v%d" % i,
+                    key=b"k%d" % (i % 50),
+                    timestamp=START + (i * 30 * MINUTE) // per_topic,
+                    partition=i % PARTITIONS,
+                    headers=[("seq", b"%d" % i)],
+                )
             if i % 1000 == 0:
                 producer.poll(0)
 
 
 def count_cluster(settings, cluster: str, topics: list[str]) -> None:
     config = {"bootstrap.servers": settings.cluster(cluster).bootstrap_servers}
-    options = CounterOptions(cluster=cluster, audit_topic=settings.audit_topic, flush_interval_s=1.0,
-                             group_id=f"counter-{settings.audit_topic}-{cluster}", topic_refresh_s=2.0)
+    options = CounterOptions(
+        cluster=cluster,
+        audit_topic=settings.audit_topic,
+        flush_interval_s=1.0,
+        group_id=f"counter-{settings.audit_topic}-{cluster}",
+        topic_refresh_s=2.0,
+    )
     ClusterCounter(config, options, lambda t: t in topics).run(until_caught_up=True, max_seconds=180)
 
 
 def mirror(settings, topics: list[str], *, group: str, fault: DropFault | None = None) -> None:
-    options = MirrorOptions(source="dc1", target="aggregate", audit_topic=settings.audit_topic, group_id=group,
-                            commit_interval_s=0.5, status_interval_s=1.0, topic_refresh_s=2.0)
-    Replicator({"bootstrap.servers": settings.cluster("dc1").bootstrap_servers},
-               {"bootstrap.servers": settings.cluster("aggregate").bootstrap_servers}, options,
-               PrefixNaming(frozenset({"dc1", "aggregate"})), lambda t: t in topics, fault=fault).run(until_caught_up=True, max_seconds=180)
+    options = MirrorOptions(
+        source="dc1",
+        target="aggregate",
+        audit_topic=settings.audit_topic,
+        group_id=group,
+        commit_interval_s=0.5,
+        status_interval_s=1.0,
+        topic_refresh_s=2.0,
+    )
+    Replicator(
+        {"bootstrap.servers": settings.cluster("dc1").bootstrap_servers},
+        {"bootstrap.servers": settings.cluster("aggregate").bootstrap_servers},
+        options,
+        PrefixNaming(frozenset({"dc1", "aggregate"})),
+        lambda t: t in topics,
+        fault=fault,
+    ).run(until_caught_up=True, max_seconds=180)
 
 
 def land(spark, settings, topics: list[str]) -> None:
-    options = LakeOptions(cluster="aggregate", checkpoint=default_checkpoint(settings, "aggregate"), status_interval_s=2.0)
+    options = LakeOptions(
+        cluster="aggregate", checkpoint=default_checkpoint(settings, "aggregate"), status_interval_s=2.0
+    )
     LakeJob(spark, settings, options, lambda t: t in topics).run(until_caught_up=True)
 
 
 def windows_of_topic(bootstrap: str, topic: str) -> Counter:
     """Ground truth: messages per audit window actually in `topic`."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"truth-{time.monotonic_ns()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"truth-{time.monotonic_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([topic])
     seen, idle_since = Counter(), time.monotonic()
     while time.monotonic() - idle_since < 3:
@@ -83,9 +116,13 @@ def windows_of_topic(bootstrap: str, topic: str) -> Counter:
 
 
 def books(spark, settings, logical_topic: str) -> dict[tuple[int, str], tuple]:
-    frame = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name).where(f"logical_topic = '{logical_topic}'")
-    return {(int(r.window_start.timestamp() * 1000), r.tier): (r.status, r.expected, r.observed, r.missing, r.duplicated)
-            for r in frame.collect()}
+    frame = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name).where(
+        f"logical_topic = '{logical_topic}'"
+    )
+    return {
+        (int(r.window_start.timestamp() * 1000), r.tier): (r.status, r.expected, r.observed, r.missing, r.duplicated)
+        for r in frame.collect()
+    }
 
 
 def test_no_fault_is_exact_a_drop_is_exact_and_duplicates_show_as_over(spark, settings_factory, topic_factory):
@@ -103,12 +140,16 @@ def test_no_fault_is_exact_a_drop_is_exact_and_duplicates_show_as_over(spark, se
     aggregate = settings.cluster("aggregate").bootstrap_servers
     source_windows = windows_of_topic(settings.cluster("dc1").bootstrap_servers, lossy)
     target_windows = windows_of_topic(aggregate, f"dc1.{lossy}")
-    dropped = {w: source_windows[w] - target_windows[w] for w in source_windows if source_windows[w] != target_windows[w]}
+    dropped = {
+        w: source_windows[w] - target_windows[w] for w in source_windows if source_windows[w] != target_windows[w]
+    }
     assert sum(dropped.values()) == 37
 
     exact = books(spark, settings, f"dc1.{intact}")
     assert len(source_windows) == 3 and len(exact) == 3 * 3, "three windows x (dc1, aggregate, lake)"
-    assert all(status == "complete" and expected == observed == 1000 for status, expected, observed, *_ in exact.values()), exact
+    assert all(
+        status == "complete" and expected == observed == 1000 for status, expected, observed, *_ in exact.values()
+    ), exact
     lost = books(spark, settings, f"dc1.{lossy}")
     for window in source_windows:
         assert lost[(window, "dc1")] == ("complete", 1000, 1000, 0, 0)
@@ -132,17 +173,32 @@ def test_no_fault_is_exact_a_drop_is_exact_and_duplicates_show_as_over(spark, se
     assert books(spark, settings, f"dc1.{lossy}") == lost, "the other topic's books are untouched"
 
 
-def test_lake_job_killed_at_random_moments_lands_every_row_and_count_once(spark, settings_factory, topic_factory, tmp_path):
+def test_lake_job_killed_at_random_moments_lands_every_row_and_count_once(
+    spark, settings_factory, topic_factory, tmp_path
+):
     settings = settings_factory()
     topic = topic_factory("aggregate", partitions=PARTITIONS)
     ensure_topics({"bootstrap.servers": settings.cluster("aggregate").bootstrap_servers}, {settings.audit_topic: 1})
     aggregate = {"bootstrap.servers": settings.cluster("aggregate").bootstrap_servers}
-    with AuditedProducer(config=aggregate, cluster="aggregate", audit_topic=settings.audit_topic, service="e2e") as producer:
+    with AuditedProducer(
+        config=aggregate, cluster="aggregate", audit_topic=settings.audit_topic, service="e2e"
+    ) as producer:
         for i in range(40_000):
             producer.produce(topic, value=b"x" * 50, timestamp=START + i * 60, partition=i % PARTITIONS)
     config = write_config(settings, tmp_path / "kaudit.toml")
-    command = [sys.executable, "-m", "audit.cli", "--config", str(config), "lake", "--cluster", "aggregate",
-               "--max-offsets-per-trigger", "4000", "--until-caught-up"]
+    command = [
+        sys.executable,
+        "-m",
+        "audit.cli",
+        "--config",
+        str(config),
+        "lake",
+        "--cluster",
+        "aggregate",
+        "--max-offsets-per-trigger",
+        "4000",
+        "--until-caught-up",
+    ]
     rng = random.Random(7)
     kills = 0
     # One kill here (the soak kills the lake job again at random moments under load, and checks bronze

@@ -2,6 +2,7 @@
 audited producer, the counter and the replicator work against it; wrong credentials fail fast naming
 the cluster and "authentication"; secrets appear in no log, status record or `kaudit config show`
 (issue 8, part 3). The secured cluster starts once for the module."""
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,12 @@ BROKER_PASSWORD = "broker-" + secrets.token_urlsafe(12)
 
 @pytest.fixture(scope="module")
 def secure_cluster(tmp_path_factory):
-    cluster = LocalCluster("secure", state_dir=tmp_path_factory.mktemp("secure-state"), cache_dir=cache_dir(),
-                           security=ClusterSecurity(users={"kaudit-broker": BROKER_PASSWORD, "audit": AUDIT_PASSWORD}))
+    cluster = LocalCluster(
+        "secure",
+        state_dir=tmp_path_factory.mktemp("secure-state"),
+        cache_dir=cache_dir(),
+        security=ClusterSecurity(users={"kaudit-broker": BROKER_PASSWORD, "audit": AUDIT_PASSWORD}),
+    )
     try:
         cluster.start()
         yield cluster
@@ -55,18 +60,37 @@ def write_config(tmp_path: Path, secure: LocalCluster, local_clusters, *, passwo
 def kaudit(config: Path, *args: str, env: dict | None = None, timeout_s: float = 120) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("KAUDIT_") or k == "KAUDIT_CACHE_DIR"}
     clean.pop("KAUDIT_CACHE_DIR", None)
-    return subprocess.run([sys.executable, "-m", "audit.cli", "--config", str(config), "--log-level", "DEBUG", *args],
-                          capture_output=True, text=True, timeout=timeout_s, env={**clean, **(env or {})}, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "audit.cli", "--config", str(config), "--log-level", "DEBUG", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**clean, **(env or {})},
+        cwd=ROOT,
+    )
 
 
-def test_producer_counter_and_replicator_work_through_configuration_only(tmp_path, secure_cluster, local_clusters, unique_name):
+def test_producer_counter_and_replicator_work_through_configuration_only(
+    tmp_path, secure_cluster, local_clusters, unique_name
+):
     config = write_config(tmp_path, secure_cluster, local_clusters)
     topic = unique_name("sec")
     runs = [
         kaudit(config, "produce", "--cluster", "secure", "--topics", topic, "--count", "3000", "--partitions", "2"),
         kaudit(config, "count", "--cluster", "secure", "--until-caught-up", "--topic-refresh-s", "1"),
-        kaudit(config, "mirror", "--from", "secure", "--to", "aggregate", "--until-caught-up", "--topic-refresh-s", "1",
-               "--status-interval-s", "1"),
+        kaudit(
+            config,
+            "mirror",
+            "--from",
+            "secure",
+            "--to",
+            "aggregate",
+            "--until-caught-up",
+            "--topic-refresh-s",
+            "1",
+            "--status-interval-s",
+            "1",
+        ),
         kaudit(config, "config", "show"),
     ]
     for run in runs:
@@ -104,12 +128,17 @@ def test_producer_counter_and_replicator_work_through_configuration_only(tmp_pat
     assert payloads and AUDIT_PASSWORD.encode() not in payloads and BROKER_PASSWORD.encode() not in payloads
 
 
-@pytest.mark.parametrize("command", [
-    ["count", "--cluster", "secure", "--max-seconds", "60"],
-    ["mirror", "--from", "secure", "--to", "aggregate", "--max-seconds", "60"],
-    ["produce", "--cluster", "secure", "--topics", "never", "--count", "1"],
-])
-def test_wrong_credentials_fail_fast_naming_the_cluster_and_authentication(tmp_path, secure_cluster, local_clusters, command):
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["count", "--cluster", "secure", "--max-seconds", "60"],
+        ["mirror", "--from", "secure", "--to", "aggregate", "--max-seconds", "60"],
+        ["produce", "--cluster", "secure", "--topics", "never", "--count", "1"],
+    ],
+)
+def test_wrong_credentials_fail_fast_naming_the_cluster_and_authentication(
+    tmp_path, secure_cluster, local_clusters, command
+):
     config = write_config(tmp_path, secure_cluster, local_clusters)
     wrong = "wrong-" + secrets.token_urlsafe(8)
     began = time.monotonic()
@@ -122,7 +151,9 @@ def test_wrong_credentials_fail_fast_naming_the_cluster_and_authentication(tmp_p
     assert wrong not in run.stderr + run.stdout and AUDIT_PASSWORD not in run.stderr + run.stdout
 
 
-def test_java_client_options_let_a_plain_java_consumer_read_the_secured_cluster(tmp_path, secure_cluster, local_clusters, unique_name):
+def test_java_client_options_let_a_plain_java_consumer_read_the_secured_cluster(
+    tmp_path, secure_cluster, local_clusters, unique_name
+):
     from confluent_kafka import Producer
 
     from audit.io.clients import client_config, ensure_topics
@@ -139,11 +170,25 @@ def test_java_client_options_let_a_plain_java_consumer_read_the_secured_cluster(
     options = java_client_options(settings, "secure")
     assert options["security.protocol"] == "SASL_SSL" and options["ssl.truststore.type"] == "PEM"
     properties = tmp_path / "client.properties"
-    properties.write_text("".join(f"{key}={value}\n".replace("\\", "\\\\") if key != "sasl.jaas.config"
-                                  else f"{key}={value}\n" for key, value in options.items()))
+    properties.write_text(
+        "".join(
+            f"{key}={value}\n".replace("\\", "\\\\") if key != "sasl.jaas.config" else f"{key}={value}\n"
+            for key, value in options.items()
+        )
+    )
     result = subprocess.run(
-        [jvm.java_executable(), "-cp", jvm.classpath(cache_dir(), jvm.KAFKA_JARS), str(ROOT / "jvm" / "probe" / "CountMessages.java"),
-         str(properties), topic, "500", "60"],
-        capture_output=True, text=True, timeout=180,
+        [
+            jvm.java_executable(),
+            "-cp",
+            jvm.classpath(cache_dir(), jvm.KAFKA_JARS),
+            str(ROOT / "jvm" / "probe" / "CountMessages.java"),
+            str(properties),
+            topic,
+            "500",
+            "60",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert "counted 500" in result.stdout, result.stdout[-1000:] + result.stderr[-3000:]

@@ -5,6 +5,7 @@ starts its own three local clusters, every service and Spark job, then must repo
 held. The checker tests hand it tables that disagree with the truth and expect it to say so, so the
 soak can fail.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,41 +23,103 @@ from audit.local.soak_check import Expectations, check_all
 
 W = 1_700_000_040_000  # a window start, 1-minute aligned
 TS = pd.Timestamp(W, unit="ms", tz="UTC")
-EXPECT = Expectations(regional=("dc1",), hub="aggregate", acked={"dc1": 10}, drop_logical_topic="dc1.orders",
-                      drop_window_ms=W, drop_count=2, malformed_markers=("bad-0",))
+EXPECT = Expectations(
+    regional=("dc1",),
+    hub="aggregate",
+    acked={"dc1": 10},
+    drop_logical_topic="dc1.orders",
+    drop_window_ms=W,
+    drop_count=2,
+    malformed_markers=("bad-0",),
+)
 
 
 def test_schedule_deals_every_kind_before_repeating_and_is_seeded():
     faults = fault_schedule(random.Random(3), 600, 30, ("dc1", "dc2"), "aggregate")
-    assert {f.kind for f in faults[:len(FAULT_KINDS)]} == set(FAULT_KINDS)
+    assert {f.kind for f in faults[: len(FAULT_KINDS)]} == set(FAULT_KINDS)
     assert faults == fault_schedule(random.Random(3), 600, 30, ("dc1", "dc2"), "aggregate")
     assert all(0 < f.at_s < 600 for f in faults) and 12 <= len(faults) <= 40
     assert all(f.target in ("dc1", "dc2") for f in faults if f.kind == "kill-replicator")
 
 
 def _tables(*, hub_count=8, lake_count=8, reported_missing=2, reported_dup=0, status="incomplete"):
-    counts = pd.DataFrame([
-        {"logical_topic": "dc1.orders", "origin_cluster": "dc1", "window_start": TS, "tier": "producer", "count": 10,
-         "by_partition": [(0, 10)]},
-        {"logical_topic": "dc1.orders", "origin_cluster": "dc1", "window_start": TS, "tier": "dc1", "count": 10, "by_partition": None},
-        {"logical_topic": "dc1.orders", "origin_cluster": "dc1", "window_start": TS, "tier": "aggregate", "count": hub_count,
-         "by_partition": None},
-        {"logical_topic": "dc1.orders", "origin_cluster": "dc1", "window_start": TS, "tier": "lake", "count": lake_count,
-         "by_partition": None}])
-    rows = pd.DataFrame([
-        {"logical_topic": "dc1.orders", "window_start": TS, "tier": "dc1", "missing": 0, "duplicated": 0,
-         "status": "complete", "final": True},
-        {"logical_topic": "dc1.orders", "window_start": TS, "tier": "aggregate", "missing": reported_missing,
-         "duplicated": reported_dup, "status": status, "final": True},
-        {"logical_topic": "dc1.orders", "window_start": TS, "tier": "lake", "missing": 2, "duplicated": 0,
-         "status": "incomplete", "final": True}])
+    counts = pd.DataFrame(
+        [
+            {
+                "logical_topic": "dc1.orders",
+                "origin_cluster": "dc1",
+                "window_start": TS,
+                "tier": "producer",
+                "count": 10,
+                "by_partition": [(0, 10)],
+            },
+            {
+                "logical_topic": "dc1.orders",
+                "origin_cluster": "dc1",
+                "window_start": TS,
+                "tier": "dc1",
+                "count": 10,
+                "by_partition": None,
+            },
+            {
+                "logical_topic": "dc1.orders",
+                "origin_cluster": "dc1",
+                "window_start": TS,
+                "tier": "aggregate",
+                "count": hub_count,
+                "by_partition": None,
+            },
+            {
+                "logical_topic": "dc1.orders",
+                "origin_cluster": "dc1",
+                "window_start": TS,
+                "tier": "lake",
+                "count": lake_count,
+                "by_partition": None,
+            },
+        ]
+    )
+    rows = pd.DataFrame(
+        [
+            {
+                "logical_topic": "dc1.orders",
+                "window_start": TS,
+                "tier": "dc1",
+                "missing": 0,
+                "duplicated": 0,
+                "status": "complete",
+                "final": True,
+            },
+            {
+                "logical_topic": "dc1.orders",
+                "window_start": TS,
+                "tier": "aggregate",
+                "missing": reported_missing,
+                "duplicated": reported_dup,
+                "status": status,
+                "final": True,
+            },
+            {
+                "logical_topic": "dc1.orders",
+                "window_start": TS,
+                "tier": "lake",
+                "missing": 2,
+                "duplicated": 0,
+                "status": "incomplete",
+                "final": True,
+            },
+        ]
+    )
     alerts = pd.DataFrame([{"kind": "loss", "logical_topic": "dc1.orders", "window_start": TS, "tier": "lake"}])
     rejects = pd.DataFrame([{"raw": "xx bad-0 yy", "reason": "not JSON"}])
     return counts, rows, alerts, rejects
 
 
-TRUTH = {("dc1.orders", W, "dc1"): Counter({0: 10}), ("dc1.orders", W, "aggregate"): Counter({0: 8}),
-         ("dc1.orders", W, "lake"): Counter({0: 8})}
+TRUTH = {
+    ("dc1.orders", W, "dc1"): Counter({0: 10}),
+    ("dc1.orders", W, "aggregate"): Counter({0: 8}),
+    ("dc1.orders", W, "lake"): Counter({0: 8}),
+}
 
 
 def test_checker_passes_tables_that_match_the_truth():
@@ -64,12 +127,18 @@ def test_checker_passes_tables_that_match_the_truth():
     assert [c for c in checks if not c.ok] == []
 
 
-@pytest.mark.parametrize("wrong, failing", [
-    ({"hub_count": 9}, "every tier's count"),  # a counter double-counted after a kill
-    ({"reported_missing": 1, "status": "incomplete"}, "the injected loss"),  # loss under-reported
-    ({"reported_missing": 0, "reported_dup": 0, "status": "complete"}, "reported missing and duplicated"),
-    ({"reported_missing": 2, "reported_dup": 0, "status": "over"}, "duplicates show as over"),  # a final loss not incomplete
-])
+@pytest.mark.parametrize(
+    "wrong, failing",
+    [
+        ({"hub_count": 9}, "every tier's count"),  # a counter double-counted after a kill
+        ({"reported_missing": 1, "status": "incomplete"}, "the injected loss"),  # loss under-reported
+        ({"reported_missing": 0, "reported_dup": 0, "status": "complete"}, "reported missing and duplicated"),
+        (
+            {"reported_missing": 2, "reported_dup": 0, "status": "over"},
+            "duplicates show as over",
+        ),  # a final loss not incomplete
+    ],
+)
 def test_checker_fails_tables_that_disagree_with_the_truth(wrong, failing):
     failed = [c.name for c in check_all(*_tables(**wrong), TRUTH, EXPECT) if not c.ok]
     assert any(name.startswith(failing) for name in failed), failed
@@ -77,7 +146,9 @@ def test_checker_fails_tables_that_disagree_with_the_truth(wrong, failing):
 
 def test_checker_fails_a_loss_alert_without_a_loss_and_an_unrejected_record():
     counts, rows, alerts, rejects = _tables()
-    alerts = pd.concat([alerts, pd.DataFrame([{"kind": "loss", "logical_topic": "dc1.orders", "window_start": TS, "tier": "dc1"}])])
+    alerts = pd.concat(
+        [alerts, pd.DataFrame([{"kind": "loss", "logical_topic": "dc1.orders", "window_start": TS, "tier": "dc1"}])]
+    )
     failed = [c.invariant for c in check_all(counts, rows, alerts, rejects.iloc[0:0], TRUTH, EXPECT) if not c.ok]
     assert failed == ["5", "6"]
 
@@ -88,9 +159,26 @@ def test_checker_fails_a_loss_alert_without_a_loss_and_an_unrejected_record():
 def test_short_soak_keeps_every_invariant(tmp_path: Path):
     state = tmp_path / "soak"
     result = subprocess.run(
-        [sys.executable, "-m", "audit.cli", "soak", "--minutes", "1", "--fault-gap-s", "11", "--seed", "11",
-         "--backfill-messages", "3000", "--state-dir", str(state)],
-        capture_output=True, text=True, timeout=930)
+        [
+            sys.executable,
+            "-m",
+            "audit.cli",
+            "soak",
+            "--minutes",
+            "1",
+            "--fault-gap-s",
+            "11",
+            "--seed",
+            "11",
+            "--backfill-messages",
+            "3000",
+            "--state-dir",
+            str(state),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=930,
+    )
     report = json.loads((state / "report.json").read_text()) if (state / "report.json").exists() else None
     assert report is not None, result.stdout[-4000:] + result.stderr[-4000:]
     failed = [c for c in report["checks"] if not c["ok"]]

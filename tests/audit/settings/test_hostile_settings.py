@@ -1,6 +1,7 @@
 """Hostile configuration: whatever a TOML file, a dict or the environment holds, the loader gives
 Settings or a ConfigError naming the key (or the variable, or the file and line); nothing else
 escapes (issue 8, part 2)."""
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,11 @@ FILE_CASES = [
     ("unicode audit topic", 'audit_topic = "audit\u00e9"\n', "audit_topic:"),
     ("newline in metrics_host", 'metrics_host = "0.0.0.0\\n"\n', "metrics_host:"),
     ("space in metrics_host", 'metrics_host = "127.0.0.1 evil"\n', "metrics_host:"),
-    ("NUL in bootstrap_servers", '[[clusters]]\nname = "dc1"\nbootstrap_servers = "h:9092\\u0000"\n',
-     "clusters[0].bootstrap_servers:"),
+    (
+        "NUL in bootstrap_servers",
+        '[[clusters]]\nname = "dc1"\nbootstrap_servers = "h:9092\\u0000"\n',
+        "clusters[0].bootstrap_servers:",
+    ),
     ("window of 7 minutes", "window_minutes = 7\n", "window_minutes:"),
     ("window of 0 minutes", "window_minutes = 0\n", "window_minutes:"),
     ("window of two days", "window_minutes = 2880\n", "window_minutes:"),
@@ -51,18 +55,27 @@ FILE_CASES = [
     ("flush interval 1e400", "flush_interval_s = 1e400\n", "flush_interval_s:"),
     ("a 5000-digit window", "\n\nwindow_minutes = " + "9" * 5000 + "\n", "kaudit.toml:3"),
     ("arrays nested 100000 deep", "tiers = " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
-    ("client tables nested 800 deep", '[[clusters]]\nname = "dc1"\nclient = ' + "{a=" * 800 + "1" + "}" * 800 + "\n",
-     "nested too deeply"),
-    ("client tables nested 20 deep", '[[clusters]]\nname = "dc1"\nclient = ' + "{a=" * 20 + "1" + "}" * 20 + "\n",
-     "clusters[0].client.a"),
+    (
+        "client tables nested 800 deep",
+        '[[clusters]]\nname = "dc1"\nclient = ' + "{a=" * 800 + "1" + "}" * 800 + "\n",
+        "nested too deeply",
+    ),
+    (
+        "client tables nested 20 deep",
+        '[[clusters]]\nname = "dc1"\nclient = ' + "{a=" * 20 + "1" + "}" * 20 + "\n",
+        "clusters[0].client.a",
+    ),
     ("client value NaN", '[[clusters]]\nname = "dc1"\nclient = {"acks" = nan}\n', "clusters[0].client.acks:"),
     ("client value a list", '[[clusters]]\nname = "dc1"\nclient = {"acks" = [1]}\n', "clusters[0].client.acks:"),
     ("a key given twice", "window_minutes = 10\nwindow_minutes = 5\n", "kaudit.toml:2"),
-    ("a client key given twice", '[[clusters]]\nname = "dc1"\nclient = {"sasl.mechanism" = "PLAIN", sasl = {mechanism = "X"}}\n',
-     "clusters[0].client.sasl.mechanism:"),
+    (
+        "a client key given twice",
+        '[[clusters]]\nname = "dc1"\nclient = {"sasl.mechanism" = "PLAIN", sasl = {mechanism = "X"}}\n',
+        "clusters[0].client.sasl.mechanism:",
+    ),
     ("clusters as a table", "[clusters]\nname = 1\n", "clusters:"),
     ("tiers with a number", "tiers = [1]\n", "tiers[0]:"),
-    ("unknown key with a control character", "\"win\\u0000dow\" = 1\n", "unknown key"),
+    ("unknown key with a control character", '"win\\u0000dow" = 1\n', "unknown key"),
     ("a regex that does not compile", '[topics]\ninclude = ["(("]\n', "topics.include[0]:"),
     ("not UTF-8", None, "not UTF-8"),
 ]
@@ -91,7 +104,10 @@ ENV_CASES = [
     ({"KAUDIT_AUDIT_TOPIC": "_audit\n"}, "KAUDIT_AUDIT_TOPIC: audit_topic:"),
     ({"KAUDIT_METRICS_HOST": "0.0.0.0\r\n"}, "KAUDIT_METRICS_HOST: metrics_host:"),
     ({"KAUDIT_STATE_DIR": "a\x00b"}, "KAUDIT_STATE_DIR: state_dir:"),
-    ({"KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS": "h:1\n"}, "KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS: clusters[0].bootstrap_servers:"),
+    (
+        {"KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS": "h:1\n"},
+        "KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS: clusters[0].bootstrap_servers:",
+    ),
     ({"KAUDIT_CLUSTER_DC1_LOCAL": "maybe"}, "KAUDIT_CLUSTER_DC1_LOCAL:"),
     ({"KAUDIT_CLUSTER_DC1_CLIENT__": "x"}, "KAUDIT_CLUSTER_DC1_CLIENT__:"),
     ({"KAUDIT_CLUSTER_DC1_CLIENT__SASL\n__PASSWORD": "x"}, "KAUDIT_CLUSTER_DC1_CLIENT__SASL\n__PASSWORD:"),
@@ -131,17 +147,56 @@ def test_hostile_dicts_are_config_errors_naming_the_key(raw, named):
 
 # -- properties ----------------------------------------------------------------------------------
 
-scalars = (st.none() | st.booleans() | st.integers(min_value=-(10**400), max_value=10**400) | st.floats()
-           | st.text(max_size=12) | st.text(alphabet=st.characters(categories=("Cc", "Cf", "Zl", "Nd")), max_size=6))
-values = st.recursive(scalars, lambda children: st.lists(children, max_size=3)
-                      | st.dictionaries(st.text(max_size=8) | st.integers(), children, max_size=3), max_leaves=15)
-keys = st.sampled_from(["window_minutes", "grace_s", "flush_interval_s", "clusters", "topics", "tiers", "audit_topic",
-                        "state_dir", "cache_dir", "reference_tier", "naming", "metrics_host", "lake_path"])
-env_keys = st.sampled_from(["KAUDIT_WINDOW_MINUTES", "KAUDIT_GRACE_S", "KAUDIT_METRICS_HOST", "KAUDIT_STATE_DIR",
-                            "KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS", "KAUDIT_CLUSTER_DC1_CLIENT__SASL__PASSWORD",
-                            "KAUDIT_CLUSTER_DC1_LOCAL", "KAUDIT_AUDIT_TOPIC", "KAUDIT_NAMING"])
-env_values = st.text(max_size=10) | st.integers(1, 6000).map(lambda digits: "9" * digits) | st.sampled_from(
-    ["nan", "inf", "-0", "1e999", "\x00", "٣", "10\n", " 10 ", "0x10", "1_0"])
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**400), max_value=10**400)
+    | st.floats()
+    | st.text(max_size=12)
+    | st.text(alphabet=st.characters(categories=("Cc", "Cf", "Zl", "Nd")), max_size=6)
+)
+values = st.recursive(
+    scalars,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8) | st.integers(), children, max_size=3)
+    ),
+    max_leaves=15,
+)
+keys = st.sampled_from(
+    [
+        "window_minutes",
+        "grace_s",
+        "flush_interval_s",
+        "clusters",
+        "topics",
+        "tiers",
+        "audit_topic",
+        "state_dir",
+        "cache_dir",
+        "reference_tier",
+        "naming",
+        "metrics_host",
+        "lake_path",
+    ]
+)
+env_keys = st.sampled_from(
+    [
+        "KAUDIT_WINDOW_MINUTES",
+        "KAUDIT_GRACE_S",
+        "KAUDIT_METRICS_HOST",
+        "KAUDIT_STATE_DIR",
+        "KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS",
+        "KAUDIT_CLUSTER_DC1_CLIENT__SASL__PASSWORD",
+        "KAUDIT_CLUSTER_DC1_LOCAL",
+        "KAUDIT_AUDIT_TOPIC",
+        "KAUDIT_NAMING",
+    ]
+)
+env_values = (
+    st.text(max_size=10)
+    | st.integers(1, 6000).map(lambda digits: "9" * digits)
+    | st.sampled_from(["nan", "inf", "-0", "1e999", "\x00", "٣", "10\n", " 10 ", "0x10", "1_0"])
+)
 
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)
@@ -163,11 +218,40 @@ def test_any_dict_and_environment_give_settings_or_a_keyed_config_error(raw, env
         assert any(message.startswith(variable + ":") for variable in env), message
 
 
-toml_pieces = st.sampled_from([
-    "window_minutes = ", "grace_s = ", "[[clusters]]\n", 'name = "dc1"\n', "client = {", "}", "[", "]", "{", "=",
-    '"', "'''", "nan", "inf", "1e400", "9" * 50, "\n", ",", "tiers = ", "[topics]\n", "include = ", "\\u0000",
-    "sasl.password = ", '"x"', "true", "1979-05-27T07:32:00Z", "#", "\x00", "\x7f", "é",
-])
+toml_pieces = st.sampled_from(
+    [
+        "window_minutes = ",
+        "grace_s = ",
+        "[[clusters]]\n",
+        'name = "dc1"\n',
+        "client = {",
+        "}",
+        "[",
+        "]",
+        "{",
+        "=",
+        '"',
+        "'''",
+        "nan",
+        "inf",
+        "1e400",
+        "9" * 50,
+        "\n",
+        ",",
+        "tiers = ",
+        "[topics]\n",
+        "include = ",
+        "\\u0000",
+        "sasl.password = ",
+        '"x"',
+        "true",
+        "1979-05-27T07:32:00Z",
+        "#",
+        "\x00",
+        "\x7f",
+        "é",
+    ]
+)
 
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)

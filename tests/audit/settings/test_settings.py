@@ -1,4 +1,5 @@
 """Configuration: a TOML file, environment overrides, errors that name the key and the value."""
+
 from __future__ import annotations
 
 import re
@@ -62,8 +63,9 @@ def test_load_without_a_file_is_the_default_with_absolute_paths(tmp_path, monkey
 def test_the_shipped_example_file_means_the_built_in_default():
     from_file = load_settings(EXAMPLE_CONFIG, env={})
     assert from_file.state_dir == EXAMPLE_CONFIG.parent / ".kaudit"
-    assert from_file == replace(Settings.default(), state_dir=from_file.state_dir,
-                                cache_dir=Path("~/.cache/kafka-audit").expanduser())
+    assert from_file == replace(
+        Settings.default(), state_dir=from_file.state_dir, cache_dir=Path("~/.cache/kafka-audit").expanduser()
+    )
 
 
 def test_the_shipped_example_has_every_key_with_a_comment_above():
@@ -79,7 +81,9 @@ def test_the_shipped_example_has_every_key_with_a_comment_above():
 
 
 def test_what_config_show_prints_loads_back_as_the_same_settings(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 tiers = ["dc1", "lake"]
 reference_tier = "dc1"
 [topics]
@@ -88,7 +92,8 @@ include = ["^orders$"]
 name = "dc1"
 bootstrap_servers = "kafka:9092"
 client = { "security.protocol" = "SSL" }
-""")
+""",
+    )
     for settings in (load_settings(env={}), load_settings(EXAMPLE_CONFIG, env={}), load_settings(path, env={})):
         assert from_dict(settings.redacted()) == settings
 
@@ -99,8 +104,17 @@ def test_every_key_is_described_with_its_default():
     assert rows["clusters[].name"][0] == "(required)"
     assert rows["clusters[].local"][0] == "true when bootstrap_servers is empty"
     assert rows["tiers"][0] == "producer, each cluster, lake"
-    assert {"grace_s", "audit_topic", "state_dir", "cache_dir", "clusters[].client", "topics.include",
-            "topics.exclude", "metrics_host", "flush_interval_s"} <= rows.keys()
+    assert {
+        "grace_s",
+        "audit_topic",
+        "state_dir",
+        "cache_dir",
+        "clusters[].client",
+        "topics.include",
+        "topics.exclude",
+        "metrics_host",
+        "flush_interval_s",
+    } <= rows.keys()
     assert all(text for _default, text in rows.values())
 
 
@@ -108,7 +122,9 @@ def test_every_key_is_described_with_its_default():
 
 
 def test_a_file_with_clusters_security_and_topics(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 state_dir = "state"
 cache_dir = "/opt/kaudit-cache"
 window_minutes = 5
@@ -121,20 +137,27 @@ client = { "security.protocol" = "SASL_SSL", "sasl.mechanism" = "SCRAM-SHA-512",
 [[clusters]]
 name = "agg"
 bootstrap_servers = "kafka-agg:9093"
-""")
+""",
+    )
     settings = load_settings(path, env={})
     assert settings.state_dir == tmp_path / "state" and settings.cache_dir == Path("/opt/kaudit-cache")
     east = settings.cluster("east")
     assert not east.local
-    assert east.client_config() == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
-                                    "sasl.username": "audit", "sasl.password": "hunter2"}
+    assert east.client_config() == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "audit",
+        "sasl.password": "hunter2",
+    }
     assert east.client["sasl.password"] == Secret("hunter2") and east.client["sasl.username"] == "audit"
     assert settings.topics.matches("orders.v2") and not settings.topics.matches("payments")
     assert settings.tiers == ("producer", "east", "agg", "lake")
 
 
 def test_client_settings_written_as_nested_toml_tables_are_dotted_keys(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 [[clusters]]
 name = "east"
 bootstrap_servers = "kafka-east:9093"
@@ -143,10 +166,15 @@ security.protocol = "SSL"
 ssl.key.password = "pw"
 "enable.idempotence" = true
 "message.max.bytes" = 2000000
-""")
+""",
+    )
     cluster = load_settings(path, env={}).cluster("east")
-    assert cluster.client_config() == {"security.protocol": "SSL", "ssl.key.password": "pw",
-                                       "enable.idempotence": "true", "message.max.bytes": "2000000"}
+    assert cluster.client_config() == {
+        "security.protocol": "SSL",
+        "ssl.key.password": "pw",
+        "enable.idempotence": "true",
+        "message.max.bytes": "2000000",
+    }
     assert isinstance(cluster.client["ssl.key.password"], Secret)
 
 
@@ -193,18 +221,33 @@ ssl.key.password = "pw"
         ("[[clusters]]\nname = 'lake'", "clusters[0].name: 'lake' is reserved for a tier"),
         ("[[clusters]]\nname = 'a'\n[[clusters]]\nname = 'a'", "clusters[1].name: 'a' is used twice"),
         ("[[clusters]]\nname = 'dc1'\n[[clusters]]\nname = 'DC1'", "clusters[1].name: 'DC1' clashes with 'dc1'"),
-        ("[[clusters]]\nname = 'a'\nbootstrap = 'x'", "clusters[0].bootstrap: unknown key (did you mean 'bootstrap_servers'?)"),
+        (
+            "[[clusters]]\nname = 'a'\nbootstrap = 'x'",
+            "clusters[0].bootstrap: unknown key (did you mean 'bootstrap_servers'?)",
+        ),
         ("[[clusters]]\nname = 'a'\nbootstrap_servers = ' '", "clusters[0].bootstrap_servers: ' ' is blank"),
         ("[[clusters]]\nname = 'a'\nlocal = 'yes'", "clusters[0].local: expected true or false, got 'yes'"),
         ("[[clusters]]\nname = 'a'\nlocal = false", "clusters[0].local: false needs bootstrap_servers"),
-        ("[[clusters]]\nname = 'a'\nlocal = true\nbootstrap_servers = 'k:9092'",
-         "clusters[0].bootstrap_servers: 'k:9092' is set but local = true"),
-        ("[[clusters]]\nname = 'a'\nclient = 'x'", "clusters[0].client: expected a table of librdkafka settings, got 'x'"),
-        ("[[clusters]]\nname = 'a'\nclient = { 'acks' = [1] }", "clusters[0].client.acks: expected a string, a number or true/false, got [1]"),
-        ("[[clusters]]\nname = 'a'\nclient = { 'bootstrap.servers' = 'k:1' }",
-         "clusters[0].client.bootstrap.servers: set the cluster's bootstrap_servers instead"),
-        ("[[clusters]]\nname = 'a'\nclient = { 'sasl.password' = 'p', sasl = { password = 'q' } }",
-         "clusters[0].client.sasl.password: is set twice"),
+        (
+            "[[clusters]]\nname = 'a'\nlocal = true\nbootstrap_servers = 'k:9092'",
+            "clusters[0].bootstrap_servers: 'k:9092' is set but local = true",
+        ),
+        (
+            "[[clusters]]\nname = 'a'\nclient = 'x'",
+            "clusters[0].client: expected a table of librdkafka settings, got 'x'",
+        ),
+        (
+            "[[clusters]]\nname = 'a'\nclient = { 'acks' = [1] }",
+            "clusters[0].client.acks: expected a string, a number or true/false, got [1]",
+        ),
+        (
+            "[[clusters]]\nname = 'a'\nclient = { 'bootstrap.servers' = 'k:1' }",
+            "clusters[0].client.bootstrap.servers: set the cluster's bootstrap_servers instead",
+        ),
+        (
+            "[[clusters]]\nname = 'a'\nclient = { 'sasl.password' = 'p', sasl = { password = 'q' } }",
+            "clusters[0].client.sasl.password: is set twice",
+        ),
     ],
 )
 def test_each_bad_value_is_named_with_its_key_and_file(tmp_path, text, message):
@@ -240,8 +283,10 @@ def test_the_config_file_may_come_from_kaudit_config(tmp_path):
     assert load_settings(env={"KAUDIT_CONFIG": str(path)}).window_minutes == 30
     assert load_settings(write(tmp_path, "", "other.toml"), env={"KAUDIT_CONFIG": str(path)}).window_minutes == 10
     missing = tmp_path / "nope.toml"
-    assert error_of(load_settings, env={"KAUDIT_CONFIG": str(missing)}) == \
-        f"config file {missing} (from KAUDIT_CONFIG) does not exist"
+    assert (
+        error_of(load_settings, env={"KAUDIT_CONFIG": str(missing)})
+        == f"config file {missing} (from KAUDIT_CONFIG) does not exist"
+    )
 
 
 def test_unknown_cluster_lists_the_known_ones():
@@ -270,8 +315,11 @@ def test_direct_construction_is_checked_too(build, message):
 
 
 def test_direct_construction_converts_lists_and_wraps_secrets():
-    settings = Settings(clusters=[ClusterSettings(name="a", client={"sasl.password": "pw", "linger.ms": 5})],
-                        tiers=["producer", "a"], state_dir="s")
+    settings = Settings(
+        clusters=[ClusterSettings(name="a", client={"sasl.password": "pw", "linger.ms": 5})],
+        tiers=["producer", "a"],
+        state_dir="s",
+    )
     assert settings.tiers == ("producer", "a") and settings.state_dir == Path("s")
     assert settings.cluster("a").client == {"sasl.password": Secret("pw"), "linger.ms": "5"}
     assert hash(settings) == hash(replace(settings))
@@ -291,10 +339,17 @@ def test_secret_never_prints_and_compares_by_value():
 @pytest.mark.parametrize(
     ("key", "secret"),
     [
-        ("sasl.password", True), ("ssl.key.password", True), ("ssl.keystore.password", True),
-        ("sasl.oauthbearer.client.secret", True), ("ssl.key.pem", True), ("sasl.oauthbearer.config", True),
-        ("SASL.PASSWORD", True), ("sasl.username", False), ("ssl.ca.location", False),
-        ("ssl.certificate.pem", False), ("security.protocol", False),
+        ("sasl.password", True),
+        ("ssl.key.password", True),
+        ("ssl.keystore.password", True),
+        ("sasl.oauthbearer.client.secret", True),
+        ("ssl.key.pem", True),
+        ("sasl.oauthbearer.config", True),
+        ("SASL.PASSWORD", True),
+        ("sasl.username", False),
+        ("ssl.ca.location", False),
+        ("ssl.certificate.pem", False),
+        ("security.protocol", False),
     ],
 )
 def test_which_client_settings_are_secret(key, secret):
@@ -306,18 +361,24 @@ def test_which_client_settings_are_secret(key, secret):
 
 
 def test_secrets_appear_nowhere_but_the_client_config(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 [[clusters]]
 name = "dc1"
 bootstrap_servers = "k:9092"
 client = { "sasl.password" = "from-file", "ssl.key.pem" = "-----BEGIN KEY-----" }
-""")
+""",
+    )
     settings = load_settings(path, env={"KAUDIT_CLUSTER_DC1_CLIENT__SASL__OAUTHBEARER__CLIENT__SECRET": "from-env"})
     printed = repr(settings) + str(settings) + str(settings.redacted()) + str(describe())
     for value in ("from-file", "BEGIN KEY", "from-env"):
         assert value not in printed
     assert settings.redacted()["clusters"][0]["client"] == {
-        "sasl.password": "****", "ssl.key.pem": "****", "sasl.oauthbearer.client.secret": "****"}
+        "sasl.password": "****",
+        "ssl.key.pem": "****",
+        "sasl.oauthbearer.client.secret": "****",
+    }
     assert settings.cluster("dc1").client_config()["sasl.oauthbearer.client.secret"] == "from-env"
 
 
@@ -332,20 +393,37 @@ def test_errors_about_a_secret_do_not_show_its_value(tmp_path):
 
 def test_environment_overrides_every_scalar_key(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    env = {"KAUDIT_WINDOW_MINUTES": "5", "KAUDIT_GRACE_S": "60", "KAUDIT_AUDIT_TOPIC": "audit.v2",
-           "KAUDIT_STATE_DIR": "run", "KAUDIT_CACHE_DIR": "/var/cache/k", "KAUDIT_FLUSH_INTERVAL_S": "0.5",
-           "KAUDIT_METRICS_HOST": "0.0.0.0", "KAUDIT_REFERENCE_TIER": "dc1", "KAUDIT_NAMING": "identity",
-           "KAUDIT_LOG_LEVEL": "DEBUG", "KAUDIT_LOG_FORMAT": "json", "KAUDIT_SPARK_MASTER": "local[2]",
-           "PATH": "/bin"}
+    env = {
+        "KAUDIT_WINDOW_MINUTES": "5",
+        "KAUDIT_GRACE_S": "60",
+        "KAUDIT_AUDIT_TOPIC": "audit.v2",
+        "KAUDIT_STATE_DIR": "run",
+        "KAUDIT_CACHE_DIR": "/var/cache/k",
+        "KAUDIT_FLUSH_INTERVAL_S": "0.5",
+        "KAUDIT_METRICS_HOST": "0.0.0.0",
+        "KAUDIT_REFERENCE_TIER": "dc1",
+        "KAUDIT_NAMING": "identity",
+        "KAUDIT_LOG_LEVEL": "DEBUG",
+        "KAUDIT_LOG_FORMAT": "json",
+        "KAUDIT_SPARK_MASTER": "local[2]",
+        "PATH": "/bin",
+    }
     settings = load_settings(write(tmp_path / "..", "window_minutes = 15\n", "elsewhere.toml"), env=env)
-    assert (settings.window_minutes, settings.grace_s, settings.audit_topic, settings.flush_interval_s) == (5, 60.0, "audit.v2", 0.5)
+    assert (settings.window_minutes, settings.grace_s, settings.audit_topic, settings.flush_interval_s) == (
+        5,
+        60.0,
+        "audit.v2",
+        0.5,
+    )
     assert (settings.metrics_host, settings.reference_tier, settings.naming) == ("0.0.0.0", "dc1", "identity")
     # relative paths from the environment are relative to the working directory, not to the file
     assert settings.state_dir == tmp_path / "run" and settings.cache_dir == Path("/var/cache/k")
 
 
 def test_environment_overrides_per_cluster(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 [[clusters]]
 name = "dc1"
 [clusters.client]
@@ -356,28 +434,51 @@ name = "dc1_b"
 [[clusters]]
 name = "east-1"
 bootstrap_servers = "east:9092"
-""")
-    env = {"KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS": "far:9092", "KAUDIT_CLUSTER_DC1_CLIENT__SASL__PASSWORD": "s3cret",
-           "KAUDIT_CLUSTER_DC1_CLIENT__SECURITY__PROTOCOL": "SASL_SSL", "KAUDIT_CLUSTER_DC1_CLIENT__LOG_LEVEL": "3",
-           "KAUDIT_CLUSTER_DC1_B_BOOTSTRAP_SERVERS": "b:9092", "KAUDIT_CLUSTER_EAST_1_LOCAL": "false"}
+""",
+    )
+    env = {
+        "KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS": "far:9092",
+        "KAUDIT_CLUSTER_DC1_CLIENT__SASL__PASSWORD": "s3cret",
+        "KAUDIT_CLUSTER_DC1_CLIENT__SECURITY__PROTOCOL": "SASL_SSL",
+        "KAUDIT_CLUSTER_DC1_CLIENT__LOG_LEVEL": "3",
+        "KAUDIT_CLUSTER_DC1_B_BOOTSTRAP_SERVERS": "b:9092",
+        "KAUDIT_CLUSTER_EAST_1_LOCAL": "false",
+    }
     settings = load_settings(path, env=env)
     dc1 = settings.cluster("dc1")
     assert dc1.bootstrap_servers == "far:9092" and not dc1.local
-    assert dc1.client_config() == {"sasl.password": "s3cret", "sasl.username": "audit",
-                                   "security.protocol": "SASL_SSL", "log_level": "3"}
+    assert dc1.client_config() == {
+        "sasl.password": "s3cret",
+        "sasl.username": "audit",
+        "security.protocol": "SASL_SSL",
+        "log_level": "3",
+    }
     assert settings.cluster("dc1_b").bootstrap_servers == "b:9092"
     assert not settings.cluster("east-1").local
-    assert load_settings(env={"KAUDIT_CLUSTER_AGGREGATE_BOOTSTRAP_SERVERS": "agg:1"}).cluster("aggregate").bootstrap_servers == "agg:1"
+    assert (
+        load_settings(env={"KAUDIT_CLUSTER_AGGREGATE_BOOTSTRAP_SERVERS": "agg:1"})
+        .cluster("aggregate")
+        .bootstrap_servers
+        == "agg:1"
+    )
 
 
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"KAUDIT_WINDOW_MINUTS": "5"}, "KAUDIT_WINDOW_MINUTS: not a configuration variable (did you mean KAUDIT_WINDOW_MINUTES?)"),
+        (
+            {"KAUDIT_WINDOW_MINUTS": "5"},
+            "KAUDIT_WINDOW_MINUTS: not a configuration variable (did you mean KAUDIT_WINDOW_MINUTES?)",
+        ),
         ({"KAUDIT_CONFIGG": "x.toml"}, "KAUDIT_CONFIGG: not a configuration variable (did you mean KAUDIT_CONFIG?)"),
-        ({"KAUDIT_TIERS": "producer"}, "KAUDIT_TIERS: not a configuration variable (tiers can be set in the config file only)"),
-        ({"KAUDIT_CLUSTERS_DC1_LOCAL": "true"},
-         "KAUDIT_CLUSTERS_DC1_LOCAL: not a configuration variable (did you mean KAUDIT_CLUSTER_DC1_LOCAL?)"),
+        (
+            {"KAUDIT_TIERS": "producer"},
+            "KAUDIT_TIERS: not a configuration variable (tiers can be set in the config file only)",
+        ),
+        (
+            {"KAUDIT_CLUSTERS_DC1_LOCAL": "true"},
+            "KAUDIT_CLUSTERS_DC1_LOCAL: not a configuration variable (did you mean KAUDIT_CLUSTER_DC1_LOCAL?)",
+        ),
         ({"KAUDIT_XYZZY": "1"}, "KAUDIT_XYZZY: not a configuration variable (known: KAUDIT_STATE_DIR"),
         ({"KAUDIT_WINDOW_MINUTES": "ten"}, "KAUDIT_WINDOW_MINUTES: 'ten' is not an integer (window_minutes)"),
         ({"KAUDIT_WINDOW_MINUTES": "5.0"}, "KAUDIT_WINDOW_MINUTES: '5.0' is not an integer (window_minutes)"),
@@ -387,16 +488,28 @@ bootstrap_servers = "east:9092"
         ({"KAUDIT_FLUSH_INTERVAL_S": "nan"}, "KAUDIT_FLUSH_INTERVAL_S: flush_interval_s: nan must be a finite number"),
         ({"KAUDIT_AUDIT_TOPIC": ""}, "KAUDIT_AUDIT_TOPIC: audit_topic: '' is not a legal Kafka topic name"),
         ({"KAUDIT_REFERENCE_TIER": "dc9"}, "KAUDIT_REFERENCE_TIER: reference_tier: 'dc9' is not one of the tiers"),
-        ({"KAUDIT_CLUSTER_DC9_BOOTSTRAP_SERVERS": "x"},
-         "KAUDIT_CLUSTER_DC9_BOOTSTRAP_SERVERS: no configured cluster matches (known: dc1, dc2, aggregate)"),
+        (
+            {"KAUDIT_CLUSTER_DC9_BOOTSTRAP_SERVERS": "x"},
+            "KAUDIT_CLUSTER_DC9_BOOTSTRAP_SERVERS: no configured cluster matches (known: dc1, dc2, aggregate)",
+        ),
         ({"KAUDIT_CLUSTER_DC1_PORT": "1"}, "KAUDIT_CLUSTER_DC1_PORT: 'port' is not a cluster setting"),
         ({"KAUDIT_CLUSTER_DC1_CLIENT__": "1"}, "KAUDIT_CLUSTER_DC1_CLIENT__: 'client__' is not a cluster setting"),
-        ({"KAUDIT_CLUSTER_DC1_LOCAL": "maybe"}, "KAUDIT_CLUSTER_DC1_LOCAL: 'maybe' is not true or false (clusters[0].local)"),
-        ({"KAUDIT_CLUSTER_DC1_LOCAL": "false"}, "KAUDIT_CLUSTER_DC1_LOCAL: clusters[0].local: false needs bootstrap_servers"),
-        ({"KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS": " "},
-         "KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS: clusters[0].bootstrap_servers: ' ' is blank"),
-        ({"KAUDIT_CLUSTER_DC1_CLIENT__BOOTSTRAP__SERVERS": "k:1"},
-         "KAUDIT_CLUSTER_DC1_CLIENT__BOOTSTRAP__SERVERS: clusters[0].client.bootstrap.servers: set the cluster's"),
+        (
+            {"KAUDIT_CLUSTER_DC1_LOCAL": "maybe"},
+            "KAUDIT_CLUSTER_DC1_LOCAL: 'maybe' is not true or false (clusters[0].local)",
+        ),
+        (
+            {"KAUDIT_CLUSTER_DC1_LOCAL": "false"},
+            "KAUDIT_CLUSTER_DC1_LOCAL: clusters[0].local: false needs bootstrap_servers",
+        ),
+        (
+            {"KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS": " "},
+            "KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS: clusters[0].bootstrap_servers: ' ' is blank",
+        ),
+        (
+            {"KAUDIT_CLUSTER_DC1_CLIENT__BOOTSTRAP__SERVERS": "k:1"},
+            "KAUDIT_CLUSTER_DC1_CLIENT__BOOTSTRAP__SERVERS: clusters[0].client.bootstrap.servers: set the cluster's",
+        ),
     ],
 )
 def test_environment_errors_name_the_variable(env, message):
@@ -405,8 +518,10 @@ def test_environment_errors_name_the_variable(env, message):
 
 def test_an_environment_error_on_a_file_value_names_the_file(tmp_path):
     path = write(tmp_path, "clusters = 3\n")
-    assert error_of(load_settings, path, env={"KAUDIT_CLUSTER_DC1_LOCAL": "true"}) == \
-        f"{path}: clusters: expected a list of tables ([[clusters]]), got 3"
+    assert (
+        error_of(load_settings, path, env={"KAUDIT_CLUSTER_DC1_LOCAL": "true"})
+        == f"{path}: clusters: expected a list of tables ([[clusters]]), got 3"
+    )
 
 
 def test_os_environ_is_read_when_no_env_is_given(monkeypatch):
@@ -423,25 +538,58 @@ junk = st.recursive(
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
     max_leaves=12,
 )
-top_keys = st.sampled_from(["window_minutes", "grace_s", "flush_interval_s", "clusters", "topics", "tiers",
-                            "audit_topic", "state_dir", "cache_dir", "reference_tier", "naming", "metrics_host",
-                            "unknown"])
+top_keys = st.sampled_from(
+    [
+        "window_minutes",
+        "grace_s",
+        "flush_interval_s",
+        "clusters",
+        "topics",
+        "tiers",
+        "audit_topic",
+        "state_dir",
+        "cache_dir",
+        "reference_tier",
+        "naming",
+        "metrics_host",
+        "unknown",
+    ]
+)
 cluster_table = st.fixed_dictionaries(
     {"name": st.sampled_from(["dc1", "agg", "a-b", "A_B", "lake", ""]) | st.text(max_size=6)},
-    optional={"bootstrap_servers": st.text(max_size=6) | junk, "local": st.booleans() | junk,
-              "client": st.dictionaries(st.sampled_from(["sasl.password", "acks", "sasl"]) | st.text(max_size=6), junk,
-                                        max_size=3) | junk},
+    optional={
+        "bootstrap_servers": st.text(max_size=6) | junk,
+        "local": st.booleans() | junk,
+        "client": st.dictionaries(
+            st.sampled_from(["sasl.password", "acks", "sasl"]) | st.text(max_size=6), junk, max_size=3
+        )
+        | junk,
+    },
 )
 documents = st.dictionaries(top_keys, junk, max_size=4) | st.fixed_dictionaries(
     {"clusters": st.lists(cluster_table, max_size=3)},
-    optional={"tiers": st.lists(st.sampled_from(["producer", "lake", "dc1", "agg", "zz"]), max_size=4),
-              "reference_tier": st.sampled_from(["producer", "dc1", "lake"]),
-              "topics": st.fixed_dictionaries({}, optional={"include": st.lists(st.text(max_size=6), max_size=2),
-                                                            "exclude": junk})})
-env_names = st.sampled_from(["KAUDIT_WINDOW_MINUTES", "KAUDIT_GRACE_S", "KAUDIT_STATE_DIR", "KAUDIT_AUDIT_TOPIC",
-                             "KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS", "KAUDIT_CLUSTER_DC1_LOCAL",
-                             "KAUDIT_CLUSTER_AGG_CLIENT__SASL__PASSWORD", "KAUDIT_CLUSTER_A_B_CLIENT__ACKS",
-                             "KAUDIT_LOG_LEVEL", "OTHER"]) | st.text(max_size=12).map(lambda s: "KAUDIT_" + s)
+    optional={
+        "tiers": st.lists(st.sampled_from(["producer", "lake", "dc1", "agg", "zz"]), max_size=4),
+        "reference_tier": st.sampled_from(["producer", "dc1", "lake"]),
+        "topics": st.fixed_dictionaries(
+            {}, optional={"include": st.lists(st.text(max_size=6), max_size=2), "exclude": junk}
+        ),
+    },
+)
+env_names = st.sampled_from(
+    [
+        "KAUDIT_WINDOW_MINUTES",
+        "KAUDIT_GRACE_S",
+        "KAUDIT_STATE_DIR",
+        "KAUDIT_AUDIT_TOPIC",
+        "KAUDIT_CLUSTER_DC1_BOOTSTRAP_SERVERS",
+        "KAUDIT_CLUSTER_DC1_LOCAL",
+        "KAUDIT_CLUSTER_AGG_CLIENT__SASL__PASSWORD",
+        "KAUDIT_CLUSTER_A_B_CLIENT__ACKS",
+        "KAUDIT_LOG_LEVEL",
+        "OTHER",
+    ]
+) | st.text(max_size=12).map(lambda s: "KAUDIT_" + s)
 
 
 @hypothesis_settings(max_examples=300)

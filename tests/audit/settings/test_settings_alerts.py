@@ -1,4 +1,5 @@
 """The [smtp], [alerts] and [ui] settings: defaults, routing, secrets, errors naming the key."""
+
 from __future__ import annotations
 
 import json
@@ -9,23 +10,26 @@ from audit.contract.errors import ConfigError
 from audit.settings import AlertSettings, Settings, from_dict, load_settings
 
 
-@pytest.mark.parametrize("raw, key", [
-    ({"smtp": {"security": "tls"}}, "smtp.security"),
-    ({"smtp": {"port": 0}}, "smtp.port"),
-    ({"smtp": {"password": "pw"}}, "smtp.user"),
-    ({"smtp": {"host": "mail.example.com", "user": "u", "password": "pw"}}, "smtp.security"),
-    ({"smtp": {"retries": 0}}, "smtp.retries"),
-    ({"smtp": {"hots": "x"}}, "smtp.hots"),
-    ({"alerts": {"sender": "nobody"}}, "alerts.sender"),
-    ({"alerts": {"default_recipients": ["a@b", "oops"]}}, "alerts.default_recipients[1]"),
-    ({"alerts": {"routes": [{"pattern": "(", "recipients": ["a@b"]}]}}, "alerts.routes[0].pattern"),
-    ({"alerts": {"routes": [{"pattern": "x", "recipients": []}]}}, "alerts.routes[0].recipients"),
-    ({"alerts": {"lag_minutes": 0}}, "alerts.lag_minutes"),
-    ({"alerts": {"ui_url": "ftp://x"}}, "alerts.ui_url"),
-    ({"ui": {"auth_user": "admin"}}, "ui.auth_password"),
-    ({"ui": {"port": 70000}}, "ui.port"),
-    ({"ui": {"host": " "}}, "ui.host"),
-])
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ({"smtp": {"security": "tls"}}, "smtp.security"),
+        ({"smtp": {"port": 0}}, "smtp.port"),
+        ({"smtp": {"password": "pw"}}, "smtp.user"),
+        ({"smtp": {"host": "mail.example.com", "user": "u", "password": "pw"}}, "smtp.security"),
+        ({"smtp": {"retries": 0}}, "smtp.retries"),
+        ({"smtp": {"hots": "x"}}, "smtp.hots"),
+        ({"alerts": {"sender": "nobody"}}, "alerts.sender"),
+        ({"alerts": {"default_recipients": ["a@b", "oops"]}}, "alerts.default_recipients[1]"),
+        ({"alerts": {"routes": [{"pattern": "(", "recipients": ["a@b"]}]}}, "alerts.routes[0].pattern"),
+        ({"alerts": {"routes": [{"pattern": "x", "recipients": []}]}}, "alerts.routes[0].recipients"),
+        ({"alerts": {"lag_minutes": 0}}, "alerts.lag_minutes"),
+        ({"alerts": {"ui_url": "ftp://x"}}, "alerts.ui_url"),
+        ({"ui": {"auth_user": "admin"}}, "ui.auth_password"),
+        ({"ui": {"port": 70000}}, "ui.port"),
+        ({"ui": {"host": " "}}, "ui.host"),
+    ],
+)
 def test_bad_values_name_their_key(raw, key):
     with pytest.raises(ConfigError) as caught:
         from_dict(raw)
@@ -33,25 +37,40 @@ def test_bad_values_name_their_key(raw, key):
     assert "pw" not in str(caught.value)
 
 
-@pytest.mark.parametrize("topic, expected", [
-    ("dc1.payments", ("pay@example.com",)),
-    ("dc2.payments-eu", ("pay@example.com",)),
-    ("dc1.orders", ("orders@example.com", "oncall@example.com")),
-    ("dc1.clicks", ("all@example.com",)),
-])
+@pytest.mark.parametrize(
+    "topic, expected",
+    [
+        ("dc1.payments", ("pay@example.com",)),
+        ("dc2.payments-eu", ("pay@example.com",)),
+        ("dc1.orders", ("orders@example.com", "oncall@example.com")),
+        ("dc1.clicks", ("all@example.com",)),
+    ],
+)
 def test_the_first_matching_route_wins_else_the_default(topic, expected):
-    alerts = from_dict({"alerts": {
-        "default_recipients": ["all@example.com"],
-        "routes": [{"pattern": r"\.payments", "recipients": ["pay@example.com"]},
-                   {"pattern": "orders|payments", "recipients": ["orders@example.com", "oncall@example.com"]}],
-    }}).alerts
+    alerts = from_dict(
+        {
+            "alerts": {
+                "default_recipients": ["all@example.com"],
+                "routes": [
+                    {"pattern": r"\.payments", "recipients": ["pay@example.com"]},
+                    {"pattern": "orders|payments", "recipients": ["orders@example.com", "oncall@example.com"]},
+                ],
+            }
+        }
+    ).alerts
     assert alerts.recipients(topic) == expected
 
 
 def test_passwords_come_from_the_environment_and_never_print():
-    settings = load_settings(env={"KAUDIT_SMTP_USER": "audit", "KAUDIT_SMTP_PASSWORD": "s3cret-pw",
-                                  "KAUDIT_UI_AUTH_USER": "admin", "KAUDIT_UI_AUTH_PASSWORD": "ui-pw",
-                                  "KAUDIT_UI_PORT": "9001"})
+    settings = load_settings(
+        env={
+            "KAUDIT_SMTP_USER": "audit",
+            "KAUDIT_SMTP_PASSWORD": "s3cret-pw",
+            "KAUDIT_UI_AUTH_USER": "admin",
+            "KAUDIT_UI_AUTH_PASSWORD": "ui-pw",
+            "KAUDIT_UI_PORT": "9001",
+        }
+    )
     assert settings.smtp.password.reveal() == "s3cret-pw"
     assert settings.ui.auth_password.reveal() == "ui-pw"
     assert settings.ui.port == 9001
