@@ -22,8 +22,7 @@ default (three local clusters dc1, dc2 -> aggregate). `kaudit config show` print
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from audit.cli import alert, clusters, config, count, mirror, spark_jobs, ui
-    from audit.local import demo, mailbox, soak
+    from audit.cli import alert, clusters, config, count, demo, mailbox, mirror, soak, spark_jobs, ui
     from producers import loadgen
 
     parser = argparse.ArgumentParser(

@@ -32,17 +32,9 @@ from prometheus_client import Counter, Gauge
 from audit.contract.audit_time import audit_time
 from audit.contract.errors import KafkaClientError
 from audit.contract.names import DEFAULT_AUDIT_TOPIC
-from audit.contract.record import (
-    MAX_AUDIT_TIME_MS,
-    count_record,
-    encode,
-    new_instance_id,
-    record_id,
-    status_record,
-    topic_statuses,
-    watermark_ms,
-)
+from audit.contract.record import MAX_AUDIT_TIME_MS, count_record, encode, new_instance_id, record_id, status_record
 from audit.contract.tally import Tally
+from audit.contract.watermarks import topic_statuses, watermark_ms
 from audit.hops.runloop import run_hop
 from audit.io.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 

@@ -25,16 +25,9 @@ from prometheus_client import Counter, Gauge
 
 from audit.contract.errors import JobError
 from audit.contract.names import LAKE_TIER
-from audit.contract.record import (
-    AUDIT_TIME_HEADER,
-    MAX_AUDIT_TIME_MS,
-    count_record,
-    encode,
-    status_record,
-    topic_statuses,
-    watermark_ms,
-)
+from audit.contract.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS, count_record, encode, status_record
 from audit.contract.tables import BRONZE
+from audit.contract.watermarks import topic_statuses, watermark_ms
 from audit.contract.windows import MS_PER_MINUTE
 from audit.io import delta_io
 from audit.io.clients import client_config, ensure_topics, java_client_options, list_offsets

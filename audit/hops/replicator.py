@@ -13,120 +13,37 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
-from prometheus_client import Counter, Gauge
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from audit.contract.audit_time import header_value
-from audit.contract.errors import KafkaClientError
-from audit.contract.names import DEFAULT_AUDIT_TOPIC
 from audit.contract.naming import NamingPolicy
-from audit.contract.record import (
-    PROVENANCE_HEADER,
-    encode,
-    new_instance_id,
-    record_id,
-    status_record,
-    topic_statuses,
-    watermark_ms,
-)
+from audit.contract.record import PROVENANCE_HEADER, encode, new_instance_id, record_id, status_record
+from audit.contract.watermarks import topic_statuses, watermark_ms
 from audit.hops.faults import DropFault, PauseFault
+from audit.hops.mirror_state import (
+    COPIED,
+    DROPPED,
+    ERRORS,
+    LAG,
+    SERVICE,
+    SKIPPED,
+    STALLED,
+    MirrorOptions,
+    MirrorStats,
+    PartitionFlow,
+    lags_and_stall,
+    provenance,
+)
+from audit.hops.mirror_topics import create_target_topics
 from audit.hops.runloop import run_hop
 from audit.io.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
 
+__all__ = ["MirrorOptions", "MirrorStats", "Replicator", "provenance"]
+
 log = logging.getLogger(__name__)
-
-SERVICE = "kaudit-mirror"
-# Topic settings copied to a target topic the replicator creates; the rest stay the target's defaults.
-COPIED_TOPIC_CONFIGS = (
-    "cleanup.policy",
-    "retention.ms",
-    "retention.bytes",
-    "message.timestamp.type",
-    "max.message.bytes",
-    "compression.type",
-    "segment.bytes",
-    "min.compaction.lag.ms",
-    "delete.retention.ms",
-)
-
-COPIED = Counter("kaudit_mirror_messages_total", "Messages acknowledged by the target", ["source", "target", "topic"])
-LAG = Gauge("kaudit_mirror_lag_messages", "Source end offset minus acknowledged position", ["source", "target"])
-STALLED = Gauge(
-    "kaudit_mirror_stalled", "1 while lag > 0 and nothing was acknowledged for stall_after_s", ["source", "target"]
-)
-ERRORS = Counter("kaudit_mirror_errors_total", "Delivery and client errors", ["source", "target"])
-SKIPPED = Counter(
-    "kaudit_mirror_cycle_skipped_total", "Messages not copied because the target is on their path", ["source", "target"]
-)
-DROPPED = Counter(
-    "kaudit_mirror_fault_dropped_total",
-    "Messages dropped by the fault hook (tests and demo only)",
-    ["source", "target", "topic"],
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class MirrorOptions:
-    """How one replicator instance runs."""
-
-    source: str
-    target: str
-    audit_topic: str = DEFAULT_AUDIT_TOPIC
-    window_minutes: int = 10
-    group_id: str | None = None  # default kaudit-mirror-<source>-<target>
-    session_timeout_ms: int = 10_000  # a crashed instance's partitions move on after this long
-    batch_size: int = 5000
-    commit_interval_s: float = 2.0
-    status_interval_s: float = 10.0
-    topic_refresh_s: float = 30.0
-    stall_after_s: float = 30.0
-    client_timeout_s: float = 30.0
-    linger_ms: int = 20
-
-    @property
-    def group(self) -> str:
-        return self.group_id or f"kaudit-mirror-{self.source}-{self.target}"
-
-
-@dataclass
-class PartitionFlow:
-    """One source partition: what was sent, what the target acknowledged, when that last moved."""
-
-    committed: int
-    acked: int  # next offset to commit: every message before it is acknowledged
-    sent: deque = field(default_factory=deque)  # offsets in send order, not yet committable
-    done: dict = field(default_factory=dict)  # offset -> timestamp, acknowledged out of order (rare)
-    last_progress: float = field(default_factory=time.monotonic)
-    last_audit_time_ms: int | None = None  # Kafka timestamp of the last message acknowledged in order
-
-
-@dataclass
-class MirrorStats:
-    copied: int = 0
-    copied_by_topic: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    skipped: int = 0
-    dropped: int = 0
-    errors: int = 0
-    stalled: bool = False
-    stall_episodes: int = 0
-    lag: int = 0
-
-
-def provenance(headers) -> list[str]:
-    """The clusters a message has been in, from its `kaudit-path` header.
-
-    Read name by name: one garbled name (not ASCII) is left out, the others still stop a cycle.
-    """
-    value = header_value(headers, PROVENANCE_HEADER)
-    if not value or not isinstance(value, bytes):
-        return []
-    return [name.decode("ascii") for name in value.split(b",") if name and name.isascii()]
 
 
 class Replicator:
@@ -233,7 +150,18 @@ class Replicator:
         )
         missing = [name for name in wanted if name not in self._target_partitions]
         if missing:
-            self._create_target_topics({name: len(metadata[name].partitions) for name in missing})
+            partitions = {name: len(metadata[name].partitions) for name in missing}
+            target_names = {topic: self.naming.target_topic(self.options.source, topic) for topic in partitions}
+            self._target_partitions.update(
+                create_target_topics(
+                    self._source_admin,
+                    self._target_admin,
+                    target_names,
+                    partitions,
+                    target=self.options.target,
+                    timeout_s=self.options.client_timeout_s,
+                )
+            )
         if wanted != self._subscribed:
             log.info(
                 "mirroring topics",
@@ -241,44 +169,6 @@ class Replicator:
             )
             self._consumer.subscribe(wanted, on_assign=self._on_assign, on_revoke=self._on_revoke)
             self._subscribed = wanted
-
-    def _create_target_topics(self, partitions: dict[str, int]) -> None:
-        """Create missing target topics with the source's partition count and relevant configs."""
-        target_names = {topic: self.naming.target_topic(self.options.source, topic) for topic in partitions}
-        existing = self._target_admin.list_topics(timeout=self.options.client_timeout_s).topics
-        configs = self._source_configs([t for t in partitions if target_names[t] not in existing])
-        new = [
-            NewTopic(target_names[t], num_partitions=partitions[t], replication_factor=-1, config=configs.get(t, {}))
-            for t in partitions
-            if target_names[t] not in existing
-        ]
-        for name, future in (self._target_admin.create_topics(new) if new else {}).items():
-            try:
-                future.result()
-                log.info("target topic created", extra={"target": self.options.target, "topic": name})
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise KafkaClientError(
-                        f"creating {name!r} on {self.options.target}: {exc.args[0].str()}", code=exc.args[0].code()
-                    ) from exc
-        existing = self._target_admin.list_topics(timeout=self.options.client_timeout_s).topics
-        for topic, target_name in target_names.items():
-            if target_name in existing:
-                self._target_partitions[topic] = len(existing[target_name].partitions)
-
-    def _source_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
-        if not topics:
-            return {}
-        resources = [ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in topics]
-        configs = {}
-        for resource, future in self._source_admin.describe_configs(resources).items():
-            entries = future.result()
-            configs[resource.name] = {
-                key: entry.value
-                for key, entry in entries.items()
-                if key in COPIED_TOPIC_CONFIGS and not entry.is_default and entry.value is not None
-            }
-        return configs
 
     # -- rebalance -----------------------------------------------------------------------------
 
@@ -469,16 +359,7 @@ class Replicator:
         ends = self._list_offsets(list(self.flows), OffsetSpec.latest())
         now = time.monotonic()
         with self._lock:
-            # A partition whose end is unknown (source broker down) is left out: not idle, not lag 0.
-            lags = {key: max(ends[key] - flow.acked, 0) for key, flow in self.flows.items() if key in ends}
-            stalled = any(
-                lag > 0 and now - self.flows[key].last_progress > self.options.stall_after_s
-                for key, lag in lags.items()
-                if key in self.flows
-            )
-            for key, lag in lags.items():
-                if lag == 0 and key in self.flows:
-                    self.flows[key].last_progress = now  # idle is not stalled
+            lags, stalled = lags_and_stall(self.flows, ends, now, self.options.stall_after_s)
         self.stats.lag = sum(lags.values())
         LAG.labels(*self._labels).set(self.stats.lag)
         if stalled and not self.stats.stalled:

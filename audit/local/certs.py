@@ -1,4 +1,5 @@
-"""Test certificates for a local TLS listener: a CA and a broker certificate it signs.
+"""Security of a local cluster: its SCRAM users (`ClusterSecurity`) and test certificates for its TLS
+listener, a CA and a broker certificate it signs.
 
 The broker certificate names 127.0.0.1 and localhost (subject alternative names), so clients that
 verify host names (librdkafka and Java both do by default) accept it on loopback. Keys are written
@@ -11,8 +12,12 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from audit.contract.errors import ClusterError
 
 DEFAULT_VALID_DAYS = 365
 KEY_BITS = 2048
@@ -115,3 +120,41 @@ def _write_private(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
+
+
+SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+# Kept plain so the `--add-scram` and JAAS syntaxes need no quoting.
+CREDENTIAL_PATTERN = re.compile(r"\A[A-Za-z0-9._~-]{1,128}\Z")
+
+
+@dataclass(frozen=True)
+class ClusterSecurity:
+    """A SASL_SSL listener with SCRAM users. The first user is also the broker's own (inter-broker).
+
+    Passwords never print: repr shows the user names only.
+    """
+
+    users: Mapping[str, str] = field(repr=False)  # user name -> password
+    mechanism: str = "SCRAM-SHA-512"
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in SCRAM_MECHANISMS:
+            raise ClusterError(f"security.mechanism: {self.mechanism!r} is not one of {', '.join(SCRAM_MECHANISMS)}")
+        if not self.users:
+            raise ClusterError("security.users: at least one SCRAM user is needed (the first is the broker's own)")
+        for user, password in self.users.items():
+            if not CREDENTIAL_PATTERN.match(user):
+                raise ClusterError(
+                    f"security.users: user name {user!r} must be 1-128 letters, digits, '.', '_', '~', '-'"
+                )
+            if not CREDENTIAL_PATTERN.match(password):
+                raise ClusterError(
+                    f"security.users[{user}]: the password must be 1-128 letters, digits, '.', '_', '~', '-'"
+                )
+
+    @property
+    def broker_user(self) -> str:
+        return next(iter(self.users))
+
+    def __repr__(self) -> str:
+        return f"ClusterSecurity(users={sorted(self.users)}, mechanism={self.mechanism!r})"

@@ -18,15 +18,13 @@ import base64
 import json
 import logging
 import os
-import re
 import signal
-import socket
 import subprocess
 import time
 import uuid
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,12 +39,14 @@ if TYPE_CHECKING:
     from audit.settings import Settings
 
 
+from audit.local.certs import ClusterSecurity
+from audit.local.processes import MARKER_PROPERTY, free_port, marked_pids, pid_alive, port_open, terminate, wait_gone
+
 log = logging.getLogger(__name__)
 
 DEFAULT_HEAP_MB = 512
 DEFAULT_START_TIMEOUT_S = 90.0
 DEFAULT_STOP_TIMEOUT_S = 30.0
-MARKER_PROPERTY = "kaudit.cluster"
 
 # Small internal topics: a single node needs no replication, and fewer partitions make the first
 # consumer group and the first transaction ready in well under a second.
@@ -104,44 +104,6 @@ logger.apache.level = WARN
 """
 
 
-SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
-# Kept plain so the `--add-scram` and JAAS syntaxes need no quoting.
-CREDENTIAL_PATTERN = re.compile(r"\A[A-Za-z0-9._~-]{1,128}\Z")
-
-
-@dataclass(frozen=True)
-class ClusterSecurity:
-    """A SASL_SSL listener with SCRAM users. The first user is also the broker's own (inter-broker).
-
-    Passwords never print: repr shows the user names only.
-    """
-
-    users: Mapping[str, str] = field(repr=False)  # user name -> password
-    mechanism: str = "SCRAM-SHA-512"
-
-    def __post_init__(self) -> None:
-        if self.mechanism not in SCRAM_MECHANISMS:
-            raise ClusterError(f"security.mechanism: {self.mechanism!r} is not one of {', '.join(SCRAM_MECHANISMS)}")
-        if not self.users:
-            raise ClusterError("security.users: at least one SCRAM user is needed (the first is the broker's own)")
-        for user, password in self.users.items():
-            if not CREDENTIAL_PATTERN.match(user):
-                raise ClusterError(
-                    f"security.users: user name {user!r} must be 1-128 letters, digits, '.', '_', '~', '-'"
-                )
-            if not CREDENTIAL_PATTERN.match(password):
-                raise ClusterError(
-                    f"security.users[{user}]: the password must be 1-128 letters, digits, '.', '_', '~', '-'"
-                )
-
-    @property
-    def broker_user(self) -> str:
-        return next(iter(self.users))
-
-    def __repr__(self) -> str:
-        return f"ClusterSecurity(users={sorted(self.users)}, mechanism={self.mechanism!r})"
-
-
 @dataclass(frozen=True)
 class ClusterStatus:
     """What `kaudit clusters status` prints for one cluster."""
@@ -153,13 +115,6 @@ class ClusterStatus:
     folder: str
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on right now (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 def new_cluster_id() -> str:
     """A Kafka cluster id: 16 random bytes in URL-safe base64 without padding, as Kafka's Uuid.
 
@@ -169,38 +124,6 @@ def new_cluster_id() -> str:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not cluster_id.startswith("-"):
             return cluster_id
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child still answers kill(0)
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return True
-
-
-def marked_pids(marker_prefix: str) -> list[int]:
-    """Pids of JVMs whose command line carries our marker for a folder under `marker_prefix`."""
-    needle = f"-D{MARKER_PROPERTY}={marker_prefix}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if needle in cmdline:
-            found.append(int(entry.name))
-    return found
 
 
 class LocalCluster:
@@ -420,7 +343,7 @@ class LocalCluster:
         while time.monotonic() < deadline:
             if not self.is_running():
                 raise ClusterError(f"{self.name}: the broker exited while starting\n{self.log_tail()}")
-            if _port_open(self.host, int(bootstrap.rsplit(":", 1)[1])):
+            if port_open(self.host, int(bootstrap.rsplit(":", 1)[1])):
                 try:
                     metadata = _admin(self.client_config()).list_topics(timeout=2)
                     if metadata.brokers:
@@ -445,7 +368,7 @@ class LocalCluster:
         pids = set(marked_pids(str(self.folder)))
         if state and pid_alive(state.pid):
             pids.add(state.pid)
-        _terminate(pids, timeout_s)
+        terminate(pids, timeout_s)
         if self._process is not None:
             self._process.wait(timeout=5)
             self._process = None
@@ -458,7 +381,7 @@ class LocalCluster:
         pid = self.pid
         if pid:
             os.kill(pid, signal.SIGKILL)
-            _wait_gone([pid], 10)
+            wait_gone([pid], 10)
         if self._process is not None:
             self._process.wait(timeout=5)
             self._process = None
@@ -520,7 +443,7 @@ class LocalClusters:
         with ThreadPoolExecutor(max_workers=len(self.clusters) or 1) as pool:
             list(pool.map(lambda cluster: cluster.stop(timeout_s), self.clusters.values()))
         strays = marked_pids(str(self.state_dir / "clusters"))
-        _terminate(set(strays), timeout_s)
+        terminate(set(strays), timeout_s)
 
     def status(self) -> list[ClusterStatus]:
         return [cluster.status() for cluster in self.clusters.values()]
@@ -529,49 +452,6 @@ class LocalClusters:
 def _admin(config: Mapping[str, str]) -> AdminClient:
     # log_level 3 (error) hides librdkafka's connection-refused chatter while a broker starts.
     return AdminClient({**config, "log_level": 3, "socket.timeout.ms": 2000})
-
-
-def _port_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _terminate(pids: set[int], timeout_s: float) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    remaining = _wait_gone(pids, timeout_s)
-    for pid in remaining:
-        log.warning("cluster JVM ignored SIGTERM; killing", extra={"pid": pid})
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    _wait_gone(remaining, 10)
-
-
-def _wait_gone(pids: Iterable[int], timeout_s: float) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    remaining = [pid for pid in pids if pid_alive(pid)]
-    while remaining and time.monotonic() < deadline:
-        time.sleep(0.1)
-        _reap(remaining)
-        remaining = [pid for pid in remaining if pid_alive(pid)]
-    return remaining
-
-
-def _reap(pids: Iterable[int]) -> None:
-    """Collect our own exited children so they do not linger as zombies."""
-    for pid in pids:
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
 
 
 def local_clusters(settings: Settings, names: list[str] | None = None) -> LocalClusters:

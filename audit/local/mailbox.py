@@ -51,17 +51,6 @@ def mail_dir(settings: Settings) -> Path:
     return Path(settings.state_dir) / "mail"
 
 
-def add_command(commands) -> None:
-    parser = commands.add_parser(
-        "mailbox",
-        help="a local SMTP server that saves every email it gets under <state_dir>/mail (for the demo)",
-        description="Listens on the configured smtp.host and smtp.port (default 127.0.0.1:8025) and saves each "
-        "email as an .eml file under <state_dir>/mail. It accepts anything: loopback demos and tests only.",
-    )
-    parser.add_argument("--port", type=int, help="port to listen on (default: smtp.port from the configuration)")
-    parser.set_defaults(handler=run)
-
-
 def run(args: argparse.Namespace, settings: Settings) -> int:
     import signal
 

@@ -12,12 +12,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from audit.contract.errors import HarnessError
+from audit.local.processes import pid_alive, terminate
 
 log = logging.getLogger(__name__)
 
@@ -112,27 +112,28 @@ def stop_leftovers(state_dir: Path, timeout_s: float = STOP_TIMEOUT_S) -> list[s
     for pid_file in sorted((Path(state_dir) / "run").glob("*.pid")):
         try:
             pid = int(pid_file.read_text())
-            os.kill(pid, signal.SIGTERM)
-        except (ValueError, ProcessLookupError, PermissionError):
+        except ValueError:
             pid_file.unlink(missing_ok=True)
             continue
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.2)
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
+        if pid_alive(pid):
+            terminate({pid}, timeout_s)
+            stopped.append(pid_file.stem)
         pid_file.unlink(missing_ok=True)
-        stopped.append(pid_file.stem)
     return stopped
 
 
-def _alive(pid: int) -> bool:
+def count_in_log(path: Path, needle: str, since: int = 0) -> int:
+    """Occurrences of `needle` in the file from byte `since` on."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie child of ours counts as gone
-        waited, _status = os.waitpid(pid, os.WNOHANG)
-        return waited == 0
-    except ChildProcessError:
-        return True
+        with open(path, "rb") as handle:
+            handle.seek(since)
+            return handle.read().decode(errors="replace").count(needle)
+    except FileNotFoundError:
+        return 0
+
+
+def log_tail(path: Path, n: int) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-n:])[-600:]
+    except FileNotFoundError:
+        return "(no log)"

@@ -24,165 +24,41 @@ import logging
 import os
 import random
 import re
-import shutil
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from audit.contract.errors import HarnessError
 from audit.local.pipeline import DropPlan, PipelinePlan, create_topics, drop_window, mirror_args, start_services
-from audit.local.services import Supervisor, stop_leftovers
-from audit.settings import EXAMPLE_CONFIG
+from audit.local.services import Supervisor
 
 if TYPE_CHECKING:
     from audit.settings import Settings
 
 
+from audit.local.services import count_in_log, log_tail
+from audit.local.soak_check import render
+from audit.local.soak_plan import (
+    FAULT_KINDS,
+    WINDOW_MINUTES,
+    Fault,
+    FaultDone,
+    SoakLog,
+    fault_schedule,
+    fresh_soak_dir,
+    write_soak_config,
+)
+
 log = logging.getLogger(__name__)
 
-FAULT_KINDS = ("kill-counter", "kill-replicator", "kill-lake", "kill-broker", "kill-reconcile")
-WINDOW_MINUTES = 1
-GRACE_S = 60
 BACKFILL_HOURS = 1.0
 RECONCILE_INTERVAL_S = 15.0
 CATCH_UP_TIMEOUT_S = 600.0
-SOAK_MARKER = "kaudit-soak-state"
 ACKED = re.compile(r"produced ([\d,]+) acked, ([\d,]+) failed")
 RECONCILE_RUN = "audit messages:"
 SPARK_START_S = 30.0  # a Spark job is inside its work this long after start, on 2 loaded cores
-
-
-def add_command(commands) -> None:
-    parser = commands.add_parser(
-        "soak",
-        help="run the pipeline under load with random faults (kill -9, broker crash), then check every invariant",
-        description="A bounded fault-injection soak on its own local clusters dc1, dc2 -> aggregate (state under "
-        "--state-dir, default <state_dir>/soak; the demo's clusters are never touched). Backfills an hour of audited "
-        "traffic with an exact loss of --drop-count messages in one window, then keeps live traffic going for "
-        "--minutes while it injects, one at a time and seeded: kill -9 of a counter, a replicator or the lake job "
-        "(restarted), a broker killed and restarted, the reconciliation killed mid-run (rerun). Then it lets every "
-        "service catch up, runs a final reconciliation, checks each invariant of DESIGN.md against the ground truth "
-        "(what the producers got acknowledged, what each topic and the lake really hold) and prints a report. "
-        "Exit code 0: every invariant held; 1: one failed.",
-    )
-    parser.add_argument("--minutes", type=float, default=10.0, help="minutes of live load with faults (default 10)")
-    parser.add_argument(
-        "--seed", type=int, help="random seed of the fault schedule and the loss (default: random, printed)"
-    )
-    parser.add_argument(
-        "--rate", type=float, default=20.0, help="live messages per second per regional cluster (default 20)"
-    )
-    parser.add_argument(
-        "--backfill-messages",
-        type=int,
-        default=6000,
-        help="messages per regional cluster spread over the last hour before the live load (default 6000)",
-    )
-    parser.add_argument(
-        "--drop-count", type=int, help="messages the dc1 replicator loses in one window (default: 3-12, seeded)"
-    )
-    parser.add_argument(
-        "--fault-gap-s", type=float, default=30.0, help="mean seconds between the starts of two faults (default 30)"
-    )
-    parser.add_argument(
-        "--state-dir", type=Path, help="the soak's own folder, wiped at start (default <state_dir>/soak)"
-    )
-    parser.add_argument(
-        "--report-json", type=Path, help="also write the report as JSON here (default <soak dir>/report.json)"
-    )
-    parser.add_argument("--keep", action="store_true", help="leave the soak's clusters running afterwards, for a look")
-    parser.set_defaults(handler=run)
-
-
-@dataclass(frozen=True)
-class Fault:
-    at_s: float  # not before this many seconds into the live load
-    kind: str
-    target: str  # cluster name, or the service for lake / reconcile
-
-
-@dataclass
-class FaultDone:
-    fault: Fault
-    began_s: float
-    down_s: float
-    note: str = ""
-
-
-@dataclass
-class SoakLog:
-    """What the soak did, for the report."""
-
-    seed: int = 0
-    faults: list[FaultDone] = field(default_factory=list)
-    unplanned_exits: list[str] = field(default_factory=list)
-    acked: Counter = field(default_factory=Counter)
-    failed: Counter = field(default_factory=Counter)
-    malformed_markers: tuple[str, ...] = ()
-    phases_s: dict[str, float] = field(default_factory=dict)
-
-
-def fault_schedule(
-    rng: random.Random, duration_s: float, gap_s: float, regional: tuple[str, ...], hub: str
-) -> list[Fault]:
-    """Faults at random times (gaps uniform in [0.5, 1.5] x gap_s) over `duration_s`, the kinds dealt from shuffled
-    decks so every kind comes up once before any comes up twice."""
-    clusters = (*regional, hub)
-    faults, deck, at_s = [], [], rng.uniform(0.2, 0.6) * gap_s
-    while at_s < duration_s:
-        if not deck:
-            deck = list(FAULT_KINDS)
-            rng.shuffle(deck)
-        kind = deck.pop()
-        target = {
-            "kill-counter": rng.choice(clusters),
-            "kill-replicator": rng.choice(regional),
-            "kill-broker": rng.choice(clusters),
-            "kill-lake": "lake",
-            "kill-reconcile": "reconcile",
-        }[kind]
-        faults.append(Fault(round(at_s, 1), kind, target))
-        at_s += rng.uniform(0.5, 1.5) * gap_s
-    return faults
-
-
-def write_soak_config(settings: Settings, soak_dir: Path) -> Path:
-    """The built-in default with the soak's folder, 1-minute windows, a 60 s grace and 5 s flushes."""
-    text = EXAMPLE_CONFIG.read_text()
-    for old, new in (
-        ('state_dir = ".kaudit"', f'state_dir = "{soak_dir.resolve()}"'),
-        ('cache_dir = "~/.cache/kafka-audit"', f'cache_dir = "{Path(settings.cache_dir).expanduser().resolve()}"'),
-        ("window_minutes = 10", f"window_minutes = {WINDOW_MINUTES}"),
-        ("grace_s = 300", f"grace_s = {GRACE_S}"),
-        ("flush_interval_s = 10", "flush_interval_s = 5"),
-    ):
-        if old not in text:
-            raise HarnessError(f"soak config: {old!r} not found in default.toml; update write_soak_config")
-        text = text.replace(old, new)
-    path = soak_dir / "soak.toml"
-    path.write_text(text)
-    return path
-
-
-def fresh_soak_dir(soak_dir: Path) -> None:
-    """Stop what a previous soak left and wipe its folder (only a folder a soak made, or an empty one)."""
-    if soak_dir.exists():
-        if any(soak_dir.iterdir()) and not (soak_dir / SOAK_MARKER).exists():
-            raise HarnessError(
-                f"{soak_dir} exists and is not a soak folder (no {SOAK_MARKER}); choose another --state-dir"
-            )
-        stop_leftovers(soak_dir)
-        from audit.local.clusters import LocalClusters
-
-        LocalClusters(
-            [p.name for p in (soak_dir / "clusters").glob("*")], state_dir=soak_dir, cache_dir=Path(".")
-        ).down()
-        shutil.rmtree(soak_dir)
-    soak_dir.mkdir(parents=True)
-    (soak_dir / SOAK_MARKER).write_text("made by kaudit soak; wiped by the next soak\n")
 
 
 class Soak:
@@ -398,7 +274,7 @@ class Soak:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and service.alive:
             age_s = time.monotonic() - self.started_at.get("reconcile", self.began)
-            runs = _count_lines(service.log_path, RECONCILE_RUN, since=self.started_at_offset.get("reconcile", 0))
+            runs = count_in_log(service.log_path, RECONCILE_RUN, since=self.started_at_offset.get("reconcile", 0))
             if runs == 0 and age_s >= SPARK_START_S:
                 return f"killed in its first run, {age_s:.0f} s after start"
             if runs and time.time() - service.log_path.stat().st_mtime >= quiet_s:
@@ -423,7 +299,7 @@ class Soak:
         for name, service in list(self.supervisor.services.items()):
             if name.startswith(("produce-", "catchup-")) or name in self.expected_dead or service.alive:
                 continue
-            tail = _last_lines(service.log_path, 2)
+            tail = log_tail(service.log_path, 2)
             self.log.unplanned_exits.append(
                 f"{name} exit {service.process.returncode} at {time.monotonic() - self.began:.0f} s: {tail}"
             )
@@ -469,7 +345,7 @@ class Soak:
             service = self.supervisor.services[name]
             service.process.wait(max(1.0, deadline - time.monotonic()))
             if service.process.returncode != 0:
-                raise HarnessError(f"{name} exited {service.process.returncode}: {_last_lines(service.log_path, 5)}")
+                raise HarnessError(f"{name} exited {service.process.returncode}: {log_tail(service.log_path, 5)}")
 
     def _tally_producer(self, cluster: str, output: str) -> None:
         found = ACKED.findall(output)
@@ -553,40 +429,6 @@ class Soak:
         }
 
 
-def render(verdict) -> str:
-    facts = verdict.facts
-    reported = facts["reported_by_tier"]
-    lines = [
-        "",
-        "kafka-audit soak report",
-        "=======================",
-        f"seed {facts['seed']}, {facts['minutes']:g} min of live load at {facts['rate_per_cluster']:g} msg/s per regional cluster",
-        f"messages produced (acked): {facts['messages_acked_total']:,} "
-        + "("
-        + ", ".join(f"{c} {n:,}" for c, n in facts["messages_acked"].items())
-        + f"); send failures {sum(facts['send_failed'].values())}",
-        "faults injected: "
-        + ", ".join(f"{k} {n}" for k, n in facts["faults_by_kind"].items())
-        + f"; malformed audit records {facts['malformed_records_injected']}",
-        f"unplanned service exits (restarted): {len(facts['unplanned_exits'])}",
-    ]
-    lines += [f"    {text}" for text in facts["unplanned_exits"]]
-    lines += [
-        f"loss injected: {facts['loss_injected']} in {facts['loss_window']}; reported missing: "
-        + ", ".join(f"{tier} {r['missing']}" for tier, r in sorted(reported.items())),
-        f"duplicates (at-least-once replicator restarts): true on the hub {facts['duplicates_on_hub_true']}, reported "
-        + ", ".join(f"{tier} {r['duplicated']}" for tier, r in sorted(reported.items())),
-        "window statuses: " + ", ".join(f"{s} {n}" for s, n in sorted(facts["statuses"].items())),
-        "phases: " + ", ".join(f"{k} {v:.0f} s" for k, v in facts["phases_s"].items()),
-        "",
-        "invariants:",
-        verdict.report(),
-        "",
-        f"RESULT: {'every invariant held' if verdict.ok else 'INVARIANT FAILED'}",
-    ]
-    return "\n".join(lines)
-
-
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from audit.settings import load_settings
 
@@ -637,20 +479,3 @@ def _iso(ms: int) -> str:
     from audit.contract.record import iso
 
     return iso(ms, millis=False)
-
-
-def _count_lines(path: Path, needle: str, since: int = 0) -> int:
-    """Occurrences of `needle` in the file from byte `since` on."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(since)
-            return handle.read().decode(errors="replace").count(needle)
-    except FileNotFoundError:
-        return 0
-
-
-def _last_lines(path: Path, n: int) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-n:])[-600:]
-    except FileNotFoundError:
-        return "(no log)"

@@ -347,3 +347,37 @@ def gap_totals(rows: pd.DataFrame) -> dict[str, dict[str, int]]:
     for tier, group in rows.groupby("tier"):
         totals[tier] = {"missing": int(group["missing"].sum()), "duplicated": int(group["duplicated"].sum())}
     return dict(totals)
+
+
+def render(verdict) -> str:
+    facts = verdict.facts
+    reported = facts["reported_by_tier"]
+    lines = [
+        "",
+        "kafka-audit soak report",
+        "=======================",
+        f"seed {facts['seed']}, {facts['minutes']:g} min of live load at {facts['rate_per_cluster']:g} msg/s per regional cluster",
+        f"messages produced (acked): {facts['messages_acked_total']:,} "
+        + "("
+        + ", ".join(f"{c} {n:,}" for c, n in facts["messages_acked"].items())
+        + f"); send failures {sum(facts['send_failed'].values())}",
+        "faults injected: "
+        + ", ".join(f"{k} {n}" for k, n in facts["faults_by_kind"].items())
+        + f"; malformed audit records {facts['malformed_records_injected']}",
+        f"unplanned service exits (restarted): {len(facts['unplanned_exits'])}",
+    ]
+    lines += [f"    {text}" for text in facts["unplanned_exits"]]
+    lines += [
+        f"loss injected: {facts['loss_injected']} in {facts['loss_window']}; reported missing: "
+        + ", ".join(f"{tier} {r['missing']}" for tier, r in sorted(reported.items())),
+        f"duplicates (at-least-once replicator restarts): true on the hub {facts['duplicates_on_hub_true']}, reported "
+        + ", ".join(f"{tier} {r['duplicated']}" for tier, r in sorted(reported.items())),
+        "window statuses: " + ", ".join(f"{s} {n}" for s, n in sorted(facts["statuses"].items())),
+        "phases: " + ", ".join(f"{k} {v:.0f} s" for k, v in facts["phases_s"].items()),
+        "",
+        "invariants:",
+        verdict.report(),
+        "",
+        f"RESULT: {'every invariant held' if verdict.ok else 'INVARIANT FAILED'}",
+    ]
+    return "\n".join(lines)

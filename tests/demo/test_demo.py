@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from audit.local.clusters import free_port
+from audit.local.processes import free_port
 from tests.conftest import cache_dir
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

@@ -12,7 +12,7 @@ import pytest
 
 from audit.contract.errors import KafkaClientError
 from audit.hops.counter import ClusterCounter, CounterOptions
-from audit.local.clusters import free_port
+from audit.local.processes import free_port
 
 
 def kaudit(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

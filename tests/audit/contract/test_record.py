@@ -22,8 +22,8 @@ from audit.contract.record import (
     record_id,
     status_record,
     to_json,
-    topic_statuses,
 )
+from audit.contract.watermarks import topic_statuses
 
 WINDOW_MS = 600_000
 names = st.from_regex(r"\A[a-z0-9][a-z0-9._-]{0,20}\Z")

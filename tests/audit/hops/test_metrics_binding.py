@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.local.clusters import free_port
+from audit.local.processes import free_port
 
 pytestmark = pytest.mark.kafka
 ROOT = Path(__file__).resolve().parents[3]

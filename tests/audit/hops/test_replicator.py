@@ -12,7 +12,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from audit.contract.naming import IdentityNaming, PrefixNaming
-from audit.contract.record import PROVENANCE_HEADER, Kind, PartitionStatus, watermark_ms
+from audit.contract.record import PROVENANCE_HEADER, Kind, PartitionStatus
+from audit.contract.watermarks import watermark_ms
 from audit.hops.faults import DropFault
 from audit.hops.replicator import MirrorOptions, Replicator
 from audit.io.audit_log import read_audit_topic

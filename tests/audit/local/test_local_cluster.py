@@ -10,7 +10,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from audit.contract.errors import ClusterError, SetupError
-from audit.local.clusters import LocalCluster, LocalClusters, marked_pids, pid_alive
+from audit.local.clusters import LocalCluster, LocalClusters
+from audit.local.processes import marked_pids, pid_alive
 from tests.conftest import SESSION_CLUSTERS, cache_dir
 
 MESSAGES = 10_000

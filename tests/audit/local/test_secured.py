@@ -18,7 +18,8 @@ from confluent_kafka import Consumer, TopicPartition
 from audit.io import jvm
 from audit.io.audit_log import counts_by_window, read_audit_topic
 from audit.io.clients import java_client_options, watermarks
-from audit.local.clusters import ClusterSecurity, LocalCluster
+from audit.local.certs import ClusterSecurity
+from audit.local.clusters import LocalCluster
 from audit.settings import load_settings
 from tests.conftest import cache_dir
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from audit.local.soak import FAULT_KINDS, fault_schedule
 from audit.local.soak_check import Expectations, check_all
+from audit.local.soak_plan import FAULT_KINDS, fault_schedule
 
 W = 1_700_000_040_000  # a window start, 1-minute aligned
 TS = pd.Timestamp(W, unit="ms", tz="UTC")

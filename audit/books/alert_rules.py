@@ -1,0 +1,255 @@
+"""Which alerts a state of the books calls for: pure functions of the completeness, status and log frames.
+
+Loss and over only for windows FINAL for the tier, recovery for a window alerted on that is now
+complete, lag for a tier whose watermark is too old; each with the likely cause."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from audit.contract.names import LAKE_TIER
+
+if TYPE_CHECKING:
+    pass
+
+KINDS = ("loss", "over", "recovery", "lag")
+ALERTING_STATUS = {"incomplete": "loss", "over": "over"}
+KIND_TITLES = {"loss": "LOSS", "over": "DUPLICATES", "recovery": "RECOVERED", "lag": "LAG"}
+WINDOW_FORMAT = "%Y-%m-%d %H:%M UTC"
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One row of the alerts log before delivery: what is wrong, where, and the likely cause."""
+
+    kind: str
+    origin_cluster: str
+    topic: str
+    window_start: datetime
+    tier: str
+    status: str
+    expected: int | None = None
+    observed: int | None = None
+    missing: int | None = None
+    duplicated: int | None = None
+    completeness_pct: float | None = None
+    cause: str = ""
+
+    @property
+    def logical_topic(self) -> str:
+        return f"{self.origin_cluster}.{self.topic}"
+
+    @property
+    def alert_id(self) -> str:
+        return alert_id(self.kind, self.origin_cluster, self.topic, self.window_start, self.tier, self.status)
+
+
+def alert_id(kind: str, origin_cluster: str, topic: str, window_start: datetime, tier: str, status: str) -> str:
+    """Deterministic id of an alert: the same window, tier, kind and status always give the same id."""
+    moment = (
+        pd.Timestamp(window_start).tz_convert("UTC")
+        if pd.Timestamp(window_start).tzinfo
+        else pd.Timestamp(window_start).tz_localize("UTC")
+    )
+    text = "|".join((kind, origin_cluster, topic, moment.strftime("%Y-%m-%dT%H:%M:%SZ"), tier, status))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+# -- deciding (pure) ------------------------------------------------------------------------------
+
+
+def window_key(frame: pd.DataFrame) -> pd.Series:
+    return (
+        frame["origin_cluster"] + "|" + frame["topic"] + "|" + frame["window_start"].astype(str) + "|" + frame["tier"]
+    )
+
+
+def as_int(value) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)
+
+
+def as_float(value) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def window_alerts(
+    completeness: pd.DataFrame,
+    tier_status: pd.DataFrame,
+    tier_counts: pd.DataFrame,
+    *,
+    now: datetime,
+    lag_minutes: float,
+) -> list[Alert]:
+    """Loss and over alerts: rows FINAL for their tier whose status is incomplete or over."""
+    if completeness.empty:
+        return []
+    rows = completeness[
+        completeness["final"].fillna(False).astype(bool) & completeness["status"].isin(list(ALERTING_STATUS))
+    ]
+    return [
+        Alert(
+            kind=ALERTING_STATUS[row.status],
+            origin_cluster=row.origin_cluster,
+            topic=row.topic,
+            window_start=row.window_start,
+            tier=row.tier,
+            status=row.status,
+            expected=as_int(row.expected),
+            observed=as_int(row.observed),
+            missing=as_int(row.missing),
+            duplicated=as_int(row.duplicated),
+            completeness_pct=as_float(row.completeness_pct),
+            cause=likely_cause(row, completeness, tier_status, tier_counts, now=now, lag_minutes=lag_minutes),
+        )
+        for row in rows.itertuples(index=False)
+    ]
+
+
+def recovery_alerts(completeness: pd.DataFrame, log_frame: pd.DataFrame) -> list[Alert]:
+    """A recovery for every window and tier with a SENT loss or over alert that is now complete."""
+    if completeness.empty or log_frame.empty:
+        return []
+    alerted = log_frame[log_frame["kind"].isin(["loss", "over"]) & (log_frame["state"] == "sent")]
+    complete = completeness[completeness["status"] == "complete"]
+    if alerted.empty or complete.empty:
+        return []
+    recovered = complete[window_key(complete).isin(set(window_key(alerted)))]
+    return [
+        Alert(
+            kind="recovery",
+            origin_cluster=row.origin_cluster,
+            topic=row.topic,
+            window_start=row.window_start,
+            tier=row.tier,
+            status="complete",
+            expected=as_int(row.expected),
+            observed=as_int(row.observed),
+            missing=as_int(row.missing),
+            duplicated=as_int(row.duplicated),
+            completeness_pct=as_float(row.completeness_pct),
+            cause="the window is complete now",
+        )
+        for row in recovered.itertuples(index=False)
+    ]
+
+
+def lag_alerts(
+    tier_status: pd.DataFrame, *, now: datetime, lag_minutes: float, window_minutes: int, reference_tier: str
+) -> list[Alert]:
+    """A lag alert per tier and topic whose watermark is more than `lag_minutes` behind `now`.
+
+    Its window is the one holding the watermark, so a tier stuck at one point alerts once, and once
+    more for each further window it crawls into while still behind.
+    """
+    if tier_status.empty:
+        return []
+    limit = pd.Timestamp(now) - pd.Timedelta(minutes=lag_minutes)
+    behind = tier_status[
+        (tier_status["tier"] != reference_tier) & tier_status["watermark"].notna() & (tier_status["watermark"] < limit)
+    ]
+    size = pd.Timedelta(minutes=window_minutes)
+    alerts = []
+    for row in behind.itertuples(index=False):
+        minutes = (pd.Timestamp(now) - row.watermark) / pd.Timedelta(minutes=1)
+        if row.watermark.year == 1970:  # the epoch: a reporter with lag that has not delivered anything yet
+            parts = [f"{row.tier} has received nothing yet of what is waiting for it"]
+        else:
+            parts = [f"{row.tier} is {minutes:.0f} min behind (watermark {row.watermark.strftime(WINDOW_FORMAT)})"]
+        if as_int(row.lag):
+            parts.append(f"lag {int(row.lag):,} messages")
+        if bool(row.stalled):
+            parts.append(f"stalled replicator ({row.reporters})")
+        elif row.reporters:
+            parts.append(f"reported by {row.reporters}")
+        alerts.append(
+            Alert(
+                kind="lag",
+                origin_cluster=row.origin_cluster,
+                topic=row.topic,
+                window_start=row.watermark.floor(size),
+                tier=row.tier,
+                status="lagging",
+                missing=as_int(row.lag),
+                cause="; ".join(parts),
+            )
+        )
+    return alerts
+
+
+def likely_cause(
+    row,
+    completeness: pd.DataFrame,
+    tier_status: pd.DataFrame,
+    tier_counts: pd.DataFrame,
+    *,
+    now: datetime,
+    lag_minutes: float,
+) -> str:
+    """The evidence for one incomplete or over window, as a sentence: where it went wrong and why it may have."""
+    causes = []
+    same = completeness[
+        (completeness["origin_cluster"] == row.origin_cluster)
+        & (completeness["topic"] == row.topic)
+        & (completeness["window_start"] == row.window_start)
+    ].sort_values("tier_order")
+    upstream = same[same["tier_order"] < row.tier_order]
+    first_bad = row.tier
+    previous = row.reference_tier
+    for other in upstream.itertuples(index=False):
+        if (row.status == "incomplete" and as_int(other.missing)) or (
+            row.status == "over" and as_int(other.duplicated)
+        ):
+            first_bad = other.tier
+            break
+        previous = other.tier
+    hop = f"{previous} -> {first_bad}"
+    if row.status == "incomplete":
+        what = (
+            "the lake job"
+            if first_bad == LAKE_TIER
+            else (
+                "the counter"
+                if previous == row.reference_tier and first_bad == row.origin_cluster
+                else "the replicator"
+            )
+        )
+        causes.append(
+            f"lost between {hop} ({what}): {previous} counted {as_int(row.expected) or 0:,}, {first_bad} is short"
+        )
+    else:
+        causes.append(
+            f"duplicated between {hop}: an at-least-once hop delivered some messages twice "
+            "(a replicator or lake job restart)"
+        )
+    status = tier_status[(tier_status["origin_cluster"] == row.origin_cluster) & (tier_status["topic"] == row.topic)]
+    for tier in dict.fromkeys((first_bad, row.tier)):
+        for info in status[status["tier"] == tier].itertuples(index=False):
+            if bool(info.stalled):
+                causes.append(f"a replicator into {tier} is stalled ({info.reporters})")
+            elif as_int(info.lag):
+                causes.append(f"{tier} has a lag of {int(info.lag):,} messages")
+            if (
+                tier == LAKE_TIER
+                and pd.notna(info.watermark)
+                and info.watermark < pd.Timestamp(now) - pd.Timedelta(minutes=lag_minutes)
+            ):
+                causes.append("the lake job is behind")
+    if not tier_counts.empty:
+        failed = (
+            tier_counts[
+                (tier_counts["origin_cluster"] == row.origin_cluster)
+                & (tier_counts["topic"] == row.topic)
+                & (tier_counts["window_start"] == row.window_start)
+                & (tier_counts["tier"] == row.reference_tier)
+            ]["send_failed"]
+            .fillna(0)
+            .sum()
+        )
+        if failed:
+            causes.append(f"the producers failed to send {int(failed):,} message(s) in this window")
+    return "; ".join(causes)

@@ -1,0 +1,153 @@
+"""What is new in the audit topics of every configured cluster, and the offsets a run read up to.
+
+Each run starts at the offsets the last one stored (`_source_offsets`) and ends at the stable end of
+every partition; a cluster that does not answer is skipped and named, and read next run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from audit.contract.tables import (
+    SOURCE_OFFSETS,
+)
+from audit.io import delta_io
+from audit.io.clients import client_config, java_client_options, list_offsets
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from audit.settings import Settings
+
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CLIENT_TIMEOUT_S = 15.0
+
+
+@dataclass
+class AuditSource:
+    """The audit topics of one cluster and the offsets of this run: [start, end) per partition."""
+
+    cluster: str
+    ranges: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def pending(self) -> int:
+        return sum(end - start for start, end in self.ranges.values() if end > start)
+
+
+# -- 1. what is new in the audit topics --------------------------------------------------------
+
+
+def audit_sources(
+    settings: Settings,
+    stored: dict[tuple[str, str, int], int],
+    *,
+    timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S,
+    unreachable: dict[str, str],
+) -> list[AuditSource]:
+    """For each reachable cluster: its audit topics' partitions, from the stored offset to the stable end."""
+    sources = []
+    for cluster in settings.cluster_names:
+        try:
+            sources.append(_audit_source(settings, cluster, stored, timeout_s))
+        except KafkaException as exc:
+            unreachable[cluster] = exc.args[0].str()
+            log.error(
+                "cluster unreachable; its audit topic is read next run",
+                extra={"cluster": cluster, "error": exc.args[0].str()},
+            )
+    return sources
+
+
+def _audit_source(settings: Settings, cluster: str, stored, timeout_s: float) -> AuditSource:
+    admin = AdminClient(
+        {**client_config(settings, cluster), "socket.connection.setup.timeout.ms": int(timeout_s * 1000)}
+    )
+    metadata = admin.list_topics(timeout=timeout_s).topics
+    partitions = [
+        (topic, p)
+        for topic, meta in metadata.items()
+        if meta.error is None and settings.is_audit_topic(cluster, topic)
+        for p in meta.partitions
+    ]
+    earliest = list_offsets(admin, partitions, OffsetSpec.earliest(), timeout_s=timeout_s)
+    latest = list_offsets(admin, partitions, OffsetSpec.latest(), timeout_s=timeout_s)
+    source = AuditSource(cluster)
+    for key in partitions:
+        if key in latest:
+            start = max(stored.get((cluster, *key), 0), earliest.get(key, 0))
+            source.ranges[key] = (start, latest[key])
+    return source
+
+
+def read_new_messages(spark: SparkSession, settings: Settings, sources: list[AuditSource]):
+    """One DataFrame (read_from_cluster, read_from_topic, read_from_partition, read_from_offset, value)."""
+    from pyspark.sql import functions as F
+
+    frames = []
+    for source in sources:
+        ranges = {key: span for key, span in source.ranges.items() if span[1] > span[0]}
+        if not ranges:
+            continue
+        assign, starts, ends = {}, {}, {}
+        for (topic, partition), (start, end) in ranges.items():
+            assign.setdefault(topic, []).append(partition)
+            starts.setdefault(topic, {})[str(partition)] = start
+            ends.setdefault(topic, {})[str(partition)] = end
+        reader = spark.read.format("kafka")
+        for key, value in java_client_options(settings, source.cluster).items():
+            reader = reader.option(f"kafka.{key}", value)
+        frame = (
+            reader.option("assign", json.dumps(assign))
+            .option("startingOffsets", json.dumps(starts))
+            .option("endingOffsets", json.dumps(ends))
+            .option("kafka.isolation.level", "read_committed")
+            # Transaction markers leave offsets without records: gaps are expected, not loss.
+            .option("failOnDataLoss", "false")
+            .load()
+        )
+        frames.append(
+            frame.select(
+                F.lit(source.cluster).alias("read_from_cluster"),
+                F.col("topic").alias("read_from_topic"),
+                F.col("partition").alias("read_from_partition"),
+                F.col("offset").alias("read_from_offset"),
+                "value",
+            )
+        )
+    if not frames:
+        return None
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+
+
+# -- 4. offsets ----------------------------------------------------------------------------------
+
+
+def stored_offsets(spark: SparkSession, settings: Settings) -> dict[tuple[str, str, int], int]:
+    rows = delta_io.read_table(spark, settings.lake_root, SOURCE_OFFSETS.name).collect()
+    return {(row.cluster, row.topic, row.partition): row.next_offset for row in rows}
+
+
+def store_offsets(spark: SparkSession, settings: Settings, sources: list[AuditSource]) -> None:
+    from pyspark.sql import functions as F
+
+    rows = [
+        (source.cluster, topic, partition, end)
+        for source in sources
+        for (topic, partition), (_start, end) in source.ranges.items()
+    ]
+    if not rows:
+        return
+    frame = spark.createDataFrame(rows, "cluster STRING, topic STRING, partition INT, next_offset BIGINT")
+    delta_io.upsert(spark, settings.lake_root, SOURCE_OFFSETS, frame.withColumn("updated_at", F.current_timestamp()))

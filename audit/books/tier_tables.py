@@ -1,0 +1,147 @@
+"""The per-window sums of every tier (`tier_counts`) and where each tier stands (`tier_status`),
+re-computed for the windows that received records."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from audit.contract.tables import (
+    AUDIT_RECORDS,
+    PARTITION_STATUS,
+    TIER_COUNTS,
+    TIER_STATUS,
+)
+from audit.io import delta_io
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from audit.settings import Settings
+
+
+log = logging.getLogger(__name__)
+
+# -- 3a. tier counts ---------------------------------------------------------------------------
+
+
+WINDOW_KEY = ("origin_cluster", "topic", "window_start")
+
+
+def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
+    """Re-sum every (topic, window) that received count records; returns those window keys."""
+    from pyspark.sql import functions as F
+
+    touched = new_records.where(F.col("kind") == "count").select(*WINDOW_KEY).distinct().localCheckpoint()
+    if touched.isEmpty():
+        return touched
+    counts = delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name).where(F.col("kind") == "count")
+    counts = counts.join(touched.withColumn("date", F.to_date("window_start")), [*WINDOW_KEY, "date"], "left_semi")
+    sums = counts.groupBy(*WINDOW_KEY, "tier").agg(
+        F.first("logical_topic").alias("logical_topic"),
+        F.first("window_minutes").alias("window_minutes"),
+        F.sum("count").alias("count"),
+        F.sum("bytes").alias("bytes"),
+        F.sum("send_failed").alias("send_failed"),
+        F.sum("no_timestamp").alias("no_timestamp"),
+        F.count("*").alias("records"),
+        F.count("by_partition").alias("with_partitions"),
+        F.max("latency_p99_ms").alias("latency_p99_ms"),
+        F.max("latency_max_ms").alias("latency_max_ms"),
+    )
+    per_partition = (
+        counts.where(F.col("by_partition").isNotNull())
+        .select(*WINDOW_KEY, "tier", F.explode("by_partition").alias("partition", "n"))
+        .groupBy(*WINDOW_KEY, "tier", "partition")
+        .agg(F.sum("n").alias("n"))
+        .groupBy(*WINDOW_KEY, "tier")
+        .agg(F.map_from_entries(F.collect_list(F.struct("partition", "n"))).alias("by_partition"))
+    )
+    rows = (
+        sums.join(per_partition, [*WINDOW_KEY, "tier"], "left")
+        # Partition counts are only comparable when every record of the window reported them.
+        .withColumn("by_partition", F.when(F.col("with_partitions") == F.col("records"), F.col("by_partition")))
+        .withColumn("updated_at", F.current_timestamp())
+        .withColumn("date", F.to_date("window_start"))
+    ).localCheckpoint()
+    delta_io.upsert(spark, settings.lake_root, TIER_COUNTS, rows)
+    return touched
+
+
+# -- 3b. tier status ---------------------------------------------------------------------------
+
+
+def update_tier_status(spark: SparkSession, settings: Settings, new_records) -> None:
+    """Keep each reporter partition's newest status, then sum them up per tier and logical topic."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    statuses = new_records.where(F.col("kind") == "status")
+    if not statuses.isEmpty():
+        key = [name for name in PARTITION_STATUS.key]
+        exploded = (
+            statuses.select(
+                "tier",
+                "cluster",
+                "seen_topic",
+                "service",
+                "origin_cluster",
+                "topic",
+                "logical_topic",
+                "stalled",
+                "emitted_at",
+                "record_id",
+                F.explode("partitions").alias("p"),
+            )
+            .select("*", "p.*")
+            .drop("p")
+        )
+        newest = (
+            exploded.withColumn(
+                "rank",
+                F.row_number().over(
+                    Window.partitionBy(*key).orderBy(F.col("emitted_at").desc(), F.col("record_id").desc())
+                ),
+            )
+            .where("rank = 1")
+            .drop("rank")
+            .withColumn(
+                "partition_watermark",
+                F.when(F.col("lag") == 0, F.col("emitted_at")).otherwise(
+                    F.coalesce("last_audit_time", F.timestamp_millis(F.lit(0)))
+                ),
+            )
+        )
+        from delta.tables import DeltaTable
+
+        target = DeltaTable.forPath(spark, delta_io.table_path(settings.lake_root, PARTITION_STATUS.name))
+        condition = " AND ".join(f"t.`{name}` = s.`{name}`" for name in key)
+        (
+            target.alias("t")
+            .merge(newest.select(*PARTITION_STATUS.column_names).alias("s"), condition)
+            .whenMatchedUpdateAll(condition="s.emitted_at > t.emitted_at")
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+    partitions = delta_io.read_table(spark, settings.lake_root, PARTITION_STATUS.name)
+    # A replicator into a cluster tier says what has arrived there, not what the tier's counter has
+    # counted: without a status of the tier's own counter (a counter not started or hung) the tier
+    # has seen nothing for sure, else its windows would turn final with nothing counted.
+    hop_into_tier = F.col("tier").isin(list(settings.cluster_names)) & (F.col("cluster") != F.col("tier"))
+    rows = (
+        partitions.groupBy("tier", "origin_cluster", "topic")
+        .agg(
+            F.first("logical_topic").alias("logical_topic"),
+            F.when(F.max((~hop_into_tier).cast("int")) == 1, F.min("partition_watermark"))
+            .otherwise(F.timestamp_millis(F.lit(0)))
+            .alias("watermark"),
+            F.sum("lag").alias("lag"),
+            F.max(F.col("stalled").cast("int")).cast("boolean").alias("stalled"),
+            F.concat_ws(", ", F.array_sort(F.collect_set(F.concat("service", F.lit("@"), "cluster")))).alias(
+                "reporters"
+            ),
+            F.max("emitted_at").alias("last_status_at"),
+        )
+        .withColumn("updated_at", F.current_timestamp())
+    )
+    delta_io.upsert(spark, settings.lake_root, TIER_STATUS, rows)

@@ -1,0 +1,50 @@
+"""Where a reporter stands: partition statuses from positions and end offsets, and the watermark rule
+every tier's status records share (the time up to which the tier has seen everything)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from audit.contract.record import PartitionStatus
+
+
+def watermark_ms(partitions: Iterable[PartitionStatus], now_ms: int) -> int | None:
+    """The time up to which a tier has seen everything, the same rule for every tier's status records.
+
+    A caught-up partition (lag 0) has seen everything produced so far: `now_ms`. A lagging one has
+    seen up to its last acknowledged message's time; None when that is unknown, which makes the
+    whole watermark unknown. With no partitions, nothing is behind: `now_ms`.
+    """
+    watermark = now_ms
+    for status in partitions:
+        seen_up_to = now_ms if status.lag == 0 else status.last_audit_time_ms
+        if seen_up_to is None:
+            return None
+        watermark = min(watermark, seen_up_to)
+    return watermark
+
+
+def topic_statuses(
+    positions: Mapping[tuple[str, int], int],
+    ends: Mapping[tuple[str, int], int],
+    last_audit_times: Mapping[tuple[str, int], int | None],
+) -> tuple[dict[str, list[PartitionStatus]], list[str]]:
+    """Each topic's partition statuses from a reporter's positions and the broker's end offsets, and
+    the topics left out because an end offset is unknown (its broker down or its leader moving).
+
+    A partition whose end is unknown must not be reported as lag 0: that would move the tier's
+    watermark to now past messages the reporter has not seen, and the windows they belong to would
+    turn final and short (a false loss). The reporter's previous status stays the newest instead.
+    """
+    by_topic: dict[str, list[PartitionStatus]] = {}
+    unknown: set[str] = set()
+    for (topic, partition), position in sorted(positions.items()):
+        end = ends.get((topic, partition))
+        if end is None:
+            unknown.add(topic)
+            continue
+        end = max(end, position)
+        by_topic.setdefault(topic, []).append(
+            PartitionStatus(partition, position, end, end - position, last_audit_times.get((topic, partition)))
+        )
+    return {topic: parts for topic, parts in by_topic.items() if topic not in unknown}, sorted(unknown)

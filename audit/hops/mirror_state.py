@@ -1,0 +1,105 @@
+"""The replicator's settings, its bookkeeping per source partition, its stats and its metrics."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+
+from prometheus_client import Counter, Gauge
+
+from audit.contract.audit_time import header_value
+from audit.contract.names import DEFAULT_AUDIT_TOPIC
+from audit.contract.record import (
+    PROVENANCE_HEADER,
+)
+
+SERVICE = "kaudit-mirror"
+
+COPIED = Counter("kaudit_mirror_messages_total", "Messages acknowledged by the target", ["source", "target", "topic"])
+LAG = Gauge("kaudit_mirror_lag_messages", "Source end offset minus acknowledged position", ["source", "target"])
+STALLED = Gauge(
+    "kaudit_mirror_stalled", "1 while lag > 0 and nothing was acknowledged for stall_after_s", ["source", "target"]
+)
+ERRORS = Counter("kaudit_mirror_errors_total", "Delivery and client errors", ["source", "target"])
+SKIPPED = Counter(
+    "kaudit_mirror_cycle_skipped_total", "Messages not copied because the target is on their path", ["source", "target"]
+)
+DROPPED = Counter(
+    "kaudit_mirror_fault_dropped_total",
+    "Messages dropped by the fault hook (tests and demo only)",
+    ["source", "target", "topic"],
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MirrorOptions:
+    """How one replicator instance runs."""
+
+    source: str
+    target: str
+    audit_topic: str = DEFAULT_AUDIT_TOPIC
+    window_minutes: int = 10
+    group_id: str | None = None  # default kaudit-mirror-<source>-<target>
+    session_timeout_ms: int = 10_000  # a crashed instance's partitions move on after this long
+    batch_size: int = 5000
+    commit_interval_s: float = 2.0
+    status_interval_s: float = 10.0
+    topic_refresh_s: float = 30.0
+    stall_after_s: float = 30.0
+    client_timeout_s: float = 30.0
+    linger_ms: int = 20
+
+    @property
+    def group(self) -> str:
+        return self.group_id or f"kaudit-mirror-{self.source}-{self.target}"
+
+
+@dataclass
+class PartitionFlow:
+    """One source partition: what was sent, what the target acknowledged, when that last moved."""
+
+    committed: int
+    acked: int  # next offset to commit: every message before it is acknowledged
+    sent: deque = field(default_factory=deque)  # offsets in send order, not yet committable
+    done: dict = field(default_factory=dict)  # offset -> timestamp, acknowledged out of order (rare)
+    last_progress: float = field(default_factory=time.monotonic)
+    last_audit_time_ms: int | None = None  # Kafka timestamp of the last message acknowledged in order
+
+
+@dataclass
+class MirrorStats:
+    copied: int = 0
+    copied_by_topic: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    skipped: int = 0
+    dropped: int = 0
+    errors: int = 0
+    stalled: bool = False
+    stall_episodes: int = 0
+    lag: int = 0
+
+
+def provenance(headers) -> list[str]:
+    """The clusters a message has been in, from its `kaudit-path` header.
+
+    Read name by name: one garbled name (not ASCII) is left out, the others still stop a cycle.
+    """
+    value = header_value(headers, PROVENANCE_HEADER)
+    if not value or not isinstance(value, bytes):
+        return []
+    return [name.decode("ascii") for name in value.split(b",") if name and name.isascii()]
+
+
+def lags_and_stall(
+    flows: dict[tuple[str, int], PartitionFlow], ends: dict[tuple[str, int], int], now: float, stall_after_s: float
+) -> tuple[dict[tuple[str, int], int], bool]:
+    """Lag per partition, and whether any partition lags with nothing acknowledged for `stall_after_s`.
+
+    A partition whose end is unknown (source broker down) is left out: not idle, not lag 0. An idle
+    partition (lag 0) counts as progress, so idle is never stalled."""
+    lags = {key: max(ends[key] - flow.acked, 0) for key, flow in flows.items() if key in ends}
+    stalled = any(lag > 0 and now - flows[key].last_progress > stall_after_s for key, lag in lags.items())
+    for key, lag in lags.items():
+        if lag == 0:
+            flows[key].last_progress = now
+    return lags, stalled
