@@ -359,6 +359,7 @@ class ClusterCounter:
 
         Without `heartbeat`, a flush with nothing new to commit is skipped.
         """
+        self._read_past_markers()
         deltas = self.tally.drain()
         moved = any(p.position != p.committed for p in self.progress.values())
         if not deltas and not moved and not heartbeat:
@@ -391,6 +392,17 @@ class ClusterCounter:
         FLUSHES.labels(self.options.cluster).inc()
         LAST_FLUSH.labels(self.options.cluster).set_to_current_time()
         return True
+
+    def _read_past_markers(self) -> None:
+        """Move each position over the offsets a read_committed reader never gets (commit and abort
+        markers, aborted batches): the consumer has passed them, so they are neither lag nor loss.
+        Without this a transactional topic shows lag 1 per partition for ever."""
+        if not self.progress:
+            return
+        for tp in self.consumer.position([TopicPartition(topic, partition) for topic, partition in self.progress]):
+            progress = self.progress.get((tp.topic, tp.partition))
+            if progress is not None and tp.offset > progress.position:
+                progress.position = tp.offset
 
     def _commit_transaction(self) -> None:
         for attempt in range(3):

@@ -331,8 +331,26 @@ class Replicator:
                 flow.last_audit_time_ms = timestamp_ms
             flow.last_progress = time.monotonic()
 
+    def _read_past_markers(self) -> None:
+        """Move the acknowledged position of every partition with nothing in flight over the offsets a
+        read_committed reader never gets (commit and abort markers, aborted batches): the consumer has
+        passed them, so they are neither lag nor something to copy."""
+        with self._lock:
+            idle = [
+                TopicPartition(topic, partition) for (topic, partition), flow in self.flows.items() if not flow.sent
+            ]
+        if not idle:
+            return
+        positions = self._consumer.position(idle)
+        with self._lock:
+            for tp in positions:
+                flow = self.flows.get((tp.topic, tp.partition))
+                if flow is not None and not flow.sent and tp.offset > flow.acked:
+                    flow.acked = tp.offset
+
     def commit(self) -> None:
         """Commit, per source partition, the position before which the target acknowledged everything."""
+        self._read_past_markers()
         with self._lock:
             offsets = [TopicPartition(t, p, f.acked) for (t, p), f in self.flows.items() if f.acked > f.committed]
         if not offsets:
@@ -356,6 +374,7 @@ class Replicator:
 
     def check_stall(self) -> dict[tuple[str, int], int]:
         """Lag per partition; a stall is lag > 0 with nothing acknowledged for stall_after_s."""
+        self._read_past_markers()
         ends = self._list_offsets(list(self.flows), OffsetSpec.latest())
         now = time.monotonic()
         with self._lock:

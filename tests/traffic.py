@@ -1,0 +1,53 @@
+"""Traffic from clients kafka-audit did not write, for the tests: transactional producers that commit
+and abort (the way Kafka Streams and Flink exactly-once write), and plain ones. Each returns what a
+`read_committed` consumer can read: the expected count per (topic, window start ms)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+
+from confluent_kafka import Producer
+
+from audit.contract.windows import window_start
+
+WINDOW_MINUTES = 10
+BASE_MS = 1_763_800_000_000 // (WINDOW_MINUTES * 60_000) * (WINDOW_MINUTES * 60_000)
+
+
+def produce_transactions(
+    bootstrap: str,
+    topic: str,
+    *,
+    partitions: int,
+    batches: Sequence[tuple[int, bool]],
+    window_minutes: int = WINDOW_MINUTES,
+) -> Counter:
+    """One transactional producer writes each (messages, commit?) batch as a transaction spread over
+    every partition, committing or aborting it; the committed messages per (topic, window)."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"outside-{uuid.uuid4().hex[:8]}", "linger.ms": 5}
+    )
+    producer.init_transactions(30)
+    expected: Counter = Counter()
+    sequence = 0
+    for messages, commit in batches:
+        producer.begin_transaction()
+        for _ in range(messages):
+            ts = BASE_MS + (sequence * 7_919) % (3 * window_minutes * 60_000)
+            producer.produce(
+                topic, key=b"k%d" % sequence, value=b"v%d" % sequence, timestamp=ts, partition=sequence % partitions
+            )
+            if commit:
+                expected[(topic, window_start(ts, window_minutes))] += 1
+            sequence += 1
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    return expected
+
+
+# Committed, aborted, committed, and an aborted batch last: the tail of every partition is an abort marker.
+MIXED = ((40, True), (25, False), (30, True), (20, False))
