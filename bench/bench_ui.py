@@ -17,7 +17,6 @@ import argparse
 import statistics
 import tempfile
 import time
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -61,7 +60,7 @@ def main() -> int:
         print(f"completeness: {rows:,} rows ({args.topics:,} topics x {args.days * 144:,} windows x 4 tiers) "
               f"written in {time.perf_counter() - start:.1f} s")
 
-        settings = replace(Settings.default(), state_dir=Path(lake))
+        settings = Settings.default().replace(state_dir=Path(lake))
         from dashboards import app as ui_app
         from dashboards.data import LakeCache
 
