@@ -6,17 +6,15 @@ else the built-in default (three embedded local clusters: dc1, dc2 and the aggre
 every key for `kaudit config keys`. Environment overrides (KAUDIT_<KEY>, KAUDIT_<TABLE>_<KEY>,
 KAUDIT_CLUSTER_<NAME>_...) are applied on top of the file: see `environment`.
 
-Each table is a frozen pydantic model (`Settings` a pydantic-settings BaseSettings whose sources are the
-file and the environment); pydantic checks types strictly (TOML's `true` is not 1), fills defaults and
-holds the descriptions, and `Secret` is a pydantic SecretStr that prints ****. Kept by hand, because
-pydantic-settings cannot express it: errors reformatted to one line, `file: key: message (did you mean
-...)`, naming the variable when the value came from one (`errors`); the environment source, since an
-unknown KAUDIT_ variable is an error, per-cluster names like KAUDIT_CLUSTER_<NAME>_CLIENT__<KEY> address
-an item of the [[clusters]] list, and values are parsed more strictly than pydantic's lax mode; the TOML
-reading, for file:line:column errors and hostile files; relative paths resolved against the config
-file's folder (the environment's and the default's against the working directory); and librdkafka
-client tables flattened to dotted keys with credentials wrapped in Secret. `settings.replace(...)` is a
-copy validated like a new object (pydantic's model_copy checks nothing).
+Each table is a frozen pydantic model with strict types, defaults and descriptions; `Settings` is a
+pydantic-settings BaseSettings fed by two sources, the file and the environment; `Secret` is a SecretStr
+that prints ****. Kept by hand, as pydantic-settings cannot express it: errors reformatted to one line,
+`file: key: message (did you mean ...)`, naming the variable when a value came from one (`errors`); the
+KAUDIT_* source (`environment`), because an unknown KAUDIT_ variable is an error, KAUDIT_CLUSTER_<NAME>_...
+addresses an item of the [[clusters]] list, and values parse more strictly than pydantic's lax mode
+("5.0" is no integer); TOML reading, for file:line:column errors; relative paths resolved against the
+config file's folder; librdkafka client tables flattened to dotted keys. `settings.replace(...)` copies
+and validates (pydantic's model_copy does not validate).
 """
 from __future__ import annotations
 

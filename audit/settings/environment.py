@@ -84,7 +84,9 @@ class EnvironmentSource(PydanticBaseSettingsSource):
 
     def _set_cluster(self, overlay: dict[str, Any], variable: str, text: str) -> str:
         """Apply KAUDIT_CLUSTER_<NAME>_<SETTING>=text to the cluster tables; returns the key it set."""
-        clusters = overlay.setdefault("clusters", self._cluster_tables())
+        if "clusters" not in overlay:
+            overlay["clusters"] = self._cluster_tables()
+        clusters = overlay["clusters"]
         index, (target, client_key) = _matching_cluster(clusters, variable)
         cluster = clusters[index]
         if target == "client":
@@ -112,9 +114,9 @@ class EnvironmentSource(PydanticBaseSettingsSource):
 def _section_key(key: str) -> tuple[str, str, type] | None:
     """(table, key, type) that KAUDIT_<TABLE>_<KEY> sets, or None."""
     for name, model in SECTIONS.items():
-        sub_key = key[len(name) + 1:] if key.startswith(f"{name}_") else None
-        if sub_key in _scalar_keys(model):
-            return name, sub_key, _scalar_keys(model)[sub_key]
+        kind = _scalar_keys(model).get(key[len(name) + 1:]) if key.startswith(f"{name}_") else None
+        if kind is not None:
+            return name, key[len(name) + 1:], kind
     return None
 
 

@@ -36,7 +36,7 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
     chosen = (env.get(CONFIG_ENV) or None) if from_env else path
     file = None if chosen is None else Path(chosen)
     raw = {} if file is None else read_toml(file, CONFIG_ENV if from_env else None)
-    base = Path.cwd() if file is None else file.absolute().parent
+    base, origin = (Path.cwd(), None) if file is None else (file.absolute().parent, str(file))
     environment = EnvironmentSource(Settings, env, raw)
     try:
         settings = Settings(_build_sources=((environment, InitSettingsSource(Settings, raw)), {}))
@@ -47,7 +47,7 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
         # Keyed errors are about a value: say whether it came from a variable or from the file.
         # Unkeyed ones (a bad KAUDIT_ variable) already name their variable.
         key = getattr(exc, "key", None)
-        where = (environment.variables.get(key) or (file and str(file))) if key else None
+        where = (environment.variables.get(key) or origin) if key else None
         raise (ConfigError(f"{where}: {exc}") if where else exc) from None
 
 
