@@ -16,6 +16,7 @@ addresses an item of the [[clusters]] list, and values parse more strictly than 
 config file's folder; librdkafka client tables flattened to dotted keys. `settings.replace(...)` copies
 and validates (pydantic's model_copy does not validate).
 """
+
 from __future__ import annotations
 
 from audit.settings.alerts import SMTP_SECURITY, AlertRoute, AlertSettings, SmtpSettings
@@ -23,15 +24,45 @@ from audit.settings.clusters import DEFAULT_CLUSTERS, ClusterSettings, Secret
 from audit.settings.environment import CONFIG_ENV, ENV_PREFIX, OTHER_ENV
 from audit.settings.errors import SECRET_KEY_PATTERN
 from audit.settings.loading import EXAMPLE_CONFIG, describe, from_dict, load_settings
-from audit.settings.root import (DEFAULT_CACHE_DIR, DEFAULT_FLUSH_INTERVAL_S, DEFAULT_GRACE_S, DEFAULT_METRICS_HOST,
-                                 DEFAULT_STATE_DIR, SECTIONS, Settings)
+from audit.settings.root import (
+    DEFAULT_CACHE_DIR,
+    DEFAULT_FLUSH_INTERVAL_S,
+    DEFAULT_GRACE_S,
+    DEFAULT_METRICS_HOST,
+    DEFAULT_STATE_DIR,
+    SECTIONS,
+    Settings,
+)
 from audit.settings.topics import DEFAULT_EXCLUDE, DEFAULT_INCLUDE, DEFAULT_NAMING, NAMING_POLICIES, TopicSelection
 from audit.settings.ui import UiSettings
 
 __all__ = [
-    "CONFIG_ENV", "DEFAULT_CACHE_DIR", "DEFAULT_CLUSTERS", "DEFAULT_EXCLUDE", "DEFAULT_FLUSH_INTERVAL_S",
-    "DEFAULT_GRACE_S", "DEFAULT_INCLUDE", "DEFAULT_METRICS_HOST", "DEFAULT_NAMING", "DEFAULT_STATE_DIR",
-    "ENV_PREFIX", "EXAMPLE_CONFIG", "NAMING_POLICIES", "OTHER_ENV", "SECRET_KEY_PATTERN", "SECTIONS",
-    "SMTP_SECURITY", "AlertRoute", "AlertSettings", "ClusterSettings", "Secret", "Settings", "SmtpSettings",
-    "TopicSelection", "UiSettings", "describe", "from_dict", "load_settings",
+    "CONFIG_ENV",
+    "DEFAULT_CACHE_DIR",
+    "DEFAULT_CLUSTERS",
+    "DEFAULT_EXCLUDE",
+    "DEFAULT_FLUSH_INTERVAL_S",
+    "DEFAULT_GRACE_S",
+    "DEFAULT_INCLUDE",
+    "DEFAULT_METRICS_HOST",
+    "DEFAULT_NAMING",
+    "DEFAULT_STATE_DIR",
+    "ENV_PREFIX",
+    "EXAMPLE_CONFIG",
+    "NAMING_POLICIES",
+    "OTHER_ENV",
+    "SECRET_KEY_PATTERN",
+    "SECTIONS",
+    "SMTP_SECURITY",
+    "AlertRoute",
+    "AlertSettings",
+    "ClusterSettings",
+    "Secret",
+    "Settings",
+    "SmtpSettings",
+    "TopicSelection",
+    "UiSettings",
+    "describe",
+    "from_dict",
+    "load_settings",
 ]

@@ -1,4 +1,5 @@
 """[smtp] and [alerts] with [[alerts.routes]]: how alert emails leave, and who gets which."""
+
 from __future__ import annotations
 
 import math
@@ -48,27 +49,34 @@ class SmtpSettings(SettingsModel):
     key_prefix = "smtp."
 
     host: Annotated[StrictStr, AfterValidator(_smtp_host)] = setting("SMTP server host name", DEFAULT_SMTP_HOST)
-    port: Port = setting("SMTP server port: 587 for starttls, 465 for ssl, 25 or the demo's 8025 for none",
-                         DEFAULT_SMTP_PORT)
+    port: Port = setting(
+        "SMTP server port: 587 for starttls, 465 for ssl, 25 or the demo's 8025 for none", DEFAULT_SMTP_PORT
+    )
     security: Annotated[StrictStr, AfterValidator(_smtp_security)] = setting(
         "starttls (upgrade a plain connection), ssl (TLS from the start) or none (loopback only when a password "
-        "is set)", "none")
+        "is set)",
+        "none",
+    )
     user: StrictStr = setting("login name; empty: no login", "")
-    password: Secret = setting("login password, never logged or printed; or KAUDIT_SMTP_PASSWORD",
-                               factory=lambda: Secret(""), shown='""')
+    password: Secret = setting(
+        "login password, never logged or printed; or KAUDIT_SMTP_PASSWORD", factory=lambda: Secret(""), shown='""'
+    )
     timeout_s: PositiveSeconds = setting("seconds to wait for the SMTP server on each step", 10.0)
     retries: Annotated[StrictInt, AfterValidator(_at_least_one)] = setting(
-        "attempts per run before an email is left pending for the next run", 3)
+        "attempts per run before an email is left pending for the next run", 3
+    )
     backoff_s: Annotated[StrictFloat, AfterValidator(_seconds_or_zero)] = setting(
-        "seconds before the second attempt; doubled before each further one", 1.0)
+        "seconds before the second attempt; doubled before each further one", 1.0
+    )
 
     @model_validator(mode="after")
     def _login(self) -> SmtpSettings:
         if self.password.reveal() and not self.user:
             raise invalid("'' is empty but a password is set", "user")
         if self.password.reveal() and self.security == "none" and self.host not in LOOPBACK_HOSTS:
-            raise invalid(f"'none' would send the password in clear text to {self.host}; use starttls or ssl",
-                          "security")
+            raise invalid(
+                f"'none' would send the password in clear text to {self.host}; use starttls or ssl", "security"
+            )
         return self
 
 
@@ -106,11 +114,16 @@ class AlertSettings(SettingsModel):
 
     sender: EmailAddress = setting("From: address of alert emails", "kaudit@localhost")
     default_recipients: tuple[EmailAddress, ...] = setting(
-        "recipients of topics no route matches; empty: those alerts are logged in the alerts table and not emailed", ())
-    routes: tuple[AlertRoute, ...] = setting("[[alerts.routes]] tables {pattern, recipients}; first match wins",
-                                             (), shown="[] (everything to default_recipients)")
+        "recipients of topics no route matches; empty: those alerts are logged in the alerts table and not emailed", ()
+    )
+    routes: tuple[AlertRoute, ...] = setting(
+        "[[alerts.routes]] tables {pattern, recipients}; first match wins",
+        (),
+        shown="[] (everything to default_recipients)",
+    )
     ui_url: Annotated[StrictStr, AfterValidator(_http_url)] = setting(
-        "base URL of the audit UI, for the links in emails", DEFAULT_UI_URL)
+        "base URL of the audit UI, for the links in emails", DEFAULT_UI_URL
+    )
     lag_minutes: Positive = setting("a lag alert fires when a tier's watermark is this many minutes behind now", 30.0)
     lookback_hours: Positive = setting("how far back (by window start) final windows are checked", 48.0)
 

@@ -1,11 +1,20 @@
 """[[clusters]]: one Kafka cluster each, its address and its librdkafka client settings; `Secret`."""
+
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, GetCoreSchemaHandler, SecretStr, StrictBool, StrictStr, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    GetCoreSchemaHandler,
+    SecretStr,
+    StrictBool,
+    StrictStr,
+    model_validator,
+)
 from pydantic_core import core_schema
 
 from audit.contract.names import CLUSTER_NAME_PATTERN, CONTROL_CHARACTERS, RESERVED_TIERS
@@ -36,11 +45,15 @@ class Secret(SecretStr):
         # A str becomes a Secret; `kaudit config show` prints "****", or "" for an empty one (it hides
         # nothing, and must load back as empty).
         return core_schema.union_schema(
-            [core_schema.is_instance_schema(cls),
-             core_schema.no_info_after_validator_function(cls, core_schema.str_schema(strict=True))],
+            [
+                core_schema.is_instance_schema(cls),
+                core_schema.no_info_after_validator_function(cls, core_schema.str_schema(strict=True)),
+            ],
             custom_error_type="string_type",
             serialization=core_schema.plain_serializer_function_ser_schema(
-                lambda secret: "****" if secret.reveal() else "", when_used="json"))
+                lambda secret: "****" if secret.reveal() else "", when_used="json"
+            ),
+        )
 
 
 def env_name(cluster_name: str) -> str:
@@ -109,22 +122,32 @@ class ClusterSettings(SettingsModel):
     key_prefix = "clusters[]."
 
     name: Annotated[StrictStr, AfterValidator(_cluster_name)] = setting(
-        "cluster name: used in tiers, tables, metrics and KAUDIT_CLUSTER_<NAME>_* variables; never a hostname")
+        "cluster name: used in tiers, tables, metrics and KAUDIT_CLUSTER_<NAME>_* variables; never a hostname"
+    )
     bootstrap_servers: Annotated[StrictStr, AfterValidator(_bootstrap_servers)] = setting(
         "host:port list of the brokers; empty: an embedded local cluster started by the project, whose "
-        "address is found at run time", "")
+        "address is found at run time",
+        "",
+    )
     client: Annotated[dict[str, StrictStr | Secret], BeforeValidator(client_settings)] = setting(
         "librdkafka client settings (security.protocol, sasl.*, ssl.*, ...); values of keys holding "
-        "'password' or 'secret', or ending in '.key.pem', print as ****", factory=dict)
-    local: StrictBool = setting("whether the project starts this cluster itself, on loopback",
-                                factory=lambda values: not values.get("bootstrap_servers"),
-                                shown="true when bootstrap_servers is empty")
+        "'password' or 'secret', or ending in '.key.pem', print as ****",
+        factory=dict,
+    )
+    local: StrictBool = setting(
+        "whether the project starts this cluster itself, on loopback",
+        factory=lambda values: not values.get("bootstrap_servers"),
+        shown="true when bootstrap_servers is empty",
+    )
 
     @model_validator(mode="after")
     def _local_or_remote(self) -> ClusterSettings:
         if self.local and self.bootstrap_servers:
-            raise invalid(f"{self.bootstrap_servers!r} is set but local = true: the project finds a local cluster's "
-                          "address at run time; drop one of the two", "bootstrap_servers")
+            raise invalid(
+                f"{self.bootstrap_servers!r} is set but local = true: the project finds a local cluster's "
+                "address at run time; drop one of the two",
+                "bootstrap_servers",
+            )
         if not self.local and not self.bootstrap_servers:
             raise invalid("false needs bootstrap_servers (the address of the brokers)", "local")
         return self

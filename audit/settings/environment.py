@@ -9,6 +9,7 @@
 must not be silently ignored), except the few read elsewhere (`OTHER_ENV`). Values are parsed here, more
 strictly than pydantic would ("5.0" is not an integer, "t" is not true), and errors name the variable.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -41,7 +42,9 @@ _SCALARS = (str, int, float, bool, Path)
 
 def _scalar_keys(model: type[Any]) -> dict[str, type]:
     """The keys of `model` a variable may set, with their types (a Secret is set as a str)."""
-    kinds = {name: str if field.annotation is Secret else field.annotation for name, field in model.model_fields.items()}
+    kinds = {
+        name: str if field.annotation is Secret else field.annotation for name, field in model.model_fields.items()
+    }
     return {name: kind for name, kind in kinds.items() if kind in _SCALARS}
 
 
@@ -63,12 +66,12 @@ class EnvironmentSource(PydanticBaseSettingsSource):
         for variable in sorted(self.env):
             if not variable.startswith(ENV_PREFIX) or variable in OTHER_ENV:
                 continue
-            text, key = self.env[variable], variable[len(ENV_PREFIX):].lower()
+            text, key = self.env[variable], variable[len(ENV_PREFIX) :].lower()
             if key in keys:
                 overlay[key] = parse(variable, text, key, keys[key])
                 self.variables[key] = variable
-            elif _section_key(key):
-                self._set_section(overlay, variable, text, *_section_key(key))
+            elif (section := _section_key(key)) is not None:
+                self._set_section(overlay, variable, text, *section)
             elif key.startswith("cluster_"):
                 self.variables[self._set_cluster(overlay, variable, text)] = variable
             else:
@@ -114,9 +117,9 @@ class EnvironmentSource(PydanticBaseSettingsSource):
 def _section_key(key: str) -> tuple[str, str, type] | None:
     """(table, key, type) that KAUDIT_<TABLE>_<KEY> sets, or None."""
     for name, model in SECTIONS.items():
-        kind = _scalar_keys(model).get(key[len(name) + 1:]) if key.startswith(f"{name}_") else None
+        kind = _scalar_keys(model).get(key[len(name) + 1 :]) if key.startswith(f"{name}_") else None
         if kind is not None:
-            return name, key[len(name) + 1:], kind
+            return name, key[len(name) + 1 :], kind
     return None
 
 
@@ -127,7 +130,7 @@ def _cluster_setting(setting: str) -> tuple[str, str] | None:
     if lowered in ("bootstrap_servers", "local"):
         return lowered, ""
     if lowered.startswith("client__"):
-        client_key = lowered[len("client__"):].replace("__", ".")
+        client_key = lowered[len("client__") :].replace("__", ".")
         if CLIENT_KEY_PATTERN.match(client_key):
             return "client", client_key
     return None
@@ -135,18 +138,24 @@ def _cluster_setting(setting: str) -> tuple[str, str] | None:
 
 def _matching_cluster(clusters: list[dict[str, Any]], variable: str) -> tuple[int, tuple[str, str]]:
     """(index of the cluster, what to set) for KAUDIT_CLUSTER_<NAME>_<SETTING>; errors name the variable."""
-    rest = variable[len(ENV_PREFIX) + len("CLUSTER_"):]
-    matches, near = [], []
+    rest = variable[len(ENV_PREFIX) + len("CLUSTER_") :]
+    matches: list[tuple[int, str, tuple[str, str]]] = []
+    near: list[tuple[int, str, None]] = []
     for index, cluster in enumerate(clusters):
         name = cluster.get("name")
         head = f"{env_name(name)}_" if isinstance(name, str) else None
         if head and rest.upper().startswith(head):
-            setting = rest[len(head):]
+            setting = rest[len(head) :]
             target = _cluster_setting(setting)
-            (matches if target else near).append((index, setting, target))
+            if target:
+                matches.append((index, setting, target))
+            else:
+                near.append((index, setting, None))
     if not matches and near:
-        raise ConfigError(f"{variable}: {near[0][1].lower()!r} is not a cluster setting "
-                          "(BOOTSTRAP_SERVERS, LOCAL or CLIENT__<KEY> with dots as __)")
+        raise ConfigError(
+            f"{variable}: {near[0][1].lower()!r} is not a cluster setting "
+            "(BOOTSTRAP_SERVERS, LOCAL or CLIENT__<KEY> with dots as __)"
+        )
     if not matches:
         names = ", ".join(str(cluster.get("name")) for cluster in clusters)
         raise ConfigError(f"{variable}: no configured cluster matches (known: {names})")
@@ -164,20 +173,23 @@ def _flat_client(client: Any, index: int) -> dict[str, Any]:
     try:
         return dict(flatten(client))
     except PydanticCustomError as exc:
-        raise config_error(key_of(("clusters", index, "client", *exc.context["at"])), exc.context["text"]) from None
+        context = exc.context or {}
+        raise config_error(key_of(("clusters", index, "client", *context["at"])), context["text"]) from None
 
 
 def _hint(key: str, keys: Mapping[str, Any]) -> str:
     if key.startswith("clusters_"):
-        return f"did you mean {ENV_PREFIX}CLUSTER_{key[len('clusters_'):].upper()}?"
+        return f"did you mean {ENV_PREFIX}CLUSTER_{key[len('clusters_') :].upper()}?"
     if key.split("_")[0] in ("clusters", "topics", "tiers"):
         return f"{key.split('_')[0]} can be set in the config file only"
     names = [f"{ENV_PREFIX}{name.upper()}" for name in keys] + sorted(OTHER_ENV)
     close = difflib.get_close_matches(f"{ENV_PREFIX}{key.upper()}", names, n=1, cutoff=0.8)
     if close:
         return f"did you mean {close[0]}?"
-    return ("known: " + ", ".join(names) + f", {ENV_PREFIX}CLUSTER_<NAME>_BOOTSTRAP_SERVERS, "
-            f"{ENV_PREFIX}CLUSTER_<NAME>_LOCAL, {ENV_PREFIX}CLUSTER_<NAME>_CLIENT__<KEY>")
+    return (
+        "known: " + ", ".join(names) + f", {ENV_PREFIX}CLUSTER_<NAME>_BOOTSTRAP_SERVERS, "
+        f"{ENV_PREFIX}CLUSTER_<NAME>_LOCAL, {ENV_PREFIX}CLUSTER_<NAME>_CLIENT__<KEY>"
+    )
 
 
 def parse(variable: str, text: str, key: str, kind: type) -> Any:

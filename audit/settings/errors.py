@@ -5,12 +5,14 @@ one into a ConfigError that names the key, says what was expected and shows the 
 secret's). Validators raise `invalid(text, *at)`: `text` is the message, `at` the key parts below the
 field being validated (a client setting, a list index).
 """
+
 from __future__ import annotations
 
 import difflib
 import re
 import typing
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
@@ -21,10 +23,18 @@ from audit.contract.errors import ConfigError
 # passwords. An error about one says the value's type, never the value.
 SECRET_KEY_PATTERN = re.compile(r"password|secret|\.key\.pem$|^sasl\.oauthbearer\.config$", re.IGNORECASE)
 
-_EXPECTED = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false",
-             "string_type": "a string", "path_type": "a path (string)", "dict_type": "a table",
-             "model_type": "a table", "model_attributes_type": "a table", "tuple_type": "a list of strings",
-             "list_type": "a list of strings"}
+_EXPECTED = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "path_type": "a path (string)",
+    "dict_type": "a table",
+    "model_type": "a table",
+    "model_attributes_type": "a table",
+    "tuple_type": "a list of strings",
+    "list_type": "a list of strings",
+}
 # A typo is the likeliest mistake: report it first, then a missing key, then a bad value.
 _RANK = {"extra_forbidden": 0, "invalid_key": 0, "missing": 1}
 # Follow-ups of an earlier error on another field, not problems of their own.

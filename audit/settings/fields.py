@@ -1,5 +1,6 @@
 """What every settings table shares: a frozen pydantic model whose errors are ConfigErrors, a field with
 its description, and the value types the keys are made of."""
+
 from __future__ import annotations
 
 import math
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic.config import JsonDict
 from pydantic_core import PydanticUndefined
 
 from audit.settings.errors import from_validation_error, invalid, show
@@ -19,8 +21,10 @@ def setting(doc: str, default: Any = PydanticUndefined, *, factory: Any = None, 
 
     No default and no factory: the key is required.
     """
-    return Field(default, default_factory=factory, description=doc,
-                 json_schema_extra=None if shown is None else {"shown": shown})
+    extra: JsonDict | None = None if shown is None else {"shown": shown}
+    if factory is not None:
+        return Field(default_factory=factory, description=doc, json_schema_extra=extra)
+    return Field(default, description=doc, json_schema_extra=extra)
 
 
 class FrozenValues:

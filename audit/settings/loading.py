@@ -1,4 +1,5 @@
 """Loading: the TOML file, the KAUDIT_* overlay, paths resolved against the file; `describe()` of every key."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 from pydantic_settings import InitSettingsSource
@@ -40,9 +41,12 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
     environment = EnvironmentSource(Settings, env, raw)
     try:
         settings = Settings(_build_sources=((environment, InitSettingsSource(Settings, raw)), {}))
-        return settings.replace(**{key: _resolved_dir(key, getattr(settings, key),
-                                                      Path.cwd() if key in environment.variables else base)
-                                   for key in ("state_dir", "cache_dir")})
+        return settings.replace(
+            **{
+                key: _resolved_dir(key, getattr(settings, key), Path.cwd() if key in environment.variables else base)
+                for key in ("state_dir", "cache_dir")
+            }
+        )
     except ConfigError as exc:
         # Keyed errors are about a value: say whether it came from a variable or from the file.
         # Unkeyed ones (a bad KAUDIT_ variable) already name their variable.
@@ -114,10 +118,18 @@ def _toml_error(path: Path, exc: tomllib.TOMLDecodeError, variable: str | None) 
 
 def describe() -> list[tuple[str, str, str]]:
     """(key, default, description) for every configuration key, as `kaudit config keys` prints them."""
-    tables = (("", Settings), ("topics.", TopicSelection), (ClusterSettings.key_prefix, ClusterSettings),
-              *((f"{name}.", model) for name, model in SECTIONS.items()), (AlertRoute.key_prefix, AlertRoute))
-    return [(prefix + name, _shown_default(field), field.description or "")
-            for prefix, model in tables for name, field in model.model_fields.items()]
+    tables: tuple[tuple[str, type[BaseModel]], ...] = (
+        ("", Settings),
+        ("topics.", TopicSelection),
+        (ClusterSettings.key_prefix, ClusterSettings),
+        *((f"{name}.", model) for name, model in SECTIONS.items()),
+        (AlertRoute.key_prefix, AlertRoute),
+    )
+    return [
+        (prefix + name, _shown_default(field), field.description or "")
+        for prefix, model in tables
+        for name, field in model.model_fields.items()
+    ]
 
 
 def _shown_default(field: FieldInfo) -> str:

@@ -1,4 +1,5 @@
 """Settings: the whole configuration, its top-level keys and the rules between them."""
+
 from __future__ import annotations
 
 import math
@@ -15,9 +16,15 @@ from audit.contract.windows import DEFAULT_WINDOW_MINUTES, MINUTES_PER_DAY, vali
 from audit.settings.alerts import AlertSettings, SmtpSettings
 from audit.settings.clusters import ClusterSettings, default_clusters, env_name
 from audit.settings.errors import config_error, from_validation_error, invalid, show
-from audit.settings.fields import ConfigPath, FrozenValues, PositiveSeconds, Strings, setting
-from audit.settings.topics import (DEFAULT_NAMING, TopicSelection, check_naming, check_thresholds, check_tiers,
-                                   compiled_thresholds)
+from audit.settings.fields import ConfigPath, FrozenValues, PositiveSeconds, SettingsModel, Strings, setting
+from audit.settings.topics import (
+    DEFAULT_NAMING,
+    TopicSelection,
+    check_naming,
+    check_thresholds,
+    check_tiers,
+    compiled_thresholds,
+)
 from audit.settings.ui import UiSettings
 
 DEFAULT_STATE_DIR = Path(".kaudit")
@@ -27,9 +34,9 @@ DEFAULT_FLUSH_INTERVAL_S = 10.0
 DEFAULT_METRICS_HOST = "127.0.0.1"
 HOST_PATTERN = re.compile(r"\A[A-Za-z0-9.:_-]{1,253}\Z")  # a host name, IPv4 or IPv6 address
 # Tables of Settings whose scalar keys KAUDIT_<SECTION>_<KEY> may set (KAUDIT_SMTP_PASSWORD).
-SECTIONS: dict[str, type] = {"smtp": SmtpSettings, "alerts": AlertSettings, "ui": UiSettings}
+SECTIONS: dict[str, type[SettingsModel]] = {"smtp": SmtpSettings, "alerts": AlertSettings, "ui": UiSettings}
 # What Settings(...) takes already built, as before: keyword arguments are values, not TOML tables.
-_BUILT = {"topics": TopicSelection, **SECTIONS}
+_BUILT: dict[str, type[SettingsModel]] = {"topics": TopicSelection, **SECTIONS}
 
 
 def _window_minutes(minutes: int) -> int:
@@ -72,8 +79,12 @@ def _unique_names(clusters: tuple[ClusterSettings, ...]) -> tuple[ClusterSetting
             first, other = seen[folded]
             if other == cluster.name:
                 raise invalid(f"{cluster.name!r} is used twice (also clusters[{first}])", index, "name")
-            raise invalid(f"{cluster.name!r} clashes with {other!r} (clusters[{first}]): names must differ in more "
-                          f"than case and '-' versus '_', both are KAUDIT_CLUSTER_{folded}_*", index, "name")
+            raise invalid(
+                f"{cluster.name!r} clashes with {other!r} (clusters[{first}]): names must differ in more "
+                f"than case and '-' versus '_', both are KAUDIT_CLUSTER_{folded}_*",
+                index,
+                "name",
+            )
         seen[folded] = (index, cluster.name)
     return clusters
 
@@ -88,38 +99,59 @@ class Settings(FrozenValues, BaseSettings):
     # Settings(...) reads nothing but its arguments; load_settings adds the file and KAUDIT_* sources.
     model_config = SettingsConfigDict(frozen=True, extra="forbid", case_sensitive=True, validate_default=False)
 
-    state_dir: ConfigPath = setting("root of every path the project writes: local clusters, Delta tables, logs; "
-                                    "relative to the config file's folder", DEFAULT_STATE_DIR)
-    cache_dir: ConfigPath = setting("downloaded jars (filled by `make setup`), shared by every state_dir",
-                                    DEFAULT_CACHE_DIR)
-    lake_path: StrictStr = setting("root of the Delta tables: a local folder or a URI (s3a://bucket/audit, "
-                                   "hdfs://...); empty: <state_dir>/lake", "")
+    state_dir: ConfigPath = setting(
+        "root of every path the project writes: local clusters, Delta tables, logs; "
+        "relative to the config file's folder",
+        DEFAULT_STATE_DIR,
+    )
+    cache_dir: ConfigPath = setting(
+        "downloaded jars (filled by `make setup`), shared by every state_dir", DEFAULT_CACHE_DIR
+    )
+    lake_path: StrictStr = setting(
+        "root of the Delta tables: a local folder or a URI (s3a://bucket/audit, hdfs://...); empty: <state_dir>/lake",
+        "",
+    )
     audit_topic: Annotated[StrictStr, AfterValidator(_audit_topic)] = setting(
-        "topic the audit records are written to, on every cluster", DEFAULT_AUDIT_TOPIC)
+        "topic the audit records are written to, on every cluster", DEFAULT_AUDIT_TOPIC
+    )
     window_minutes: Annotated[StrictInt, AfterValidator(_window_minutes)] = setting(
-        f"window size in minutes; must divide a day ({MINUTES_PER_DAY})", DEFAULT_WINDOW_MINUTES)
+        f"window size in minutes; must divide a day ({MINUTES_PER_DAY})", DEFAULT_WINDOW_MINUTES
+    )
     grace_s: Annotated[StrictFloat, AfterValidator(_grace_s)] = setting(
-        "seconds after a window's end before the window can be final for a tier", DEFAULT_GRACE_S)
-    flush_interval_s: PositiveSeconds = setting("seconds between audit record emissions of producers and counters",
-                                                DEFAULT_FLUSH_INTERVAL_S)
+        "seconds after a window's end before the window can be final for a tier", DEFAULT_GRACE_S
+    )
+    flush_interval_s: PositiveSeconds = setting(
+        "seconds between audit record emissions of producers and counters", DEFAULT_FLUSH_INTERVAL_S
+    )
     clusters: Annotated[tuple[ClusterSettings, ...], AfterValidator(_unique_names)] = setting(
-        "the Kafka clusters, one [[clusters]] table each; names unique", factory=default_clusters,
-        shown="dc1, dc2, aggregate (all local)")
-    tiers: Strings = setting("counting points in data-flow order: producer, cluster names, lake",
-                             factory=_default_tiers, shown="producer, each cluster, lake")
+        "the Kafka clusters, one [[clusters]] table each; names unique",
+        factory=default_clusters,
+        shown="dc1, dc2, aggregate (all local)",
+    )
+    tiers: Strings = setting(
+        "counting points in data-flow order: producer, cluster names, lake",
+        factory=_default_tiers,
+        shown="producer, each cluster, lake",
+    )
     reference_tier: StrictStr = setting("tier whose counts are the expected ones; one of tiers", PRODUCER_TIER)
     naming: Annotated[StrictStr, AfterValidator(check_naming)] = setting(
-        "replicated topic names: prefix (dc1.orders, as MirrorMaker 2) or identity", DEFAULT_NAMING)
-    topics: TopicSelection = setting("which topics are audited ([topics] table)", factory=TopicSelection,
-                                     shown="see topics.*")
+        "replicated topic names: prefix (dc1.orders, as MirrorMaker 2) or identity", DEFAULT_NAMING
+    )
+    topics: TopicSelection = setting(
+        "which topics are audited ([topics] table)", factory=TopicSelection, shown="see topics.*"
+    )
     metrics_host: Annotated[StrictStr, AfterValidator(_metrics_host)] = setting(
-        "address the Prometheus endpoints bind to; loopback unless exposed on purpose", DEFAULT_METRICS_HOST)
+        "address the Prometheus endpoints bind to; loopback unless exposed on purpose", DEFAULT_METRICS_HOST
+    )
     thresholds: Annotated[dict[StrictStr, StrictFloat], AfterValidator(check_thresholds)] = setting(
         "completeness (percent) below which a final window is incomplete, per topic regex searched in the logical "
-        "topic name (`dc1.orders`); the first match wins; unmatched topics need 100", factory=dict)
+        "topic name (`dc1.orders`); the first match wins; unmatched topics need 100",
+        factory=dict,
+    )
     smtp: SmtpSettings = setting("how alert emails are sent ([smtp] table)", factory=SmtpSettings, shown="see smtp.*")
-    alerts: AlertSettings = setting("when and to whom alerts go ([alerts] table)", factory=AlertSettings,
-                                    shown="see alerts.*")
+    alerts: AlertSettings = setting(
+        "when and to whom alerts go ([alerts] table)", factory=AlertSettings, shown="see alerts.*"
+    )
     ui: UiSettings = setting("the audit UI ([ui] table)", factory=UiSettings, shown="see ui.*")
 
     def __init__(self, /, **values: Any) -> None:
@@ -133,8 +165,14 @@ class Settings(FrozenValues, BaseSettings):
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]  # as SettingsModel's
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   **_other_sources: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings,)
 
     @model_validator(mode="after")
@@ -188,8 +226,7 @@ def _check_built(values: dict[str, Any]) -> None:
     if isinstance(clusters, (list, tuple)):
         for index, cluster in enumerate(clusters):
             if not isinstance(cluster, ClusterSettings):
-                raise config_error(
-                    f"clusters[{index}]", f"expected a cluster table, got {show(cluster)}")
+                raise config_error(f"clusters[{index}]", f"expected a cluster table, got {show(cluster)}")
     for name, cls in _BUILT.items():
         if name in values and not isinstance(values[name], cls):
             raise config_error(name, f"expected a table, got {show(values[name])}")

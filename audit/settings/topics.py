@@ -1,4 +1,5 @@
 """Which topics are audited ([topics]), how replicated topics are named, the tiers and the thresholds."""
+
 from __future__ import annotations
 
 import math
@@ -15,7 +16,11 @@ from audit.settings.fields import Regexes, SettingsModel, compiled, setting
 DEFAULT_NAMING = "prefix"
 NAMING_POLICIES = ("prefix", "identity")
 DEFAULT_INCLUDE = (".*",)
-DEFAULT_EXCLUDE = (r"^__.*", rf"^{DEFAULT_AUDIT_TOPIC}$", r"^_kaudit.*")  # Kafka's internal topics, the audit topic, ours
+DEFAULT_EXCLUDE = (
+    r"^__.*",
+    rf"^{DEFAULT_AUDIT_TOPIC}$",
+    r"^_kaudit.*",
+)  # Kafka's internal topics, the audit topic, ours
 
 
 class TopicSelection(SettingsModel):
@@ -24,11 +29,12 @@ class TopicSelection(SettingsModel):
     key_prefix = "topics."
 
     include: Regexes = setting(
-        "regexes of topics to audit, any may match (searched anywhere in the name: anchor with ^...$)",
-        DEFAULT_INCLUDE)
+        "regexes of topics to audit, any may match (searched anywhere in the name: anchor with ^...$)", DEFAULT_INCLUDE
+    )
     exclude: Regexes = setting(
         "regexes of topics never audited, even when included: Kafka's internal topics and the audit topic",
-        DEFAULT_EXCLUDE)
+        DEFAULT_EXCLUDE,
+    )
 
     _include: tuple[re.Pattern[str], ...] = PrivateAttr(default=())
     _exclude: tuple[re.Pattern[str], ...] = PrivateAttr(default=())
@@ -68,8 +74,11 @@ def check_tiers(tiers: tuple[str, ...], cluster_names: tuple[str, ...], referenc
     known = {*RESERVED_TIERS, *cluster_names}
     for index, tier in enumerate(tiers):
         if tier not in known:
-            raise invalid(f"{tier!r} is neither producer, lake nor a configured cluster ({', '.join(cluster_names)})",
-                          "tiers", index)
+            raise invalid(
+                f"{tier!r} is neither producer, lake nor a configured cluster ({', '.join(cluster_names)})",
+                "tiers",
+                index,
+            )
         if tier in tiers[:index]:
             raise invalid(f"{tier!r} is named twice", "tiers", index)
     if reference_tier not in tiers:

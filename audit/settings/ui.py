@@ -1,4 +1,5 @@
 """[ui]: where `kaudit ui` listens, how often it rereads the tables, and its optional login."""
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -33,19 +34,27 @@ class UiSettings(SettingsModel):
     key_prefix = "ui."
 
     host: Annotated[StrictStr, AfterValidator(_ui_host)] = setting(
-        "address the UI binds to; loopback unless exposed on purpose (0.0.0.0)", DEFAULT_UI_HOST)
+        "address the UI binds to; loopback unless exposed on purpose (0.0.0.0)", DEFAULT_UI_HOST
+    )
     port: Port = setting("TCP port of the UI", DEFAULT_UI_PORT)
     refresh_s: PositiveSeconds = setting(
-        "seconds between rereads of the Delta tables (pages refresh on this interval too)", 30.0)
-    days: Annotated[StrictInt, AfterValidator(_days)] = setting("days of windows the UI loads and lets you pick from", 7)
+        "seconds between rereads of the Delta tables (pages refresh on this interval too)", 30.0
+    )
+    days: Annotated[StrictInt, AfterValidator(_days)] = setting(
+        "days of windows the UI loads and lets you pick from", 7
+    )
     auth_user: StrictStr = setting(
-        "basic-auth user name; empty: no login (run it behind your own proxy, or on loopback)", "")
-    auth_password: Secret = setting("basic-auth password, or KAUDIT_UI_AUTH_PASSWORD", factory=lambda: Secret(""),
-                                    shown='""')
+        "basic-auth user name; empty: no login (run it behind your own proxy, or on loopback)", ""
+    )
+    auth_password: Secret = setting(
+        "basic-auth password, or KAUDIT_UI_AUTH_PASSWORD", factory=lambda: Secret(""), shown='""'
+    )
 
     @model_validator(mode="after")
     def _login_or_none(self) -> UiSettings:
         if bool(self.auth_user) != bool(self.auth_password.reveal()):
-            raise invalid("auth_user and auth_password are set together or not at all",
-                          "auth_password" if self.auth_user else "auth_user")
+            raise invalid(
+                "auth_user and auth_password are set together or not at all",
+                "auth_password" if self.auth_user else "auth_user",
+            )
         return self
