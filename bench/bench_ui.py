@@ -18,7 +18,6 @@ import argparse
 import statistics
 import tempfile
 import time
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -64,7 +63,7 @@ def main() -> int:
             f"written in {time.perf_counter() - start:.1f} s"
         )
 
-        settings = replace(Settings.default(), state_dir=Path(lake))
+        settings = Settings.default().replace(state_dir=Path(lake))
         from dashboards import app as ui_app
         from dashboards.data import LakeCache
 

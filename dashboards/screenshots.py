@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -58,7 +57,7 @@ def main(out: str = "docs/img") -> int:
     lake = sample_lake()
     if "alerts" in PAGES:
         _sample_alerts(lake)
-    app = create_app(replace(Settings.default(), state_dir=Path(lake)), lake_root=lake)
+    app = create_app(Settings.default().replace(state_dir=Path(lake)), lake_root=lake)
     with serving(app) as base, chromium() as driver:
         for name, path in PAGES.items():
             driver.set_window_size(1400, 1800 if name == "topic" else 1100)
@@ -74,8 +73,7 @@ def _sample_alerts(lake: str) -> None:
     from audit.books.alerts import run_alerts
     from audit.settings import AlertSettings, SmtpSettings
 
-    settings = replace(
-        Settings.default(),
+    settings = Settings.default().replace(
         state_dir=Path(lake),
         lake_path=lake,
         smtp=SmtpSettings(port=1, retries=1, timeout_s=1),

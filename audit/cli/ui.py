@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import tempfile
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -39,8 +38,8 @@ def add_command(commands) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from dashboards.app import create_app
 
-    ui = replace(settings.ui, host=args.host or settings.ui.host, port=args.port or settings.ui.port)
-    settings = replace(settings, ui=ui)
+    ui = settings.ui.replace(host=args.host or settings.ui.host, port=args.port or settings.ui.port)
+    settings = settings.replace(ui=ui)
     lake_root = settings.lake_root
     if args.sample:
         from dashboards.sample import demo_frames, write_frames

@@ -66,6 +66,26 @@ class PartitionFlow:
     last_progress: float = field(default_factory=time.monotonic)
     last_audit_time_ms: int | None = None  # Kafka timestamp of the last message acknowledged in order
 
+    def acknowledge(self, offset: int, timestamp_ms: int) -> None:
+        """Mark one offset done and move the committable position over every done offset before it.
+
+        The time of the message just before the new position becomes the partition's last audit
+        time (the watermark's input); a message without a timestamp (<= 0) keeps the previous one.
+        """
+        if not self.sent:
+            return
+        if self.sent[0] != offset:  # acknowledged ahead of an earlier message: wait for that one
+            self.done[offset] = timestamp_ms
+            return
+        self.sent.popleft()
+        self.acked = offset + 1
+        while self.sent and self.sent[0] in self.done:
+            timestamp_ms = self.done.pop(self.sent[0])
+            self.acked = self.sent.popleft() + 1
+        if timestamp_ms > 0:
+            self.last_audit_time_ms = timestamp_ms
+        self.last_progress = time.monotonic()
+
 
 @dataclass
 class MirrorStats:

@@ -310,26 +310,10 @@ class Replicator:
             SKIPPED.labels(*self._labels).inc()
 
     def _acknowledge(self, topic: str, partition: int, offset: int, timestamp_ms: int) -> None:
-        """Mark one offset done and move the committable position over every done offset before it.
-
-        The time of the message just before the new position becomes the partition's last audit
-        time (the watermark's input); a message without a timestamp (<= 0) keeps the previous one.
-        """
         with self._lock:
             flow = self.flows.get((topic, partition))
-            if flow is None or not flow.sent:
-                return
-            if flow.sent[0] != offset:  # acknowledged ahead of an earlier message: wait for that one
-                flow.done[offset] = timestamp_ms
-                return
-            flow.sent.popleft()
-            flow.acked = offset + 1
-            while flow.sent and flow.sent[0] in flow.done:
-                timestamp_ms = flow.done.pop(flow.sent[0])
-                flow.acked = flow.sent.popleft() + 1
-            if timestamp_ms > 0:
-                flow.last_audit_time_ms = timestamp_ms
-            flow.last_progress = time.monotonic()
+            if flow is not None:
+                flow.acknowledge(offset, timestamp_ms)
 
     def _read_past_markers(self) -> None:
         """Move the acknowledged position of every partition with nothing in flight over the offsets a

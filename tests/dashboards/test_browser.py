@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -28,7 +27,7 @@ def ui(tmp_path_factory):
 
     lake = str(tmp_path_factory.mktemp("lake"))
     write_frames(lake, demo_frames(NOW))
-    app = create_app(replace(Settings.default(), state_dir=Path(lake)), lake_root=lake)
+    app = create_app(Settings.default().replace(state_dir=Path(lake)), lake_root=lake)
     with serving(app) as base, chromium() as driver:
         driver.set_window_size(1400, 1200)
         yield base, driver

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-from dataclasses import replace
 from datetime import UTC, datetime
 
 import pandas as pd
@@ -143,7 +142,7 @@ def test_bulk_completeness_matches_the_table_schema():
 def test_basic_auth_guards_every_request_when_configured(tmp_path):
     from dashboards.app import create_app
 
-    settings = replace(Settings.default(), state_dir=tmp_path, ui=UiSettings(auth_user="admin", auth_password="pw"))
+    settings = Settings.default().replace(state_dir=tmp_path, ui=UiSettings(auth_user="admin", auth_password="pw"))
     client = create_app(settings).server.test_client()
     assert client.get("/").status_code == 401
     assert client.get("/_dash-layout").status_code == 401
@@ -151,5 +150,5 @@ def test_basic_auth_guards_every_request_when_configured(tmp_path):
     assert client.get("/", headers={"Authorization": f"Basic {wrong}"}).status_code == 401
     right = base64.b64encode(b"admin:pw").decode()
     assert client.get("/", headers={"Authorization": f"Basic {right}"}).status_code == 200
-    open_settings = replace(settings, ui=UiSettings())
+    open_settings = settings.replace(ui=UiSettings())
     assert create_app(open_settings).server.test_client().get("/").status_code == 200

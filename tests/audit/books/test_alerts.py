@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import email
 import socket
-from dataclasses import replace
 from datetime import UTC, datetime
 from email import policy
 
@@ -63,8 +62,7 @@ def smtp_server():
 
 
 def settings_for(tmp_path, port: int, **alerts) -> Settings:
-    return replace(
-        Settings.default(),
+    return Settings.default().replace(
         state_dir=tmp_path,
         smtp=SmtpSettings(host="127.0.0.1", port=port, retries=2, backoff_s=0.01, timeout_s=5),
         alerts=AlertSettings(
@@ -133,7 +131,7 @@ def test_a_lagging_tier_gets_no_loss_email_and_one_lag_email(tmp_path, smtp_serv
     assert run_alerts(settings, now=NOW).new == 0
     assert inbox.messages == []
 
-    settings = replace(settings, alerts=replace(settings.alerts, lag_minutes=30))
+    settings = settings.replace(alerts=settings.alerts.replace(lag_minutes=30))
     report = run_alerts(settings, now=NOW)
     assert (report.new, report.emails) == (1, 1)
     [message] = inbox.messages
@@ -203,7 +201,7 @@ def test_a_pending_loss_that_recovered_before_delivery_is_resolved_not_sent(tmp_
 
 def test_alerts_without_recipients_are_logged_as_failed(tmp_path, smtp_server):
     _controller, inbox, port = smtp_server
-    settings = replace(settings_for(tmp_path, port), alerts=AlertSettings(ui_url=UI))
+    settings = settings_for(tmp_path, port).replace(alerts=AlertSettings(ui_url=UI))
     seed(settings, Loss("clicks", "dc1", 1, 3))
     report = run_alerts(settings, now=NOW)
     assert (report.failed, report.exit_code, inbox.messages) == (3, 3, [])  # dc1, aggregate and lake are short

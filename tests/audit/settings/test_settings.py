@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -57,14 +56,14 @@ def test_load_without_a_file_is_the_default_with_absolute_paths(tmp_path, monkey
     loaded = load_settings(env={})
     assert loaded.state_dir == tmp_path / ".kaudit"
     assert loaded.cache_dir == Path("~/.cache/kafka-audit").expanduser()
-    assert loaded == replace(Settings.default(), state_dir=loaded.state_dir, cache_dir=loaded.cache_dir)
+    assert loaded == Settings.default().replace(state_dir=loaded.state_dir, cache_dir=loaded.cache_dir)
 
 
 def test_the_shipped_example_file_means_the_built_in_default():
     from_file = load_settings(EXAMPLE_CONFIG, env={})
     assert from_file.state_dir == EXAMPLE_CONFIG.parent / ".kaudit"
-    assert from_file == replace(
-        Settings.default(), state_dir=from_file.state_dir, cache_dir=Path("~/.cache/kafka-audit").expanduser()
+    assert from_file == Settings.default().replace(
+        state_dir=from_file.state_dir, cache_dir=Path("~/.cache/kafka-audit").expanduser()
     )
 
 
@@ -322,7 +321,7 @@ def test_direct_construction_converts_lists_and_wraps_secrets():
     )
     assert settings.tiers == ("producer", "a") and settings.state_dir == Path("s")
     assert settings.cluster("a").client == {"sasl.password": Secret("pw"), "linger.ms": "5"}
-    assert hash(settings) == hash(replace(settings))
+    assert hash(settings) == hash(settings.replace())
 
 
 # -- secrets ---------------------------------------------------------------------------------------
