@@ -230,7 +230,11 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _value in pairs:
             if key in seen:
-                raise _Invalid(f"{_short(key)[1:-1] or '(empty key)'}: the key appears twice in one object")
+                name = _short(key)[1:-1]
+                if name and ":" not in name:
+                    raise _Invalid(f"{name}: the key appears twice in one object")
+                # A key that is empty or holds a colon cannot lead the reason (found by hypothesis: ":").
+                raise _Invalid(f"duplicate key: {_short(key)} appears twice in one object")
             seen.add(key)
     return data
 

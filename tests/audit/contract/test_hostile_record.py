@@ -260,3 +260,19 @@ def test_any_bytes_after_a_valid_prefix_never_raise(tail):
     for candidate in (payload[:-1] + tail, tail + payload, payload[: len(payload) // 2] + tail):
         record, why = parse(candidate)
         assert (record is None) != (why is None)
+
+
+@pytest.mark.parametrize(
+    "key, starts",
+    [
+        ("count", "count: "),
+        ("extra", "extra: "),
+        (":", "duplicate key: ':'"),
+        ("", "duplicate key: ''"),
+        ("a:b", "duplicate key: 'a:b'"),
+    ],
+)
+def test_a_duplicate_key_leads_the_reason_unless_it_is_empty_or_holds_a_colon(key, starts):
+    text = json.dumps(valid_count())[:-1] + f", {json.dumps(key)}: 1, {json.dumps(key)}: 2" + "}"
+    record, why = parse(text)
+    assert record is None and why.startswith(starts) and why.split(":")[0], why
