@@ -27,6 +27,7 @@ WINDOW_TABLE = "topic-window-table"
 WATERMARKS = "lag-watermarks"
 LAG = "lag-messages"
 STATUS_TABLE = "lag-tier-status"
+UNREACHABLE = "lag-unreachable-clusters"
 
 # alerts
 ALERTS_TABLE = "alerts-table"

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from audit.contract.errors import KafkaAuditError
 from audit.contract.tables import (
+    CLUSTER_READS,
     SOURCE_OFFSETS,
 )
 from audit.io import delta_io
@@ -58,13 +60,29 @@ def audit_sources(
     for cluster in settings.cluster_names:
         try:
             sources.append(_audit_source(settings, cluster, stored, timeout_s))
-        except KafkaException as exc:
-            unreachable[cluster] = exc.args[0].str()
+        except (KafkaException, KafkaAuditError) as exc:  # KafkaAuditError: a local cluster never started, say
+            unreachable[cluster] = exc.args[0].str() if isinstance(exc, KafkaException) else str(exc)
             log.error(
                 "cluster unreachable; its audit topic is read next run",
-                extra={"cluster": cluster, "error": exc.args[0].str()},
+                extra={"cluster": cluster, "error": unreachable[cluster]},
             )
     return sources
+
+
+def store_cluster_reads(spark: SparkSession, settings: Settings, unreachable: dict[str, str], now_ms: int) -> None:
+    """One `cluster_reads` row per configured cluster, rewritten only when its state changes."""
+    from pyspark.sql import functions as F
+
+    states = {name: (name not in unreachable, unreachable.get(name)) for name in settings.cluster_names}
+    stored = delta_io.read_table(spark, settings.lake_root, CLUSTER_READS.name).collect()
+    known = {row.cluster: (row.reachable, row.error) for row in stored}
+    changed = [(name, *state) for name, state in states.items() if known.get(name) != state]
+    if not changed:
+        return
+    rows = spark.createDataFrame(changed, "cluster STRING, reachable BOOLEAN, error STRING").withColumn(
+        "since", F.timestamp_millis(F.lit(now_ms))
+    )
+    delta_io.upsert(spark, settings.lake_root, CLUSTER_READS, rows, ignore=())
 
 
 def _audit_source(settings: Settings, cluster: str, stored, timeout_s: float) -> AuditSource:

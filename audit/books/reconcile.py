@@ -25,6 +25,7 @@ from audit.books.record_check import CHECKED_DDL, RecordChecker
 from audit.contract.tables import (
     AUDIT_RECORDS,
     AUDIT_REJECTS,
+    CLUSTER_READS,
     COMPLETENESS,
     PARTITION_STATUS,
     SOURCE_OFFSETS,
@@ -39,7 +40,13 @@ if TYPE_CHECKING:
     from audit.settings import Settings
 
 
-from audit.books.audit_read import audit_sources, read_new_messages, store_offsets, stored_offsets
+from audit.books.audit_read import (
+    audit_sources,
+    read_new_messages,
+    store_cluster_reads,
+    store_offsets,
+    stored_offsets,
+)
 from audit.books.judge import update_completeness
 from audit.books.tier_tables import update_tier_counts, update_tier_status
 
@@ -172,9 +179,11 @@ def read_and_store(
             COMPLETENESS.name,
             PARTITION_STATUS.name,
             SOURCE_OFFSETS.name,
+            CLUSTER_READS.name,
         ),
     )
     sources = audit_sources(settings, stored_offsets(spark, settings), unreachable=report.unreachable)
+    store_cluster_reads(spark, settings, report.unreachable, now_ms)
     report.read = sum(source.pending for source in sources)
     step.done("offsets", messages=report.read)
     messages = read_new_messages(spark, settings, sources)

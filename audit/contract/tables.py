@@ -249,8 +249,22 @@ ALERTS = Table(
     ),
 )
 
+CLUSTER_READS = Table(
+    name="cluster_reads",
+    doc="Per configured cluster: whether the last reconciliation could read its audit topic, and since when "
+    "not. An unreachable cluster's tiers stop moving (their windows lag); this table says why.",
+    key=("cluster",),
+    columns=(
+        _c("cluster", "STRING", "configured cluster"),
+        _c("reachable", "BOOLEAN", "the last run read its audit topic"),
+        _c("error", "STRING", "why not, when not (a broker that does not answer, a local cluster never started)"),
+        _c("since", "TIMESTAMP", "the run that found it in this state (rows change only when the state does)"),
+    ),
+)
+
 TABLES: dict[str, Table] = {
-    t.name: t for t in (AUDIT_RECORDS, AUDIT_REJECTS, TIER_COUNTS, TIER_STATUS, COMPLETENESS, BRONZE, ALERTS)
+    t.name: t
+    for t in (AUDIT_RECORDS, AUDIT_REJECTS, TIER_COUNTS, TIER_STATUS, COMPLETENESS, BRONZE, ALERTS, CLUSTER_READS)
 }
 
 # Bookkeeping of the reconciliation; names start with `_`, analysts need not look at them.

@@ -20,11 +20,14 @@ def layout(range: str | None = None, q: str | None = None, end: str | None = Non
     latest = records["emitted_at"].max() if not records.empty else None
     history = status_history(records, time_range(latest, range, end), q)
     status = lake.frame("tier_status")
+    unreachable = lake.frame("cluster_reads")
+    unreachable = unreachable[~unreachable["reachable"].astype(bool)] if not unreachable.empty else unreachable
     if q and not status.empty:
         status = status[status["logical_topic"].str.contains(q, case=False, regex=False, na=False)]
     return html.Div(
         [
             html.H2("Watermarks and lag"),
+            *unreachable_notice(unreachable),
             range_and_search(range, q),
             dcc.Graph(id=ids.WATERMARKS, figure=figures.watermark_figure(history)),
             dcc.Graph(id=ids.LAG, figure=figures.lag_figure(history)),
@@ -32,6 +35,21 @@ def layout(range: str | None = None, q: str | None = None, end: str | None = Non
             table(status, STATUS_COLUMNS, table_id=ids.STATUS_TABLE),
         ]
     )
+
+
+def unreachable_notice(unreachable) -> list:
+    """A red list of the clusters the last reconciliation could not read: their tiers lag, and this is why."""
+    if unreachable.empty:
+        return []
+    return [
+        html.Div(
+            [
+                html.Strong("The books cannot read these clusters: their tiers stop moving and their windows lag."),
+                table(unreachable, ["cluster", "error", "since"], table_id=ids.UNREACHABLE),
+            ],
+            style={"border": "2px solid #c0392b", "padding": "8px", "margin": "8px 0"},
+        )
+    ]
 
 
 # Registered last, with its layout: the app does not import a pages folder (pages_folder="").

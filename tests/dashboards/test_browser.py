@@ -18,6 +18,14 @@ pytestmark = pytest.mark.browser
 
 NOW = recent_now()
 LOSS_WINDOW = pd.Timestamp(window_starts(NOW, 24, 10)[8])  # DEMO_FAULTS: Loss("orders", "aggregate", 8, 40)
+CLUSTER_READS = pd.DataFrame(
+    {
+        "cluster": ["dc1", "dc2", "aggregate"],
+        "reachable": [True, False, True],
+        "error": [None, "dc2: never started (no /x/clusters/dc2/cluster.json)", None],
+        "since": [pd.Timestamp(NOW)] * 3,
+    }
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +34,7 @@ def ui(tmp_path_factory):
     from dashboards.serve import chromium, serving
 
     lake = str(tmp_path_factory.mktemp("lake"))
-    write_frames(lake, demo_frames(NOW))
+    write_frames(lake, {**demo_frames(NOW), "cluster_reads": CLUSTER_READS})
     app = create_app(Settings.default().replace(state_dir=Path(lake)), lake_root=lake)
     with serving(app) as base, chromium() as driver:
         driver.set_window_size(1400, 1200)
@@ -157,10 +165,14 @@ def test_the_topic_search_filters_the_heatmap_and_stays_in_the_url(ui):
 
 def test_the_lag_and_alert_pages_render(ui):
     base, driver = ui
+    from selenium.webdriver.common.by import By
+
     driver.get(base + "/lag?range=6h")
     traces = wait(lambda: plot_data(driver, ids.WATERMARKS), what="the watermark graph")
     lake = next(t for t in traces if t["name"] == "lake")
     assert max(lake["y"]) > 30 and max(next(t for t in traces if t["name"] == "dc1")["y"]) < 1
+    notice = driver.find_element(By.ID, ids.UNREACHABLE).text
+    assert "dc2" in notice and "never started" in notice and "dc1" not in notice
     driver.get(base + "/alerts")
     wait(
         lambda: driver.execute_script(f"return document.querySelector('#{ids.ALERTS_TABLE}') !== null"),

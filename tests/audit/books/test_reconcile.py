@@ -376,3 +376,31 @@ def test_reconciling_twice_or_from_scratch_leaves_identical_tables(spark, settin
     assert replay.read > 0 and replay.records == 0 and replay.rejects == 1
     assert {t.name: rows(spark, settings, t, drop=()) for t in tables} == first
     assert len(rows(spark, settings, AUDIT_REJECTS)) == 1
+
+
+def test_a_cluster_never_started_is_reported_and_the_others_still_balance(spark, settings_factory):
+    """A configured local cluster that was never started has no address at all: the run goes on
+    without it, names it in the report and in `cluster_reads`, and rewrites that row only on a change."""
+    from audit.contract.tables import CLUSTER_READS
+    from audit.settings import ClusterSettings
+
+    base = settings_factory()
+    settings = base.replace(clusters=(*base.clusters, ClusterSettings(name="dc2")))
+    writer = AuditWriter(base)
+    seed_books(writer)
+
+    report = reconcile(spark, settings, now_ms=NOW)
+
+    assert list(report.unreachable) == ["dc2"] and "never started" in report.unreachable["dc2"]
+    assert "UNREACHABLE: dc2" in report.line()
+    books = completeness(spark, settings)
+    assert books[("dc1.orders", W2, "aggregate")] == ("incomplete", 80, 77, 3, 0)
+    reads = {r["cluster"]: (r["reachable"], r["error"]) for r in rows(spark, settings, CLUSTER_READS)}
+    assert reads["dc1"] == reads["aggregate"] == (True, None)
+    assert reads["dc2"][0] is False and "never started" in reads["dc2"][1]
+
+    version = delta_io.read_table(spark, settings.lake_root, CLUSTER_READS.name).inputFiles()
+    reconcile(spark, settings, now_ms=NOW + MINUTE)
+    assert delta_io.read_table(spark, settings.lake_root, CLUSTER_READS.name).inputFiles() == version, (
+        "an unchanged state is not rewritten"
+    )
