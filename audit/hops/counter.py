@@ -26,7 +26,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import OffsetSpec
 from prometheus_client import Counter, Gauge
 
 from audit.contract.audit_time import audit_time
@@ -36,7 +36,7 @@ from audit.contract.record import MAX_AUDIT_TIME_MS, count_record, encode, new_i
 from audit.contract.tally import Tally
 from audit.contract.watermarks import topic_statuses, watermark_ms
 from audit.hops.runloop import run_hop
-from audit.io.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
+from audit.io.clients import Admin, check_credentials, ensure_topics, group_caught_up
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -47,6 +47,9 @@ DEFAULT_TOPIC_REFRESH_S = 30.0
 TRANSACTION_TIMEOUT_MS = 60_000
 SESSION_TIMEOUT_MS = 10_000
 DEFAULT_CLIENT_TIMEOUT_S = 30.0
+DEFAULT_TRANSACTION_CALL_TIMEOUT_S = 5.0
+# Another live producer with our transactional id: renewing would fence it in turn, for ever.
+FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED}
 
 MESSAGES = Counter("kaudit_counter_messages_total", "Messages counted", ["cluster", "topic"])
 LAG = Gauge("kaudit_counter_lag_messages", "End offset minus position", ["cluster", "topic", "partition"])
@@ -71,6 +74,9 @@ class CounterOptions:
     batch_size: int = DEFAULT_BATCH
     topic_refresh_s: float = DEFAULT_TOPIC_REFRESH_S
     client_timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S  # how long a broker call may take before it is an error
+    # A transaction call that waits longer is given up: the flush aborts and its messages are counted
+    # again. Short, so a broker's absence never holds the loop (and its consumer's polls) for long.
+    transaction_call_timeout_s: float = DEFAULT_TRANSACTION_CALL_TIMEOUT_S
 
     @property
     def group(self) -> str:
@@ -127,7 +133,8 @@ class ClusterCounter:
         self._stop = threading.Event()
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
-        self._admin: AdminClient | None = None
+        self._admin: Admin | None = None
+        self._producer_broken = False  # a fatal error: renewed before the next transaction
 
     # -- clients -------------------------------------------------------------------------------
 
@@ -140,7 +147,7 @@ class ClusterCounter:
         return _opened(self._producer)
 
     @property
-    def admin(self) -> AdminClient:
+    def admin(self) -> Admin:
         return _opened(self._admin)
 
     def open(self) -> None:
@@ -160,17 +167,8 @@ class ClusterCounter:
                 "session.timeout.ms": SESSION_TIMEOUT_MS,
             }
         )
-        self._admin = AdminClient(self.config)
-        self._producer = Producer(
-            {
-                **self.config,
-                "transactional.id": self.options.transactional_id,
-                "enable.idempotence": True,
-                "acks": "all",
-                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-                "linger.ms": 5,
-            }
-        )
+        self._admin = Admin(self.config)
+        self._producer = self._new_producer()
         try:
             # Fences an earlier incarnation of this slot and aborts its open transaction.
             self.producer.init_transactions(self.options.client_timeout_s)
@@ -183,6 +181,39 @@ class ClusterCounter:
                 f"after {self.options.client_timeout_s:.0f} s ({error.str()}); is the cluster up and the address right?",
                 code=error.code(),
             ) from exc
+
+    def _new_producer(self) -> Producer:
+        return Producer(
+            {
+                **self.config,
+                "transactional.id": self.options.transactional_id,
+                "enable.idempotence": True,
+                "acks": "all",
+                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                "linger.ms": 5,
+            }
+        )
+
+    def _renew_producer(self) -> bool:
+        """After a fatal producer error (a transaction left in a state the restarted coordinator refuses,
+        say), a new producer with the same transactional id takes over: its init fences the old one and
+        aborts whatever it left open. False while the coordinator does not answer yet: try next flush."""
+        if not self._producer_broken:
+            return True
+        if self._producer is not None:
+            self._producer.purge()
+        self._producer = self._new_producer()
+        try:
+            self._producer.init_transactions(self.options.transaction_call_timeout_s)
+        except KafkaException as exc:
+            log.warning(
+                "transactional producer not ready yet",
+                extra={"cluster": self.options.cluster, "error": exc.args[0].str()},
+            )
+            return False
+        self._producer_broken = False
+        log.info("transactional producer renewed", extra={"cluster": self.options.cluster})
+        return True
 
     def stop(self) -> None:
         """Ask the run loop to flush and return (safe from a signal handler or another thread)."""
@@ -200,7 +231,9 @@ class ClusterCounter:
         if wanted != self._subscribed:
             log.info("subscribing", extra={"cluster": self.options.cluster, "topics": len(wanted)})
             if wanted:
-                self.consumer.subscribe(wanted, on_assign=self._on_assign, on_revoke=self._on_revoke)
+                self.consumer.subscribe(
+                    wanted, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+                )
             else:
                 self.consumer.unsubscribe()
             self._subscribed = wanted
@@ -222,6 +255,17 @@ class ClusterCounter:
             if self.stats.lag.pop((tp.topic, tp.partition), None) is not None:
                 LAG.remove(self.options.cluster, tp.topic, str(tp.partition))
         log.info("partitions revoked", extra={"cluster": self.options.cluster, "partitions": len(partitions)})
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The group dropped us (a broker away past the session timeout): our offsets can no longer be
+        committed, so nothing is flushed; everything since the last commit is recounted by whoever
+        owns each partition next, this instance included once it rejoins."""
+        log.warning("partitions lost; recounting from the last commit", extra={"cluster": self.options.cluster})
+        self._rewind()
+        for tp in partitions:
+            self.progress.pop((tp.topic, tp.partition), None)
+            if self.stats.lag.pop((tp.topic, tp.partition), None) is not None:
+                LAG.remove(self.options.cluster, tp.topic, str(tp.partition))
 
     # -- counting ------------------------------------------------------------------------------
 
@@ -352,13 +396,15 @@ class ClusterCounter:
         ]
 
     def _list_offsets(self, partitions: list[tuple[str, int]], spec: OffsetSpec) -> dict[tuple[str, int], int]:
-        return list_offsets(self.admin, partitions, spec, timeout_s=self.options.client_timeout_s)
+        return self.admin.list_offsets(partitions, spec, timeout_s=self.options.client_timeout_s)
 
     def flush(self, *, heartbeat: bool = True) -> bool:
         """Commit deltas, status and offsets in one transaction; False when it had to abort.
 
         Without `heartbeat`, a flush with nothing new to commit is skipped.
         """
+        if not self._renew_producer():
+            return False
         self._read_past_markers()
         deltas = self.tally.drain()
         moved = any(p.position != p.committed for p in self.progress.values())
@@ -375,7 +421,7 @@ class ClusterCounter:
                 producer.produce(self.options.audit_topic, key=record.topic.encode(), value=encode(record))
             if offsets:
                 producer.send_offsets_to_transaction(
-                    offsets, self.consumer.consumer_group_metadata(), self.options.client_timeout_s
+                    offsets, self.consumer.consumer_group_metadata(), self.options.transaction_call_timeout_s
                 )
         except KafkaException as exc:  # nothing was committed: the open transaction must be aborted, whatever the error
             self._abort(exc.args[0], open_transaction=True)
@@ -407,7 +453,7 @@ class ClusterCounter:
     def _commit_transaction(self) -> None:
         for attempt in range(3):
             try:
-                self.producer.commit_transaction(self.options.client_timeout_s)
+                self.producer.commit_transaction(self.options.transaction_call_timeout_s)
                 return
             except KafkaException as exc:
                 # Retriable (e.g. a timed-out request): the same commit may simply be repeated.
@@ -426,22 +472,39 @@ class ClusterCounter:
             "transaction aborted; recounting from the last commit",
             extra={"cluster": self.options.cluster, "error": error.str(), "code": error.code()},
         )
+        if error.code() in FENCED:
+            raise KafkaClientError(
+                f"counter {self.options.cluster}: slot {self.options.instance} was taken over by another instance "
+                f"with transactional id {self.options.transactional_id} ({error.str()}); give each instance its own "
+                "--instance",
+                code=error.code(),
+            )
         if error.fatal():
-            raise KafkaClientError(f"counter {self.options.cluster}: fenced or fatal: {error.str()}", code=error.code())
-        if error.txn_requires_abort() or open_transaction:
+            self._producer_broken = True
+        elif error.txn_requires_abort() or open_transaction:
             try:
-                self.producer.abort_transaction(self.options.client_timeout_s)
-            except KafkaException as exc:  # the broker is still away: the next flush's begin fails and aborts again
+                self.producer.abort_transaction(self.options.transaction_call_timeout_s)
+            except KafkaException as exc:  # the broker is still away, or refuses: a new producer settles it
                 log.warning(
-                    "abort failed; retried at the next flush",
+                    "abort failed; the producer is renewed at the next flush",
                     extra={"cluster": self.options.cluster, "error": exc.args[0].str()},
                 )
+                self._producer_broken = True
+        self._rewind()
+
+    def _rewind(self) -> None:
+        """Forget what was counted since the last commit and read it again."""
         self.tally.drain()
         for (topic, partition), progress in self.progress.items():
             progress.position = progress.committed
-            self.consumer.seek(
-                TopicPartition(topic, partition, progress.committed if progress.committed >= 0 else OFFSET_BEGINNING)
-            )
+            try:
+                self.consumer.seek(
+                    TopicPartition(
+                        topic, partition, progress.committed if progress.committed >= 0 else OFFSET_BEGINNING
+                    )
+                )
+            except KafkaException as exc:  # not assigned any more: its next owner starts from the commit
+                log.info("seek skipped", extra={"topic": topic, "partition": partition, "error": exc.args[0].str()})
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import OffsetSpec
 from prometheus_client import Counter, Gauge
 
 from audit.contract.errors import JobError
@@ -30,7 +30,7 @@ from audit.contract.tables import BRONZE
 from audit.contract.watermarks import topic_statuses, watermark_ms
 from audit.contract.windows import MS_PER_MINUTE
 from audit.io import delta_io
-from audit.io.clients import client_config, ensure_topics, java_client_options, list_offsets
+from audit.io.clients import Admin, client_config, ensure_topics, java_client_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -106,14 +106,14 @@ class LakeJob:
         self._lock = threading.Lock()
         config = client_config(settings, options.cluster)
         self._producer = Producer({**config, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
-        self._admin = AdminClient(config)
+        self._admin = Admin(config)
         ensure_topics(config, {settings.audit_topic: 1}, timeout_s=options.client_timeout_s)
         self.bronze = delta_io.ensure_table(spark, settings.lake_root, BRONZE)
 
     # -- topics --------------------------------------------------------------------------------
 
     def data_topics(self) -> list[str]:
-        metadata = self._admin.list_topics(timeout=self.options.client_timeout_s).topics
+        metadata = self._admin.client.list_topics(timeout=self.options.client_timeout_s).topics
         return sorted(
             name
             for name, meta in metadata.items()
@@ -254,7 +254,7 @@ class LakeJob:
                     positions[key] = max(positions.get(key, 0), int(offset))
         if not positions:
             return
-        ends = list_offsets(self._admin, list(positions), OffsetSpec.latest(), timeout_s=self.options.client_timeout_s)
+        ends = self._admin.list_offsets(list(positions), OffsetSpec.latest(), timeout_s=self.options.client_timeout_s)
         now_ms = time.time_ns() // 1_000_000
         by_topic, withheld = topic_statuses(positions, ends, dict(self.stats.last_audit_time_ms))
         if withheld:

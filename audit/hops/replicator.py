@@ -39,7 +39,7 @@ from audit.hops.mirror_state import (
 )
 from audit.hops.mirror_topics import create_target_topics
 from audit.hops.runloop import run_hop
-from audit.io.clients import check_credentials, ensure_topics, group_caught_up, list_offsets
+from audit.io.clients import Admin, check_credentials, ensure_topics, group_caught_up
 
 __all__ = ["MirrorOptions", "MirrorStats", "Replicator", "provenance"]
 
@@ -123,7 +123,7 @@ class Replicator:
                 "message.timeout.ms": int(self.options.client_timeout_s * 1000),
             }
         )
-        self._source_admin = AdminClient(self.source_config)
+        self._source_admin = Admin(self.source_config)
         self._target_admin = AdminClient(self.target_config)
         ensure_topics(self.source_config, {self.options.audit_topic: 1}, timeout_s=self.options.client_timeout_s)
 
@@ -154,7 +154,7 @@ class Replicator:
             target_names = {topic: self.naming.target_topic(self.options.source, topic) for topic in partitions}
             self._target_partitions.update(
                 create_target_topics(
-                    self._source_admin,
+                    self._source_admin.client,
                     self._target_admin,
                     target_names,
                     partitions,
@@ -201,7 +201,7 @@ class Replicator:
                     self._released[(tp.topic, tp.partition)] = flow.acked
 
     def _list_offsets(self, partitions: list[tuple[str, int]], spec: OffsetSpec) -> dict[tuple[str, int], int]:
-        return list_offsets(self._source_admin, partitions, spec, timeout_s=self.options.client_timeout_s)
+        return self._source_admin.list_offsets(partitions, spec, timeout_s=self.options.client_timeout_s)
 
     # -- copying -------------------------------------------------------------------------------
 

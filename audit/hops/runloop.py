@@ -8,11 +8,15 @@ the clients closed.
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
+
+log = logging.getLogger(__name__)
 
 
 class Hop(Protocol):
@@ -58,7 +62,36 @@ def run_hop(
         hop.close()
 
 
-def stop_on_signals(stop: Callable[[], None]) -> None:
-    """SIGTERM and SIGINT call `stop`: the loop ends after its current step and a last `finish`."""
+DEFAULT_STOP_GRACE_S = 10.0
+
+
+def stop_on_signals(stop: Callable[[], None], *, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
+    """SIGTERM and SIGINT call `stop`: the loop ends after its current step and a last `finish`.
+
+    A step can be inside a broker call that waits for a broker that is not there; after `grace_s` the
+    process exits anyway, as a crash would. Every service is built to survive a kill -9 at any moment
+    (invariant 2), so this costs at most a recount or a few duplicates, and a stop never hangs. A
+    second signal exits at once."""
+    requested = threading.Event()
+
+    def on_signal(signum: int, _frame) -> None:
+        if requested.is_set():
+            log.warning("second stop signal: exiting now", extra={"signal": signum})
+            os._exit(EXIT_FORCED)
+        requested.set()
+        stop()
+        watchdog = threading.Timer(grace_s, _exit_late, args=(grace_s,))
+        watchdog.daemon = True  # a clean stop ends the process without waiting for it
+        watchdog.start()
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop())
+        signal.signal(signum, on_signal)
+
+
+EXIT_FORCED = 143  # 128 + SIGTERM, what a shell reports for a process ended by SIGTERM
+
+
+def _exit_late(grace_s: float) -> None:
+    log.warning("stopping took longer than the grace period: exiting as a crash would", extra={"grace_s": grace_s})
+    logging.shutdown()
+    os._exit(EXIT_FORCED)

@@ -125,14 +125,33 @@ def watermarks(
             time.sleep(0.2)
 
 
+class Admin:
+    """An AdminClient for a long-running service, renewed after an offsets query left partitions
+    unanswered: across a broker restart librdkafka's cached leader epochs can go stale ("Leader epoch
+    is older than broker epoch") and every later query of the same client fails, which withheld the
+    status (and so the watermark) of every partition for minutes. A fresh client reads fresh metadata."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._config = dict(config)
+        self.client = AdminClient(self._config)
+
+    def list_offsets(
+        self, partitions: list[tuple[str, int]], spec: OffsetSpec, *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S
+    ) -> dict[tuple[str, int], int]:
+        offsets = list_offsets(self.client, partitions, spec, timeout_s=timeout_s)
+        if len(offsets) < len(set(partitions)):
+            self.client = AdminClient(self._config)
+        return offsets
+
+
 def group_caught_up(
-    consumer: Consumer, admin: AdminClient, topics: list[str], *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S
+    consumer: Consumer, admin: Admin, topics: list[str], *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S
 ) -> bool:
     """True when the consumer's group has committed up to the end of EVERY partition of `topics`:
     judged from the broker, whatever this member's own assignment is."""
     metadata = consumer.list_topics(timeout=timeout_s).topics
     partitions = [(topic, p) for topic in topics if topic in metadata for p in metadata[topic].partitions]
-    ends = list_offsets(admin, partitions, OffsetSpec.latest(), timeout_s=timeout_s)
+    ends = admin.list_offsets(partitions, OffsetSpec.latest(), timeout_s=timeout_s)
     if len(ends) != len(partitions):
         return False
     try:

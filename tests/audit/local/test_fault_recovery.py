@@ -1,0 +1,160 @@
+"""During a fault, not only after it (invariant 8): a broker killed with kill -9 and back 8 s later
+while a service runs. Each long-running service commits again within 30 s of its broker's return,
+and stops within 15 s of SIGTERM right after. The services run as `kaudit` processes, as in production."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from audit.io.clients import ensure_topics
+from audit.local.clusters import LocalClusters
+from audit.settings import ClusterSettings, Settings
+from tests.conftest import cache_dir, write_config
+
+pytestmark = pytest.mark.kafka
+
+RECOVERY_S = 30.0
+STOP_S = 15.0
+DOWN_S = 8.0
+TOPIC, PARTITIONS = "orders", 3
+
+
+class SteadyProducer:
+    """Produces ~100 messages a second until stopped; it rides out the broker's absence (no delivery timeout)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 0, "linger.ms": 5}
+        )
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        sequence = 0
+        while not self.stopping.is_set():
+            try:
+                self.producer.produce(TOPIC, value=b"m%d" % sequence, partition=sequence % PARTITIONS)
+                sequence += 1
+            except BufferError:
+                pass
+            self.producer.poll(0.01)
+
+    def __enter__(self) -> SteadyProducer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.stopping.set()
+        self.thread.join(10)
+
+
+class CommittedProbe:
+    """Reads a group's committed offsets on TOPIC (summed) without joining the group; None while the
+    broker does not answer."""
+
+    def __init__(self, bootstrap: str, group: str) -> None:
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+
+    def __call__(self) -> int | None:
+        try:
+            offsets = self.consumer.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=2)
+        except KafkaException:
+            return None
+        return sum(max(tp.offset, 0) for tp in offsets)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def wait_until(condition, timeout_s: float) -> float | None:
+    """Seconds until `condition()` held, or None if it did not within `timeout_s`."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout_s:
+        if condition():
+            return time.monotonic() - began
+        time.sleep(0.25)
+    return None
+
+
+@pytest.fixture
+def clusters(tmp_path):
+    pair = LocalClusters(["src", "dst"], state_dir=tmp_path / "clusters", cache_dir=cache_dir())
+    pair.up()
+    try:
+        ensure_topics({"bootstrap.servers": pair["src"].bootstrap_servers}, {TOPIC: PARTITIONS, "_audit": 1})
+        yield pair
+    finally:
+        pair.down()
+
+
+def start_service(tmp_path: Path, clusters: LocalClusters, *args: str) -> subprocess.Popen:
+    settings = Settings(
+        clusters=tuple(
+            ClusterSettings(name=name, bootstrap_servers=clusters[name].bootstrap_servers, local=False)
+            for name in ("src", "dst")
+        ),
+        audit_topic="_audit",
+        state_dir=tmp_path / "state",
+        cache_dir=cache_dir(),
+        flush_interval_s=1.0,
+    )
+    config = write_config(settings, tmp_path / "kaudit.toml")
+    log = open(tmp_path / f"{args[0]}.log", "w")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen([sys.executable, "-m", "audit.cli", "--config", str(config), *args], stdout=log, stderr=log)
+
+
+def recovers_and_stops(process: subprocess.Popen, clusters: LocalClusters, crashed: str, group: str, log: Path):
+    """Kill `crashed`'s broker mid-work, bring it back after DOWN_S; (seconds to the next commit, seconds to exit)."""
+    committed = CommittedProbe(clusters["src"].bootstrap_servers, group)
+    try:
+        assert wait_until(lambda: (committed() or 0) > 0, 60) is not None, log.read_text()[-3000:]
+        before = committed()
+        clusters[crashed].kill()
+        time.sleep(DOWN_S)
+        clusters[crashed].start()
+        recovery_s = wait_until(lambda: (committed() or 0) > before, 120)
+    finally:
+        committed.close()
+    assert process.poll() is None, f"the service died: {log.read_text()[-3000:]}"
+    process.send_signal(signal.SIGTERM)
+    began = time.monotonic()
+    try:
+        process.wait(60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    stop_s = time.monotonic() - began
+    print(
+        f"{log.stem}, {crashed} broker down {DOWN_S:g} s: next commit {recovery_s} s after its return, "
+        f"exit {stop_s:.1f} s after SIGTERM"
+    )
+    return recovery_s, stop_s
+
+
+@pytest.mark.parametrize("crashed", ["src"])
+def test_the_counter_commits_again_within_30_s_of_its_broker_and_stops_within_15_s(tmp_path, clusters, crashed):
+    with SteadyProducer(clusters["src"].bootstrap_servers):
+        process = start_service(tmp_path, clusters, "count", "--cluster", "src")
+        recovery_s, stop_s = recovers_and_stops(
+            process, clusters, crashed, "kaudit-counter-src", tmp_path / "count.log"
+        )
+    assert recovery_s is not None and recovery_s <= RECOVERY_S, f"no commit {recovery_s} s after the broker's return"
+    assert stop_s <= STOP_S, f"SIGTERM took {stop_s:.1f} s"
+
+
+@pytest.mark.parametrize("crashed", ["src", "dst"])
+def test_the_replicator_commits_again_within_30_s_of_either_broker_and_stops_within_15_s(tmp_path, clusters, crashed):
+    with SteadyProducer(clusters["src"].bootstrap_servers):
+        process = start_service(tmp_path, clusters, "mirror", "--from", "src", "--to", "dst")
+        recovery_s, stop_s = recovers_and_stops(
+            process, clusters, crashed, "kaudit-mirror-src-dst", tmp_path / "mirror.log"
+        )
+    assert recovery_s is not None and recovery_s <= RECOVERY_S, f"no commit {recovery_s} s after the broker's return"
+    assert stop_s <= STOP_S, f"SIGTERM took {stop_s:.1f} s"
