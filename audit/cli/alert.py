@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import time
+import threading
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from audit.contract.errors import ConfigError
+from audit.hops.runloop import stop_on_signals
 
 if TYPE_CHECKING:
     from audit.settings import Settings
@@ -49,11 +50,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from audit.books.alerts import run_alerts
 
     now = _parse_now(args.now)
+    stop = threading.Event()
+    stop_on_signals(stop.set)
     while True:
         report = run_alerts(settings, now=now)
-        print(report.summary())
+        print(report.summary(), flush=True)
         for error in report.errors:
-            print(f"  error: {error}")
-        if not args.every_s:
+            print(f"  error: {error}", flush=True)
+        if not args.every_s or stop.wait(args.every_s):
             return report.exit_code
-        time.sleep(args.every_s)

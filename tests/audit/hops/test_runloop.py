@@ -1,0 +1,100 @@
+"""The shared run loop: stop requests end it after the current step; a step stuck in a call that never
+returns still exits within the grace period after SIGTERM (invariant 8)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from audit.hops.runloop import EXIT_FORCED, run_hop
+
+STUCK_SERVICE = """
+import threading, time, sys
+from audit.hops.runloop import stop_on_signals
+stop = threading.Event()
+stop_on_signals(stop.set, grace_s=float(sys.argv[1]))
+print("ready", flush=True)
+while not stop.is_set():
+    time.sleep(3600 if sys.argv[2] == "stuck" else 0.05)  # stuck: a broker call that never returns
+"""
+
+
+def run_until_ready(mode: str, grace_s: float) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, "-c", STUCK_SERVICE, str(grace_s), mode], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout.readline().strip() == "ready"
+    return process
+
+
+def test_a_step_stuck_in_a_call_still_exits_within_the_grace_after_sigterm():
+    process = run_until_ready("stuck", grace_s=1.0)
+    began = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(10) == EXIT_FORCED
+    assert time.monotonic() - began < 3
+
+
+def test_a_loop_that_is_free_stops_cleanly_with_exit_0_and_without_waiting_for_the_grace():
+    process = run_until_ready("free", grace_s=30.0)
+    began = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(10) == 0
+    assert time.monotonic() - began < 3, "the watchdog thread must not keep a cleanly stopped process alive"
+
+
+class CountingHop:
+    topic_refresh_s = 0.05
+
+    def __init__(self, idle_after: int) -> None:
+        self.calls: list[str] = []
+        self.steps = 0
+        self.idle_after = idle_after
+
+    def open(self) -> None:
+        self.calls.append("open")
+
+    def refresh_topics(self) -> None:
+        self.calls.append("refresh")
+
+    def step(self) -> bool:
+        self.steps += 1
+        time.sleep(0.01)
+        return self.steps >= self.idle_after
+
+    def caught_up(self) -> bool:
+        return True
+
+    def finish(self) -> None:
+        self.calls.append("finish")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def test_until_caught_up_stops_at_the_first_idle_step_and_finishes_then_closes():
+    hop = CountingHop(idle_after=5)
+    run_hop(hop, threading.Event(), until_caught_up=True)
+    assert hop.steps == 5 and hop.calls[0] == "open" and hop.calls[-2:] == ["finish", "close"]
+
+
+def test_a_stop_request_ends_the_loop_and_a_failing_step_still_closes():
+    hop = CountingHop(idle_after=10**9)
+    stop = threading.Event()
+    threading.Timer(0.2, stop.set).start()
+    run_hop(hop, stop)
+    assert hop.calls[-2:] == ["finish", "close"] and hop.calls.count("refresh") >= 2
+
+    class Failing(CountingHop):
+        def step(self) -> bool:
+            raise RuntimeError("broker gone")
+
+    failing = Failing(idle_after=1)
+    try:
+        run_hop(failing, threading.Event())
+    except RuntimeError:
+        pass
+    assert failing.calls[-1] == "close" and "finish" not in failing.calls
