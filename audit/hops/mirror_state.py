@@ -6,11 +6,13 @@ import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 from prometheus_client import Counter, Gauge
 
 from audit.contract.audit_time import header_value
 from audit.contract.names import DEFAULT_AUDIT_TOPIC
 from audit.contract.record import (
+    AUDIT_TIME_HEADER,
     PROVENANCE_HEADER,
 )
 
@@ -123,3 +125,14 @@ def lags_and_stall(
         if lag == 0:
             flows[key].last_progress = now
     return lags, stalled
+
+
+def copy_headers(headers: list, path: list[str], source: str, timestamp_kind: int, timestamp_ms: int) -> list:
+    """A copy's headers: the source's, the provenance path with `source` added (cycles stop on it), and,
+    for a LogAppendTime message without one, the audit-time header holding the source's time: the
+    target stamps its own append time, and every tier must bucket the message by one time."""
+    stamped = [(k, v) for k, v in headers if k != PROVENANCE_HEADER]
+    stamped.append((PROVENANCE_HEADER, ",".join([*path, source] if source not in path else path).encode()))
+    if timestamp_kind == TIMESTAMP_LOG_APPEND_TIME and header_value(headers, AUDIT_TIME_HEADER) is None:
+        stamped.append((AUDIT_TIME_HEADER, b"%d" % timestamp_ms))
+    return stamped

@@ -16,14 +16,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from audit.contract.audit_time import header_value
 from audit.contract.naming import NamingPolicy
 from audit.contract.record import (
-    AUDIT_TIME_HEADER,
-    PROVENANCE_HEADER,
     encode,
     new_instance_id,
     record_id,
@@ -42,6 +39,7 @@ from audit.hops.mirror_state import (
     MirrorOptions,
     MirrorStats,
     PartitionFlow,
+    copy_headers,
     lags_and_stall,
     provenance,
 )
@@ -228,13 +226,9 @@ class Replicator:
                     topic, partition, offset, message.timestamp()[1], dropped=target not in path
                 )
                 continue
-            stamped = [(k, v) for k, v in headers if k != PROVENANCE_HEADER]
-            stamped.append((PROVENANCE_HEADER, ",".join([*path, source] if source not in path else path).encode()))
-            target_partitions = self._target_partitions.get(topic, 0)
             kind, timestamp_ms = message.timestamp()
-            if kind == TIMESTAMP_LOG_APPEND_TIME and header_value(headers, AUDIT_TIME_HEADER) is None:
-                # The target stamps its own append time: carry the source's, so every tier uses one time.
-                stamped.append((AUDIT_TIME_HEADER, b"%d" % timestamp_ms))
+            stamped = copy_headers(headers, path, source, kind, timestamp_ms)
+            target_partitions = self._target_partitions.get(topic, 0)
             with self._lock:
                 flow = self.flows.get((topic, partition))
                 if flow is not None:

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from audit.contract.naming import IdentityNaming, PrefixNaming
-from audit.contract.record import PROVENANCE_HEADER, Kind, PartitionStatus
+from audit.contract.record import AUDIT_TIME_HEADER, PROVENANCE_HEADER, Kind, PartitionStatus
 from audit.contract.watermarks import watermark_ms
 from audit.hops.faults import DropFault
 from audit.hops.replicator import MirrorOptions, Replicator
@@ -397,3 +397,30 @@ def test_pause_fault_stalls_then_recovers_without_loss(local_clusters, topic_fac
         mirror.stop()
         runner.join(60)
     assert len(read_all(aggregate, f"dc1.{topic}", 2000)) == 2000
+
+
+@pytest.mark.parametrize(
+    "headers, path, kind, expected, why",
+    [
+        ([], [], 1, [(PROVENANCE_HEADER, b"dc1")], "CreateTime: the provenance path only"),
+        (
+            [("a", b"1"), (PROVENANCE_HEADER, b"dc0")],
+            ["dc0"],
+            1,
+            [("a", b"1"), (PROVENANCE_HEADER, b"dc0,dc1")],
+            "the path grows; other headers stay",
+        ),
+        ([], [], 2, [(PROVENANCE_HEADER, b"dc1"), (AUDIT_TIME_HEADER, b"1700000000000")], "LogAppendTime: the time"),
+        (
+            [(AUDIT_TIME_HEADER, b"5")],
+            [],
+            2,
+            [(AUDIT_TIME_HEADER, b"5"), (PROVENANCE_HEADER, b"dc1")],
+            "an audited producer's time is kept, never replaced",
+        ),
+    ],
+)
+def test_copy_headers(headers, path, kind, expected, why):
+    from audit.hops.mirror_state import copy_headers
+
+    assert copy_headers(headers, path, "dc1", kind, 1_700_000_000_000) == expected, why
