@@ -48,6 +48,24 @@ class Alert:
     def alert_id(self) -> str:
         return alert_id(self.kind, self.origin_cluster, self.topic, self.window_start, self.tier, self.status)
 
+    @classmethod
+    def of_row(cls, row, *, kind: str, status: str, cause: str) -> Alert:
+        """The alert about a completeness (or alerts-log) row: its window, tier and figures."""
+        return cls(
+            kind=kind,
+            origin_cluster=row.origin_cluster,
+            topic=row.topic,
+            window_start=row.window_start,
+            tier=row.tier,
+            status=status,
+            expected=as_int(row.expected),
+            observed=as_int(row.observed),
+            missing=as_int(row.missing),
+            duplicated=as_int(row.duplicated),
+            completeness_pct=as_float(row.completeness_pct),
+            cause=cause,
+        )
+
 
 def alert_id(kind: str, origin_cluster: str, topic: str, window_start: datetime, tier: str, status: str) -> str:
     """Deterministic id of an alert: the same window, tier, kind and status always give the same id."""
@@ -92,18 +110,10 @@ def window_alerts(
         completeness["final"].fillna(False).astype(bool) & completeness["status"].isin(list(ALERTING_STATUS))
     ]
     return [
-        Alert(
+        Alert.of_row(
+            row,
             kind=ALERTING_STATUS[row.status],
-            origin_cluster=row.origin_cluster,
-            topic=row.topic,
-            window_start=row.window_start,
-            tier=row.tier,
             status=row.status,
-            expected=as_int(row.expected),
-            observed=as_int(row.observed),
-            missing=as_int(row.missing),
-            duplicated=as_int(row.duplicated),
-            completeness_pct=as_float(row.completeness_pct),
             cause=likely_cause(row, completeness, tier_status, tier_counts, now=now, lag_minutes=lag_minutes),
         )
         for row in rows.itertuples(index=False)
@@ -120,20 +130,7 @@ def recovery_alerts(completeness: pd.DataFrame, log_frame: pd.DataFrame) -> list
         return []
     recovered = complete[window_key(complete).isin(set(window_key(alerted)))]
     return [
-        Alert(
-            kind="recovery",
-            origin_cluster=row.origin_cluster,
-            topic=row.topic,
-            window_start=row.window_start,
-            tier=row.tier,
-            status="complete",
-            expected=as_int(row.expected),
-            observed=as_int(row.observed),
-            missing=as_int(row.missing),
-            duplicated=as_int(row.duplicated),
-            completeness_pct=as_float(row.completeness_pct),
-            cause="the window is complete now",
-        )
+        Alert.of_row(row, kind="recovery", status="complete", cause="the window is complete now")
         for row in recovered.itertuples(index=False)
     ]
 

@@ -36,8 +36,6 @@ from audit.books.alert_mail import AlertDeliveryError, Mailer, compose, deep_lin
 from audit.books.alert_rules import (
     Alert,
     alert_id,
-    as_float,
-    as_int,
     lag_alerts,
     recovery_alerts,
     window_alerts,
@@ -142,20 +140,7 @@ def upsert_log(lake_root: str, rows: pd.DataFrame | list[dict]) -> None:
 
 
 def _alert_of(row) -> Alert:
-    return Alert(
-        kind=row.kind,
-        origin_cluster=row.origin_cluster,
-        topic=row.topic,
-        window_start=row.window_start,
-        tier=row.tier,
-        status=row.status,
-        expected=as_int(row.expected),
-        observed=as_int(row.observed),
-        missing=as_int(row.missing),
-        duplicated=as_int(row.duplicated),
-        completeness_pct=as_float(row.completeness_pct),
-        cause=row.cause or "",
-    )
+    return Alert.of_row(row, kind=row.kind, status=row.status, cause=row.cause or "")
 
 
 # -- one run ----------------------------------------------------------------------------------------
