@@ -49,12 +49,13 @@ $(JARS)/spark/.done: jvm/spark/pom.xml | $(VENV)/.installed
 	$(PY) -m audit.io.jvm prune-provided $(JARS)/spark
 	touch $@
 
-# The UI's browser tests drive Debian's Chromium through its chromedriver; installed only when missing.
+# Debian packages the tests use, installed only when missing: Chromium and its chromedriver for the
+# UI's browser tests and screenshots, kcat as a Kafka client kafka-audit did not write.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: browser
-browser: ## headless Chromium + chromedriver (Debian packages) for the UI's browser tests and screenshots
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
-	  ($(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver)
+browser: ## headless Chromium + chromedriver and kcat (Debian packages) for the browser and outside-client tests
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null && command -v kcat >/dev/null || \
+	  ($(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver kcat)
 
 .PHONY: lint
 lint: $(VENV)/.installed ## ruff (lint + format check) over the tree, mypy on the contract and the hops
