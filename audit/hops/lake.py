@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import OffsetSpec
 from prometheus_client import Counter, Gauge
 
@@ -46,6 +46,7 @@ TIER = LAKE_TIER
 ROWS = Counter("kaudit_lake_rows_total", "Rows landed in bronze", ["cluster"])
 BATCHES = Counter("kaudit_lake_batches_total", "Micro-batches committed", ["cluster"])
 LAG = Gauge("kaudit_lake_lag_messages", "End offsets minus the job's position", ["cluster"])
+RESTARTS = Counter("kaudit_lake_restarts_total", "Streams restarted from the checkpoint after a failure", ["cluster"])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +57,10 @@ class LakeOptions:
     status_interval_s: float = 10.0
     max_offsets_per_trigger: int | None = None
     client_timeout_s: float = 30.0
+    # A failed micro-batch (a broker away, say) restarts the stream from its checkpoint after this pause;
+    # with --until-caught-up the job gives up after `restarts_until_caught_up` such failures.
+    restart_after_s: float = 5.0
+    restarts_until_caught_up: int = 3
 
 
 @dataclass
@@ -63,6 +68,7 @@ class LakeStats:
     batches: int = 0
     rows: int = 0
     lag: int = 0
+    restarts: int = 0
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     last_audit_time_ms: dict[tuple[str, int], int] = field(default_factory=dict)
 
@@ -122,6 +128,14 @@ class LakeJob:
             and self.select_topic(name)
             and not self.settings.is_audit_topic(self.options.cluster, name)
         )
+
+    def _current_topics(self) -> list[str] | None:
+        """The topics to land now; None while the cluster does not answer (the stream goes on as it is)."""
+        try:
+            return self.data_topics()
+        except KafkaException as exc:
+            log.warning("topic list unknown", extra={"cluster": self.options.cluster, "error": exc.args[0].str()})
+            return None
 
     # -- one micro-batch ----------------------------------------------------------------------
 
@@ -285,6 +299,24 @@ class LakeJob:
 
     # -- the run -------------------------------------------------------------------------------
 
+    def _may_restart(self, query, until_caught_up: bool, stop: threading.Event) -> bool:
+        """After a failed micro-batch: wait, then say whether to start the stream again from its checkpoint
+        (which replays the batch under the same record ids, so nothing counts twice)."""
+        if until_caught_up and self.stats.restarts >= self.options.restarts_until_caught_up:
+            return False
+        self.stats.restarts += 1
+        RESTARTS.labels(self.options.cluster).inc()
+        log.error(
+            "stream failed; restarting from the checkpoint",
+            extra={
+                "cluster": self.options.cluster,
+                "error": str(query.exception())[:500],
+                "after_s": self.options.restart_after_s,
+                "restarts": self.stats.restarts,
+            },
+        )
+        return not stop.wait(self.options.restart_after_s)
+
     def start(self, topics: list[str], *, until_caught_up: bool):
         reader = self.spark.readStream.format("kafka")
         for key, value in java_client_options(self.settings, self.options.cluster).items():
@@ -335,22 +367,28 @@ class LakeJob:
         )
         query = self.start(topics, until_caught_up=until_caught_up)
         try:
-            while query.isActive and not stop.is_set():
+            while not stop.is_set():
+                if not query.isActive and query.exception() is None:
+                    break  # available-now: everything there was is landed
                 query.awaitTermination(self.options.status_interval_s)
                 if query.exception() is not None:
-                    break
+                    if not self._may_restart(query, until_caught_up, stop):
+                        break
+                    query = self.start(topics, until_caught_up=until_caught_up)
+                    continue
                 self.emit_status(query)
                 if max_seconds is not None and time.monotonic() - began >= max_seconds:
                     break
-                if not until_caught_up and self.data_topics() != topics:
+                current = None if until_caught_up else self._current_topics()
+                if current is not None and current != topics:
                     log.info("topic list changed: restarting the stream", extra={"cluster": self.options.cluster})
                     query.stop()
-                    topics = self.data_topics()
+                    topics = current
                     query = self.start(topics, until_caught_up=False)
         finally:
             if query.isActive:
                 query.stop()
-        if query.exception() is not None:
+        if query.exception() is not None and not stop.is_set():
             raise JobError(
                 f"lake job on {self.options.cluster} failed: {query.exception()}; a restart resumes from "
                 f"the checkpoint {self.options.checkpoint}"

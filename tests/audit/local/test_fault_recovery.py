@@ -158,3 +158,53 @@ def test_the_replicator_commits_again_within_30_s_of_either_broker_and_stops_wit
         )
     assert recovery_s is not None and recovery_s <= RECOVERY_S, f"no commit {recovery_s} s after the broker's return"
     assert stop_s <= STOP_S, f"SIGTERM took {stop_s:.1f} s"
+
+
+@pytest.mark.spark
+def test_the_lake_job_lands_again_within_30_s_of_its_broker_and_stops_within_15_s(tmp_path, clusters, spark):
+    from audit.hops.lake import LakeJob, LakeOptions, default_checkpoint
+
+    settings = Settings(
+        clusters=(ClusterSettings(name="src", bootstrap_servers=clusters["src"].bootstrap_servers, local=False),),
+        audit_topic="_audit",
+        state_dir=tmp_path / "state",
+        cache_dir=cache_dir(),
+        lake_path=str(tmp_path / "lake"),
+    )
+    options = LakeOptions(
+        cluster="src",
+        checkpoint=default_checkpoint(settings, "src"),
+        trigger_s=1.0,
+        status_interval_s=1.0,
+        client_timeout_s=5.0,
+        restart_after_s=2.0,
+    )
+    job = LakeJob(spark, settings, options, lambda topic: topic == TOPIC)
+    stop, failures = threading.Event(), []
+
+    def run() -> None:
+        try:
+            job.run(stop=stop)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertions below
+            failures.append(exc)
+
+    with SteadyProducer(clusters["src"].bootstrap_servers):
+        runner = threading.Thread(target=run)
+        runner.start()
+        assert wait_until(lambda: job.stats.rows > 0 or failures, 120) is not None and not failures, failures
+        clusters["src"].kill()
+        time.sleep(DOWN_S)
+        clusters["src"].start()
+        before = job.stats.rows
+        recovery_s = wait_until(lambda: job.stats.rows > before or not runner.is_alive(), 120)
+        stop.set()
+        began = time.monotonic()
+        runner.join(60)
+        stop_s = time.monotonic() - began
+    print(
+        f"lake, src broker down {DOWN_S:g} s: rows again {recovery_s} s after its return, "
+        f"{job.stats.restarts} stream restart(s), stopped {stop_s:.1f} s after the request"
+    )
+    assert not failures, failures
+    assert recovery_s is not None and recovery_s <= RECOVERY_S and job.stats.rows > before
+    assert stop_s <= STOP_S
