@@ -98,16 +98,25 @@ def run_reconcile(args: argparse.Namespace, settings: Settings) -> int:
     spark = _spark(settings, "kaudit-reconcile")
     stop = threading.Event()
     stop_on_signals(stop.set)
-    runs = 0
+    runs, failed = 0, False
     while True:
-        report = reconcile(spark, settings)
-        print(report.line(), flush=True)
         runs += 1
+        try:
+            report = reconcile(spark, settings)
+            print(report.line(), flush=True)
+            failed = bool(report.unreachable)
+        except Exception as exc:
+            if not args.continuous:
+                raise
+            # A run is idempotent and the next one reads from the stored offsets: a run that failed
+            # (a broker gone mid-read, say) is simply done again, never the end of the service.
+            log.error("reconcile run failed; next run in interval_s", extra={"error": str(exc)[:500], "run": runs})
+            failed = True
         if args.continuous and not args.no_alerts:
             _alerts(settings)
         if not args.continuous or (args.max_runs and runs >= args.max_runs) or stop.wait(args.interval_s):
             break
-    return 1 if report.unreachable else 0
+    return 1 if failed else 0
 
 
 def _alerts(settings: Settings) -> None:
