@@ -258,11 +258,6 @@ def tier_health(tier_status: pd.DataFrame, now: pd.Timestamp | None = None) -> p
     return health.reset_index()[["tier", "watermark", "behind_min", "lag", "stalled", "topics"]]
 
 
-def split_topic(logical_topic: str) -> tuple[str, str]:
-    origin, _, topic = logical_topic.partition(".")
-    return origin, topic
-
-
 def topic_rows(frame: pd.DataFrame, logical_topic: str, window: TimeRange) -> pd.DataFrame:
     """The rows of one topic in the range, sorted by window and tier."""
     if frame.empty:

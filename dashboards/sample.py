@@ -21,7 +21,6 @@ import pandas as pd
 from audit.contract.tables import TABLES, arrow_schema, arrow_table, table_path
 
 DEFAULT_TIERS = ("producer", "dc1", "aggregate", "lake")
-TIER_SERVICES = {"producer": "app", "lake": "kaudit-lake"}
 
 
 @dataclass(frozen=True)

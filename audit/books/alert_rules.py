@@ -17,7 +17,6 @@ from audit.contract.names import LAKE_TIER
 if TYPE_CHECKING:
     pass
 
-KINDS = ("loss", "over", "recovery", "lag")
 ALERTING_STATUS = {"incomplete": "loss", "over": "over"}
 KIND_TITLES = {"loss": "LOSS", "over": "DUPLICATES", "recovery": "RECOVERED", "lag": "LAG"}
 WINDOW_FORMAT = "%Y-%m-%d %H:%M UTC"

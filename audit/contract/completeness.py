@@ -26,17 +26,6 @@ import pandas as pd
 COMPLETE, INCOMPLETE, OVER, LAGGING, PENDING = "complete", "incomplete", "over", "lagging", "pending"
 DEFAULT_THRESHOLD_PCT = 100.0
 
-# Columns `classify` reads; it adds missing, duplicated, completeness_pct, final and status.
-INPUT_COLUMNS = (
-    "expected",
-    "observed",
-    "expected_by_partition",
-    "observed_by_partition",
-    "window_end_ms",
-    "tier_watermark_ms",
-    "threshold_pct",
-)
-
 
 def partition_gaps(expected: Mapping[int, int] | None, observed: Mapping[int, int] | None) -> tuple[int, int] | None:
     """(missing, duplicated) summed over partitions, or None when either side lacks partition counts."""

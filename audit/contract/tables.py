@@ -305,8 +305,6 @@ SOURCE_OFFSETS = Table(
 
 INTERNAL_TABLES: dict[str, Table] = {t.name: t for t in (PARTITION_STATUS, SOURCE_OFFSETS)}
 
-STATUSES = ("complete", "incomplete", "over", "lagging", "pending")
-
 
 def table_path(lake_path: str | Path, name: str) -> str:
     """Where table `name` lives under the lake root (a local path or a URI such as s3a://...)."""

@@ -6,7 +6,6 @@ window to UTC midnight.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 DEFAULT_WINDOW_MINUTES = 10
@@ -42,14 +41,6 @@ def window_end(start_ms: int, window_minutes: int = DEFAULT_WINDOW_MINUTES) -> i
 
 def is_aligned(start_ms: int, window_minutes: int = DEFAULT_WINDOW_MINUTES) -> bool:
     return start_ms >= 0 and start_ms % (window_minutes * MS_PER_MINUTE) == 0
-
-
-def windows_between(start_ms: int, end_ms: int, window_minutes: int = DEFAULT_WINDOW_MINUTES) -> Iterator[int]:
-    """Starts of every window that overlaps [start_ms, end_ms)."""
-    current = window_start(start_ms, window_minutes)
-    while current < end_ms:
-        yield current
-        current = window_end(current, window_minutes)
 
 
 def to_datetime(ms: int) -> datetime:

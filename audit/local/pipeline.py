@@ -9,7 +9,7 @@ reconciliation (which sends the alert emails) and the UI.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -58,7 +58,6 @@ class PipelinePlan:
     lake_trigger_s: float = 10.0
     reconcile_interval_s: float = 30.0
     with_ui: bool = True
-    service_names: list[str] = field(default_factory=list)
 
 
 def hub_and_spokes(settings: Settings) -> tuple[tuple[str, ...], str]:
