@@ -71,21 +71,35 @@ def stop_on_signals(stop: Callable[[], None], *, grace_s: float = DEFAULT_STOP_G
     A step can be inside a broker call that waits for a broker that is not there; after `grace_s` the
     process exits anyway, as a crash would. Every service is built to survive a kill -9 at any moment
     (invariant 2), so this costs at most a recount or a few duplicates, and a stop never hangs. A
-    second signal exits at once."""
-    requested = threading.Event()
+    second signal exits at once.
 
-    def on_signal(signum: int, _frame) -> None:
-        if requested.is_set():
+    Python runs a signal handler only when the main thread is between bytecodes, and a librdkafka call
+    (consume, committed, list_topics, ...) does not return early for a signal: a handler would wait for
+    the call's whole timeout. So the signal is taken from the interpreter's wakeup fd, which its C-level
+    handler writes at once, by a thread of its own; the Python-level handler does nothing."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda _signum, _frame: None)
+    threading.Thread(target=_watch_signals, args=(read_fd, stop, grace_s), name="stop-signals", daemon=True).start()
+
+
+def _watch_signals(read_fd: int, stop: Callable[[], None], grace_s: float) -> None:
+    stopping = False
+    while True:
+        signum = os.read(read_fd, 1)[0]
+        if signum not in (signal.SIGTERM, signal.SIGINT):
+            continue
+        if stopping:
             log.warning("second stop signal: exiting now", extra={"signal": signum})
             os._exit(EXIT_FORCED)
-        requested.set()
+        stopping = True
+        log.info("stop signal: finishing the current step", extra={"signal": signum})
         stop()
         watchdog = threading.Timer(grace_s, _exit_late, args=(grace_s,))
         watchdog.daemon = True  # a clean stop ends the process without waiting for it
         watchdog.start()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, on_signal)
 
 
 EXIT_FORCED = 143  # 128 + SIGTERM, what a shell reports for a process ended by SIGTERM

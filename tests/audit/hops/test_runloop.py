@@ -9,16 +9,25 @@ import sys
 import threading
 import time
 
+import pytest
+
 from audit.hops.runloop import EXIT_FORCED, run_hop
 
 STUCK_SERVICE = """
 import threading, time, sys
+from confluent_kafka import Consumer, TopicPartition
 from audit.hops.runloop import stop_on_signals
 stop = threading.Event()
 stop_on_signals(stop.set, grace_s=float(sys.argv[1]))
+nobody = Consumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "g", "log_level": 0})
 print("ready", flush=True)
 while not stop.is_set():
-    time.sleep(3600 if sys.argv[2] == "stuck" else 0.05)  # stuck: a broker call that never returns
+    if sys.argv[2] == "stuck":  # a sleep that never ends: Python's sleep returns to run a handler
+        time.sleep(3600)
+    elif sys.argv[2] == "broker-call":  # a librdkafka call waits its whole timeout, signal or not
+        nobody.committed([TopicPartition("t", 0)], timeout=120)
+    else:
+        time.sleep(0.05)
 """
 
 
@@ -30,8 +39,9 @@ def run_until_ready(mode: str, grace_s: float) -> subprocess.Popen:
     return process
 
 
-def test_a_step_stuck_in_a_call_still_exits_within_the_grace_after_sigterm():
-    process = run_until_ready("stuck", grace_s=1.0)
+@pytest.mark.parametrize("mode", ["stuck", "broker-call"])
+def test_a_step_stuck_in_a_call_still_exits_within_the_grace_after_sigterm(mode):
+    process = run_until_ready(mode, grace_s=1.0)
     began = time.monotonic()
     process.send_signal(signal.SIGTERM)
     assert process.wait(10) == EXIT_FORCED
