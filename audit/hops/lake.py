@@ -168,7 +168,7 @@ class LakeJob:
         from pyspark.sql import functions as F
 
         now_ms = time.time_ns() // 1_000_000
-        size = F.length("value") + F.coalesce(F.length("key"), F.lit(0))
+        size = F.coalesce(F.length("value"), F.lit(0)) + F.coalesce(F.length("key"), F.lit(0))  # a tombstone: 0
         latency = F.greatest(F.lit(now_ms) - F.col("audit_ms"), F.lit(0)).cast("double")
         return (
             rows.groupBy("topic", "window_start", "partition")
