@@ -74,8 +74,10 @@ def generate(
     backfill_hours: float = 0.0,
     window_minutes: int = 10,
     progress: Progress | None = None,
+    tombstone_every: int = 0,
 ) -> LoadStats:
-    """Produce `count` messages (or `rate` per second for `duration_s`) round-robin over `topics`."""
+    """Produce `count` messages (or `rate` per second for `duration_s`) round-robin over `topics`; with
+    `tombstone_every` N, every N-th message has a null value (a delete on a compacted topic)."""
     if count is None and duration_s is None:
         raise ValueError("give count, or rate with duration_s")
     rng = random.Random(seed)
@@ -105,9 +107,10 @@ def generate(
         topic = topics[i % len(topics)]
         audit_ms = now_ms - rng.randrange(spread_ms) if spread_ms else time.time_ns() // 1_000_000
         key = b"key-%d" % rng.randrange(keys) if keys else None
-        producer.produce(topic, value=payload, key=key, timestamp=audit_ms, on_delivery=delivered(topic, audit_ms))
+        value = None if tombstone_every and i % tombstone_every == tombstone_every - 1 else payload
+        producer.produce(topic, value=value, key=key, timestamp=audit_ms, on_delivery=delivered(topic, audit_ms))
         stats.sent += 1
-        stats.bytes += len(payload) + (len(key) if key else 0)
+        stats.bytes += len(value or b"") + (len(key) if key else 0)
         i += 1
         if i % 1000 == 0:
             producer.poll(0)
@@ -143,6 +146,17 @@ def add_command(commands) -> None:
         help="spread audit times over the last H hours (fills many windows at once)",
     )
     parser.add_argument("--plain", action="store_true", help="use a plain producer that writes no audit records")
+    parser.add_argument(
+        "--tombstone-every", type=int, default=0, help="every N-th message has a null value (a delete); default none"
+    )
+    parser.add_argument(
+        "--transactional",
+        action="store_true",
+        help="a plain transactional producer (like Kafka Streams exactly-once): transactions of "
+        "--transaction-size messages, every --abort-every-th aborted; writes no audit records",
+    )
+    parser.add_argument("--transaction-size", type=int, default=20, help="messages per transaction (default 20)")
+    parser.add_argument("--abort-every", type=int, default=4, help="abort every N-th transaction (default 4; 0: never)")
     parser.set_defaults(handler=run)
 
 
@@ -168,6 +182,8 @@ def run(args: argparse.Namespace, settings) -> int:
     config = client_config(settings, args.cluster)
     check_credentials(config, args.cluster)
     ensure_topics(config, {topic: args.partitions for topic in topics} | {settings.audit_topic: 1})
+    if args.transactional:
+        return _run_transactional(args, config, topics)
     producer = Producer({**config, "linger.ms": 20}) if args.plain else audited_producer(settings, args.cluster)
     stats = generate(
         producer,
@@ -181,6 +197,7 @@ def run(args: argparse.Namespace, settings) -> int:
         backfill_hours=args.backfill_hours,
         window_minutes=settings.window_minutes,
         progress=Progress(f"produce {args.cluster}", args.count),
+        tombstone_every=args.tombstone_every,
     )
     if isinstance(producer, AuditedProducer):
         producer.close()
@@ -189,3 +206,25 @@ def run(args: argparse.Namespace, settings) -> int:
         f"({stats.rate:,.0f} msg/s) into {len(stats.acked_by_window)} topic-windows"
     )
     return 0 if stats.failed == 0 else 1
+
+
+def _run_transactional(args: argparse.Namespace, config: dict, topics: list[str]) -> int:
+    from producers.transactional import TransactionalLoad
+
+    load = TransactionalLoad(config, transactional_id=f"kaudit-load-{args.cluster}-{args.seed}")
+    stats = load.run(
+        topics,
+        count=args.count,
+        rate=args.rate,
+        duration_s=args.duration_s,
+        transaction_size=args.transaction_size,
+        abort_every=args.abort_every,
+        size=args.size,
+        seed=args.seed,
+    )
+    load.close()
+    print(
+        f"transactions: {stats.transactions:,} ({stats.errors} failed), {stats.committed:,} messages committed, "
+        f"{stats.aborted:,} aborted in {stats.seconds:.1f} s"
+    )
+    return 0

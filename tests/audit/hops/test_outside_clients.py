@@ -129,3 +129,56 @@ def test_kcat_into_64_partitions_is_counted_exactly_and_ends_at_lag_0(local_clus
     assert stats.total_lag == 0
     status = last_status_by_partition(dc1, audit_topic, "dc1")
     assert len(status) == 64 and all(lag == 0 for _p, _e, lag in status.values())
+
+
+def test_kaudit_transactional_load_is_counted_as_a_read_committed_reader_sees_it(
+    local_clusters, topic_factory, unique_name
+):
+    from producers.transactional import TransactionalLoad
+
+    dc1 = local_clusters["dc1"].bootstrap_servers
+    prefix = unique_name("txnload")
+    topic = topic_factory("dc1", partitions=3, name=f"{prefix}-t")
+    audit_topic = topic_factory("dc1", name=f"{prefix}-audit")
+    load = TransactionalLoad({"bootstrap.servers": dc1}, transactional_id=f"{prefix}-id")
+    stats = load.run([topic], count=200, rate=None, duration_s=None, transaction_size=20, abort_every=4)
+    load.close()
+    # transactions 4 and 8 of 10 aborted: their 40 messages sit in the log but no read_committed reader gets them
+    assert (stats.transactions, stats.committed, stats.aborted, stats.errors) == (10, 160, 40, 0)
+    truth, _messages = committed_windows(dc1, topic, 160)
+    assert sum(truth.values()) == 160
+
+    counter = counter_for(dc1, audit_topic, prefix)
+    assert counter.run(until_caught_up=True, max_seconds=60).total_lag == 0
+    assert counted(dc1, audit_topic) == dict(truth)
+
+
+def test_tombstones_on_a_compacted_topic_are_counted_and_copied_like_any_message(
+    local_clusters, topic_factory, unique_name
+):
+    from audit.io.audit_log import counts_by_window, read_audit_topic
+    from producers.audited import AuditedProducer
+    from producers.loadgen import generate
+
+    dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
+    prefix = unique_name("tomb")
+    topic = topic_factory("dc1", partitions=2, name=f"{prefix}-t", config={"cleanup.policy": "compact"})
+    audit_topic = topic_factory("dc1", name=f"{prefix}-audit")
+    producer = AuditedProducer(
+        config={"bootstrap.servers": dc1}, cluster="dc1", audit_topic=audit_topic, window_minutes=WINDOW_MINUTES
+    )
+    stats = generate(producer, [topic], count=100, keys=10, tombstone_every=4, window_minutes=WINDOW_MINUTES)
+    producer.close()
+    assert stats.acked == 100
+
+    records, _rejects = read_audit_topic({"bootstrap.servers": dc1}, audit_topic)
+    produced = counts_by_window(records, "producer")
+    assert sum(produced.values()) == 100
+    assert counter_for(dc1, audit_topic, prefix).run(until_caught_up=True, max_seconds=60).total_lag == 0
+    assert counted(dc1, audit_topic) == produced
+
+    options = options_for(unique_name)
+    mirror = replicator(dc1, aggregate, options, PREFIX, lambda t: t == topic)
+    assert mirror.run(until_caught_up=True, max_seconds=60).lag == 0
+    copies = read_all(aggregate, f"dc1.{topic}", 100, timeout_s=20)
+    assert len(copies) == 100 and sum(1 for m in copies if m.value() is None) == 25
