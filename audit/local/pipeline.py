@@ -9,7 +9,8 @@ reconciliation (which sends the alert emails) and the UI.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,7 @@ class PipelinePlan:
     regional: tuple[str, ...]
     hub: str
     topics: tuple[str, ...] = TOPICS
+    topic_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # topic -> settings at creation
     drop: DropPlan | None = None
     stall: StallPlan | None = None
     flush_interval_s: float = 5.0
@@ -74,7 +76,9 @@ def drop_window(backfill_hours: float, now_ms: int | None = None, window_minutes
 def create_topics(settings: Settings, plan: PipelinePlan) -> None:
     for cluster in plan.regional:
         ensure_topics(
-            client_config(settings, cluster), {t: PARTITIONS for t in plan.topics} | {settings.audit_topic: 1}
+            client_config(settings, cluster),
+            {t: PARTITIONS for t in plan.topics} | {settings.audit_topic: 1},
+            topic_configs=plan.topic_configs,
         )
     ensure_topics(client_config(settings, plan.hub), {settings.audit_topic: 1})
 

@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 import os
 import random
-import re
 import sys
 import time
 from collections import Counter
@@ -31,17 +29,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from audit.contract.errors import HarnessError
-from audit.local.pipeline import DropPlan, PipelinePlan, create_topics, drop_window, mirror_args, start_services
-from audit.local.services import Supervisor
-
-if TYPE_CHECKING:
-    from audit.settings import Settings
-
-
-from audit.local.services import count_in_log, log_tail
+from audit.contract.record import iso
+from audit.local.pipeline import TOPICS, DropPlan, PipelinePlan, create_topics, drop_window, mirror_args, start_services
+from audit.local.services import Supervisor, count_in_log, log_tail
 from audit.local.soak_check import render
 from audit.local.soak_plan import (
+    COMPACTED_CONFIG,
+    COMPACTED_TOPIC,
     FAULT_KINDS,
+    SPARK_RESTART_LIMIT_S,
+    TOMBSTONE_EVERY,
+    TRANSACTIONAL_TOPIC,
     WINDOW_MINUTES,
     Fault,
     FaultDone,
@@ -51,12 +49,12 @@ from audit.local.soak_plan import (
     write_soak_config,
 )
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from audit.settings import Settings
 
 BACKFILL_HOURS = 1.0
 RECONCILE_INTERVAL_S = 15.0
 CATCH_UP_TIMEOUT_S = 600.0
-ACKED = re.compile(r"produced ([\d,]+) acked, ([\d,]+) failed")
 RECONCILE_RUN = "audit messages:"
 SPARK_START_S = 30.0  # a Spark job is inside its work this long after start, on 2 loaded cores
 
@@ -77,6 +75,8 @@ class Soak:
         self.plan = PipelinePlan(
             regional=self.regional,
             hub=self.hub,
+            topics=(*TOPICS, COMPACTED_TOPIC),
+            topic_configs={COMPACTED_TOPIC: COMPACTED_CONFIG},
             drop=self.drop,
             flush_interval_s=5.0,
             status_interval_s=5.0,
@@ -117,7 +117,7 @@ class Soak:
         self.say(
             f"backfilling {self.args.backfill_messages:,} messages per regional cluster over {BACKFILL_HOURS:g} h; "
             f"replicator {self.drop.cluster} drops {self.drop.count} of {self.drop.topic} in the window "
-            f"starting {_iso(self.drop.window_start_ms)}"
+            f"starting {iso(self.drop.window_start_ms, millis=False)}"
         )
         for index, cluster in enumerate(self.regional):
             result = self.supervisor.run(
@@ -130,11 +130,13 @@ class Soak:
                 str(self.args.backfill_messages),
                 "--backfill-hours",
                 str(BACKFILL_HOURS),
+                "--tombstone-every",
+                str(TOMBSTONE_EVERY),
                 "--seed",
                 str(self.log.seed + index),
                 timeout_s=900,
             )
-            self._tally_producer(cluster, result.stdout)
+            self.log.tally_producer(cluster, result.stdout)
             if result.returncode != 0:
                 raise HarnessError(f"backfilling {cluster} failed: {result.stderr[-2000:]}")
         self.inject_malformed_records()
@@ -223,7 +225,15 @@ class Soak:
                 str(duration_s),
                 "--seed",
                 str(self.log.seed + 100 + index),
+                "--tombstone-every",
+                str(TOMBSTONE_EVERY),
             )
+        transactional = f"txn-{self.regional[0]}"
+        self.supervisor.start(
+            transactional,
+            *("produce", "--cluster", self.regional[0], "--topics", TRANSACTIONAL_TOPIC, "--partitions", "3"),
+            *("--transactional", "--rate", str(self.args.rate / 2), "--duration-s", str(duration_s)),
+        )
         load_began = time.monotonic()
         for fault in schedule:
             while time.monotonic() - load_began < fault.at_s:
@@ -235,14 +245,16 @@ class Soak:
                 f"fault {len(self.log.faults)}/{len(schedule)}: {fault.kind} {fault.target}, down {done.down_s:.1f} s"
                 + (f" ({done.note})" if done.note else "")
             )
-        while any(self.supervisor.services[f"produce-{c}"].alive for c in self.regional):
+        loads = [f"produce-{c}" for c in self.regional] + [transactional]
+        while any(self.supervisor.services[name].alive for name in loads):
             if time.monotonic() - load_began > duration_s + 300:
                 raise HarnessError("the producers did not finish 300 s after the load's end")
             self.watch_services()
             time.sleep(1.0)
         for cluster in self.regional:
             service = self.supervisor.services[f"produce-{cluster}"]
-            self._tally_producer(cluster, service.log_path.read_text(errors="replace"))
+            self.log.tally_producer(cluster, service.log_path.read_text(errors="replace"))
+        self.log.note_transactions(self.supervisor.services[transactional].log_path.read_text(errors="replace"))
 
     def inject(self, fault: Fault, began_s: float) -> FaultDone:
         down_s = round(self.rng.uniform(1.0, 5.0), 1)
@@ -253,7 +265,7 @@ class Soak:
             cluster.kill()
             time.sleep(down_s)
             note = f"back in {cluster.start():.1f} s"
-            return FaultDone(fault, began_s, down_s, note)
+            return FaultDone(fault, began_s, down_s, note, ended_at_ms=time.time_ns() // 1_000_000)
         name = {"kill-counter": f"count-{fault.target}", "kill-replicator": f"mirror-{fault.target}"}.get(
             fault.kind, fault.target
         )
@@ -264,7 +276,7 @@ class Soak:
         time.sleep(down_s)
         self.expected_dead.discard(name)
         self._restart(name)
-        return FaultDone(fault, began_s, down_s, note)
+        return FaultDone(fault, began_s, down_s, note, ended_at_ms=time.time_ns() // 1_000_000)
 
     def _wait_reconcile_mid_run(self, timeout_s: float = 60.0) -> str:
         """Until the reconciliation is inside a run: its first run (Spark up, no run line yet), or its log quiet
@@ -297,7 +309,7 @@ class Soak:
     def watch_services(self) -> None:
         """A long-running service that exited without being killed is logged, counted and restarted."""
         for name, service in list(self.supervisor.services.items()):
-            if name.startswith(("produce-", "catchup-")) or name in self.expected_dead or service.alive:
+            if name.startswith(("produce-", "catchup-", "txn-")) or name in self.expected_dead or service.alive:
                 continue
             tail = log_tail(service.log_path, 2)
             self.log.unplanned_exits.append(
@@ -306,13 +318,34 @@ class Soak:
             self.say(f"UNPLANNED EXIT of {name} (exit {service.process.returncode}); restarting. Log: {tail}")
             self._restart(name)
 
+    def measure_recovery(self) -> None:
+        """Seconds from each fault's end to the next progress of every service it touched (soak_recovery)."""
+        from audit.local.soak_recovery import measure_from_pipeline, pending, summary
+
+        reconcile_log = self.supervisor.services["reconcile"].log_path
+        deadline = (self.log.faults[-1].ended_at_ms / 1000 if self.log.faults else 0) + SPARK_RESTART_LIMIT_S + 5
+        while True:
+            measured = measure_from_pipeline(self.settings, self.log.faults, reconcile_log, self.regional, self.hub)
+            if not pending(measured) or time.time() > deadline:
+                break
+            for _ in range(20):
+                self.watch_services()
+                time.sleep(0.5)
+        self.log.recoveries = measured
+        facts = summary(measured)
+        self.say(
+            f"recovery after faults: p50 {facts['p50_s']} s, max {facts['max_s']} s; too slow: {facts['too_slow']}"
+        )
+
     def catch_up(self) -> None:
         """Stop the continuous services, run each to caught-up in data-flow order, then one final reconciliation."""
         self.say("load over; every cluster up, services run to caught-up")
         for cluster in self.clusters:
             cluster.start()
         for name in [n for n in self.supervisor.services if not n.startswith("produce-")]:
+            began = time.monotonic()
             self.supervisor.stop(name)
+            self.log.stops_s[name] = round(time.monotonic() - began, 1)
         self._run_all(
             {f"catchup-mirror-{c}": [*mirror_args(self.plan_after_drop, c), "--until-caught-up"] for c in self.regional}
         )
@@ -347,39 +380,18 @@ class Soak:
             if service.process.returncode != 0:
                 raise HarnessError(f"{name} exited {service.process.returncode}: {log_tail(service.log_path, 5)}")
 
-    def _tally_producer(self, cluster: str, output: str) -> None:
-        found = ACKED.findall(output)
-        if not found:
-            raise HarnessError(f"no 'produced N acked' line from the producer of {cluster}")
-        acked, failed = found[-1]
-        self.log.acked[cluster] += int(acked.replace(",", ""))
-        self.log.failed[cluster] += int(failed.replace(",", ""))
-
     # -- verdict --------------------------------------------------------------------------------
 
     def verdict(self):
-        from audit.io.clients import client_config
         from audit.io.lake_read import read_frame
-        from audit.local.soak_check import Expectations, Verdict, add_truth, bronze_truth, check_all, topic_truth
+        from audit.local.soak_check import Expectations, Verdict, check_all, pipeline_truth
+        from audit.local.soak_recovery import recovery_check, stop_check
 
         self.say("reading the ground truth (every topic, the bronze table) and the tables")
-        truth = {}
-        hub_topics = []
-        for cluster in self.regional:
-            for topic in self.plan.topics:
-                logical = f"{cluster}.{topic}"
-                add_truth(
-                    truth, logical, cluster, topic_truth(client_config(self.settings, cluster), topic, WINDOW_MINUTES)
-                )
-                add_truth(
-                    truth,
-                    logical,
-                    self.hub,
-                    topic_truth(client_config(self.settings, self.hub), logical, WINDOW_MINUTES),
-                )
-                hub_topics.append(logical)
-        bronze = read_frame(self.settings.lake_root, "bronze", columns=["topic", "partition", "window_start"])
-        truth.update(bronze_truth(bronze, hub_topics))
+        origin_topics = [(cluster, topic) for cluster in self.regional for topic in self.plan.topics]
+        truth, _hub_topics = pipeline_truth(
+            self.settings, [*origin_topics, (self.regional[0], TRANSACTIONAL_TOPIC)], self.hub, WINDOW_MINUTES
+        )
         tables = {
             name: read_frame(self.settings.lake_root, name)
             for name in ("tier_counts", "completeness", "alerts", "audit_rejects")
@@ -392,14 +404,20 @@ class Soak:
             drop_window_ms=self.drop.window_start_ms,
             drop_count=self.drop.count,
             malformed_markers=self.log.malformed_markers,
+            transactional_topic=f"{self.regional[0]}.{TRANSACTIONAL_TOPIC}",
+            transactions=self.log.transactions,
         )
         checks = check_all(
             tables["tier_counts"], tables["completeness"], tables["alerts"], tables["audit_rejects"], truth, expect
         )
-        return Verdict(checks, facts=self.facts(tables["completeness"], truth, expect))
+        return Verdict(
+            [*checks, recovery_check(self.log.recoveries), stop_check(self.log.stops_s)],
+            facts=self.facts(tables["completeness"], truth, expect),
+        )
 
     def facts(self, completeness, truth, expect) -> dict:
         from audit.local.soak_check import gap_totals
+        from audit.local.soak_recovery import summary
 
         kinds = Counter(done.fault.kind for done in self.log.faults)
         hub_truth = sum(sum(c.values()) for (lt, w, tier), c in truth.items() if tier == self.hub)
@@ -419,13 +437,17 @@ class Soak:
             "malformed_records_injected": len(self.log.malformed_markers),
             "unplanned_exits": self.log.unplanned_exits,
             "loss_injected": expect.drop_count,
-            "loss_window": f"{expect.drop_logical_topic} {_iso(expect.drop_window_ms)}",
+            "loss_window": f"{expect.drop_logical_topic} {iso(expect.drop_window_ms, millis=False)}",
             "hub_messages": hub_truth,
             "origin_messages": origin_truth,
             "duplicates_on_hub_true": max(0, hub_truth - origin_truth + expect.drop_count),
             "reported_by_tier": gap_totals(completeness),
             "statuses": completeness["status"].value_counts().to_dict() if len(completeness) else {},
             "phases_s": self.log.phases_s,
+            "transactional_load": self.log.transactions,
+            "recovery": summary(self.log.recoveries),
+            "recoveries": [f"{r.fault}: {r.service} {r.seconds} s" for r in self.log.recoveries],
+            "stops_s": self.log.stops_s,
         }
 
 
@@ -452,6 +474,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         soak.backfill()
         phase("backfill")
         soak.load_with_faults()
+        soak.measure_recovery()
         phase("load")
         soak.catch_up()
         phase("catch-up")
@@ -473,9 +496,3 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     )
     print(f"report: {report_path}; logs: {soak_dir / 'logs'}", flush=True)
     return 0 if verdict.ok else 1
-
-
-def _iso(ms: int) -> str:
-    from audit.contract.record import iso
-
-    return iso(ms, millis=False)

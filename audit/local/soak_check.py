@@ -46,6 +46,8 @@ class Expectations:
     drop_window_ms: int
     drop_count: int
     malformed_markers: tuple[str, ...]  # text inside each malformed audit record injected
+    transactional_topic: str | None = None  # logical topic a plain transactional producer wrote (no producer tier)
+    transactions: str = ""  # what that producer said it committed and aborted
 
 
 def window_ms(values: pd.Series) -> pd.Series:
@@ -69,6 +71,8 @@ def topic_truth(
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
+            # What every tier must count (invariant 7): aborted transactions are in the log, never in the truth.
+            "isolation.level": "read_committed",
         }
     )
     try:
@@ -91,6 +95,10 @@ def topic_truth(
                 counts[(window_start(message.timestamp()[1], window_minutes), message.partition())] += 1
                 if message.offset() + 1 >= ends.get(message.partition(), 0):
                     ends.pop(message.partition(), None)
+            # A read_committed reader stops short of the end when markers or aborted batches close the log.
+            for tp in consumer.position([TopicPartition(topic, p) for p in ends]):
+                if tp.offset >= ends[tp.partition]:
+                    ends.pop(tp.partition)
         if ends:
             raise TimeoutError(f"reading {topic}: partitions {sorted(ends)} not read to their end in {timeout_s:.0f} s")
         return counts
@@ -101,6 +109,26 @@ def topic_truth(
 def add_truth(truth: Truth, logical_topic: str, tier: str, counts: Counter) -> None:
     for (window, partition), n in counts.items():
         truth.setdefault((logical_topic, window, tier), Counter())[partition] += n
+
+
+def pipeline_truth(
+    settings, origin_topics: list[tuple[str, str]], hub: str, window_minutes: int
+) -> tuple[Truth, list[str]]:
+    """The truth of each (origin cluster, topic) on its origin, of its copy on the hub, and of the bronze table;
+    and the hub's topic names."""
+    from audit.io.clients import client_config
+    from audit.io.lake_read import read_frame
+
+    truth: Truth = {}
+    hub_topics = []
+    for cluster, topic in origin_topics:
+        logical = f"{cluster}.{topic}"
+        add_truth(truth, logical, cluster, topic_truth(client_config(settings, cluster), topic, window_minutes))
+        add_truth(truth, logical, hub, topic_truth(client_config(settings, hub), logical, window_minutes))
+        hub_topics.append(logical)
+    bronze = read_frame(settings.lake_root, "bronze", columns=["topic", "partition", "window_start"])
+    truth.update(bronze_truth(bronze, hub_topics))
+    return truth, hub_topics
 
 
 def bronze_truth(bronze: pd.DataFrame, topics: Iterable[str]) -> Truth:
@@ -151,6 +179,8 @@ def check_all(
         _no_loss_without_a_loss(rows, alerts, truth, producer),
         _malformed_records_rejected(rejects, expect),
     ]
+    if expect.transactional_topic:
+        checks.append(_transactional_topic_complete(rows, truth, expect))
     return checks
 
 
@@ -170,6 +200,8 @@ def _origin_holds_what_producers_sent(producer: dict, truth: Truth, expect: Expe
         origin = logical_topic.split(".")[0]
         held = dict(truth.get((logical_topic, window, origin), Counter()))
         row = producer.get((logical_topic, window))
+        if row is None and logical_topic == expect.transactional_topic:
+            continue  # not audited: its origin cluster is its reference
         sent = _map(row.by_partition) if row is not None else {}
         if sent is None:
             sent_total = int(row.count)
@@ -306,6 +338,26 @@ def _no_loss_without_a_loss(rows: pd.DataFrame, alerts: pd.DataFrame, truth: Tru
     )
 
 
+def _transactional_topic_complete(rows: pd.DataFrame, truth: Truth, expect: Expectations) -> Check:
+    topic = expect.transactional_topic
+    held = {
+        tier: sum(sum(c.values()) for (lt, _w, t), c in truth.items() if lt == topic and t == tier)
+        for tier in (topic.split(".")[0], expect.hub, "lake")
+    }
+    mine = rows[rows["logical_topic"] == topic]
+    not_complete = mine[(mine["status"] != "complete") | ~mine["final"].fillna(False)]
+    bad = [f"{topic}@{int(r.w)} {r.tier}: {r.status}, final {r.final}" for r in not_complete.itertuples()]
+    if not len(mine) or len(set(held.values())) != 1:
+        bad.append(f"held per tier {held}, {len(mine)} completeness rows")
+    return Check(
+        "7",
+        "a transactional topic (commits and aborts) ends complete and final in every window of every tier",
+        not bad,
+        "; ".join(bad[:5])
+        or f"{len(mine)} rows complete; read_committed holds {held}; producer: {expect.transactions}",
+    )
+
+
 def _malformed_records_rejected(rejects: pd.DataFrame, expect: Expectations) -> Check:
     raw = rejects["raw"].fillna("").tolist() if len(rejects) else []
     missing = [m for m in expect.malformed_markers if not any(m in text for text in raw)]
@@ -372,8 +424,11 @@ def render(verdict) -> str:
         + ", ".join(f"{tier} {r['missing']}" for tier, r in sorted(reported.items())),
         f"duplicates (at-least-once replicator restarts): true on the hub {facts['duplicates_on_hub_true']}, reported "
         + ", ".join(f"{tier} {r['duplicated']}" for tier, r in sorted(reported.items())),
+        f"transactional load (no producer tier): {facts.get('transactional_load', '')}",
         "window statuses: " + ", ".join(f"{s} {n}" for s, n in sorted(facts["statuses"].items())),
         "phases: " + ", ".join(f"{k} {v:.0f} s" for k, v in facts["phases_s"].items()),
+        f"recovery after faults (fault end to the service's next progress): p50 {facts['recovery']['p50_s']} s, "
+        f"max {facts['recovery']['max_s']} s over {facts['recovery']['measured']}",
         "",
         "invariants:",
         verdict.report(),

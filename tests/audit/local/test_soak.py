@@ -8,6 +8,7 @@ soak can fail.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import subprocess
@@ -188,3 +189,42 @@ def test_short_soak_keeps_every_invariant(tmp_path: Path):
     assert sum(facts["faults_by_kind"].values()) >= 4 and facts["faults_by_kind"]["kill-broker"] >= 1
     assert facts["reported_by_tier"]["aggregate"]["missing"] == facts["loss_injected"]
     assert facts["messages_acked_total"] >= 2 * 3000 + 2 * 20 * 40  # the backfill and most of a minute at 20 msg/s
+    # every fault touches at least one service, and each one's recovery was measured (the check holds the limit)
+    assert facts["recovery"]["measured"] >= len(facts["faults"]), facts["recoveries"]
+
+
+def _with_transactional_topic(status: str, *, lake_holds: int = 5):
+    """The tables plus dc1.ledger: written by a plain transactional producer, so no producer tier row."""
+    counts, rows, alerts, rejects = _tables()
+    ledger = [
+        {"logical_topic": "dc1.ledger", "window_start": TS, "tier": tier, "missing": 0, "duplicated": 0}
+        | {"status": status if tier == "lake" else "complete", "final": True}
+        for tier in ("dc1", "aggregate", "lake")
+    ]
+    rows = pd.concat([rows, pd.DataFrame(ledger)], ignore_index=True)
+    counts = pd.concat(
+        [
+            counts,
+            pd.DataFrame(
+                [
+                    {"logical_topic": "dc1.ledger", "origin_cluster": "dc1", "window_start": TS, "tier": tier}
+                    | {"count": n, "by_partition": None}
+                    for tier, n in (("dc1", 5), ("aggregate", 5), ("lake", lake_holds))
+                ]
+            ),
+        ],
+        ignore_index=True,
+    )
+    truth = TRUTH | {
+        ("dc1.ledger", W, "dc1"): Counter({0: 5}),
+        ("dc1.ledger", W, "aggregate"): Counter({0: 5}),
+        ("dc1.ledger", W, "lake"): Counter({0: lake_holds}),
+    }
+    expect = dataclasses.replace(EXPECT, transactional_topic="dc1.ledger", transactions="transactions: 3")
+    return check_all(counts, rows, alerts, rejects, truth, expect)
+
+
+def test_a_transactional_topic_without_a_producer_tier_passes_when_complete_and_fails_when_lagging():
+    assert [c.name for c in _with_transactional_topic("complete") if not c.ok] == []
+    failed = [c.invariant for c in _with_transactional_topic("lagging") if not c.ok]
+    assert failed == ["7"]
