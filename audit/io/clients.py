@@ -125,22 +125,30 @@ def watermarks(
             time.sleep(0.2)
 
 
+ADMIN_RENEW_EVERY_S = 15.0
+
+
 class Admin:
     """An AdminClient for a long-running service, renewed after an offsets query left partitions
     unanswered: across a broker restart librdkafka's cached leader epochs can go stale ("Leader epoch
     is older than broker epoch") and every later query of the same client fails, which withheld the
-    status (and so the watermark) of every partition for minutes. A fresh client reads fresh metadata."""
+    status (and so the watermark) of every partition for minutes. A fresh client reads fresh metadata.
+    At most one renewal per `renew_every_s`: while a broker is simply away every query is incomplete,
+    and a client per status interval only churns connections."""
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
+    def __init__(self, config: Mapping[str, Any], *, renew_every_s: float = ADMIN_RENEW_EVERY_S) -> None:
         self._config = dict(config)
         self.client = AdminClient(self._config)
+        self.renew_every_s = renew_every_s
+        self._renewed_at = time.monotonic()
 
     def list_offsets(
         self, partitions: list[tuple[str, int]], spec: OffsetSpec, *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S
     ) -> dict[tuple[str, int], int]:
         offsets = list_offsets(self.client, partitions, spec, timeout_s=timeout_s)
-        if len(offsets) < len(set(partitions)):
+        if len(offsets) < len(set(partitions)) and time.monotonic() - self._renewed_at >= self.renew_every_s:
             self.client = AdminClient(self._config)
+            self._renewed_at = time.monotonic()
         return offsets
 
 
