@@ -46,6 +46,11 @@ TIER = LAKE_TIER
 ROWS = Counter("kaudit_lake_rows_total", "Rows landed in bronze", ["cluster"])
 BATCHES = Counter("kaudit_lake_batches_total", "Micro-batches committed", ["cluster"])
 LAG = Gauge("kaudit_lake_lag_messages", "End offsets minus the job's position", ["cluster"])
+LAST_PROGRESS = Gauge(
+    "kaudit_lake_last_progress_timestamp_seconds",
+    "When a micro-batch last landed, or a status found the job caught up (lag 0)",
+    ["cluster"],
+)
 RESTARTS = Counter("kaudit_lake_restarts_total", "Streams restarted from the checkpoint after a failure", ["cluster"])
 
 
@@ -250,6 +255,7 @@ class LakeJob:
         self.stats.rows += total
         ROWS.labels(self.options.cluster).inc(total)
         BATCHES.labels(self.options.cluster).inc()
+        LAST_PROGRESS.labels(self.options.cluster).set_to_current_time()
         log.info(
             "batch landed",
             extra={"cluster": self.options.cluster, "batch": batch_id, "rows": total, "windows": len(windows)},
@@ -278,6 +284,8 @@ class LakeJob:
             )
         self.stats.lag = sum(p.lag for parts in by_topic.values() for p in parts)
         LAG.labels(self.options.cluster).set(self.stats.lag)
+        if self.stats.lag == 0 and by_topic and not withheld:
+            LAST_PROGRESS.labels(self.options.cluster).set_to_current_time()
         for topic, partitions in by_topic.items():
             with self._lock:
                 self._sequence += 1

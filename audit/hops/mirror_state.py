@@ -23,6 +23,11 @@ LAG = Gauge("kaudit_mirror_lag_messages", "Source end offset minus acknowledged 
 STALLED = Gauge(
     "kaudit_mirror_stalled", "1 while lag > 0 and nothing was acknowledged for stall_after_s", ["source", "target"]
 )
+LAST_COMMIT = Gauge(
+    "kaudit_mirror_last_commit_timestamp_seconds",
+    "When everything the target acknowledged was last committed on the source (idle counts: nothing left)",
+    ["source", "target"],
+)
 ERRORS = Counter("kaudit_mirror_errors_total", "Delivery and client errors", ["source", "target"])
 SKIPPED = Counter(
     "kaudit_mirror_cycle_skipped_total", "Messages not copied because the target is on their path", ["source", "target"]

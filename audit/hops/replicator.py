@@ -33,6 +33,7 @@ from audit.hops.mirror_state import (
     DROPPED,
     ERRORS,
     LAG,
+    LAST_COMMIT,
     SERVICE,
     SKIPPED,
     STALLED,
@@ -342,10 +343,9 @@ class Replicator:
         self._read_past_markers()
         with self._lock:
             offsets = [TopicPartition(t, p, f.acked) for (t, p), f in self.flows.items() if f.acked > f.committed]
-        if not offsets:
-            return
         try:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
+            if offsets:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             self.stats.errors += 1
             ERRORS.labels(*self._labels).inc()
@@ -358,6 +358,7 @@ class Replicator:
                 flow = self.flows.get((tp.topic, tp.partition))
                 if flow is not None:
                     flow.committed = max(flow.committed, tp.offset)
+        LAST_COMMIT.labels(*self._labels).set_to_current_time()  # nothing left to commit counts as a commit
 
     # -- health --------------------------------------------------------------------------------
 
