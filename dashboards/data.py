@@ -41,7 +41,11 @@ OVERVIEW_COLUMNS = [
     "completeness_pct",
     "missing",
     "duplicated",
+    "final",
 ]
+NO_WATERMARK = "no watermark yet"
+# A status with no positions leaves a watermark at (or near) the epoch: not a time, "not reported yet".
+FIRST_REAL_WATERMARK = pd.Timestamp("1970-01-02", tz="UTC")
 
 
 class LakeCache:
@@ -120,11 +124,21 @@ def latest_window(completeness: pa.Table) -> pd.Timestamp | None:
     return None if value is None else pd.Timestamp(value)
 
 
-CELL_COLUMNS = ["logical_topic", "window_start", "rank", "status", "completeness_pct", "missing", "duplicated"]
+CELL_COLUMNS = [
+    "logical_topic",
+    "window_start",
+    "rank",
+    "status",
+    "completeness_pct",
+    "missing",
+    "duplicated",
+    "final",
+]
 
 
 def all_cells(completeness: pa.Table) -> pd.DataFrame:
-    """Worst status and lowest completeness per (topic, window) over the non-reference tiers, every window.
+    """Worst status and lowest completeness per (topic, window) over the non-reference tiers, every window;
+    `final` when every one of those tiers is final for it.
 
     Computed once per table snapshot (LakeCache.derived); `logical_topic` is categorical, for fast grouping.
     """
@@ -141,10 +155,11 @@ def all_cells(completeness: pa.Table) -> pd.DataFrame:
             "completeness_pct": table["completeness_pct"],
             "missing": table["missing"],
             "duplicated": table["duplicated"],
+            "final": pc.fill_null(table["final"], False),
         }
     )
     grouped = table.group_by(["logical_topic", "window_start"], use_threads=True).aggregate(
-        [("rank", "max"), ("completeness_pct", "min"), ("missing", "max"), ("duplicated", "max")]
+        [("rank", "max"), ("completeness_pct", "min"), ("missing", "max"), ("duplicated", "max"), ("final", "all")]
     )
     frame = grouped.to_pandas().rename(
         columns={
@@ -152,6 +167,7 @@ def all_cells(completeness: pa.Table) -> pd.DataFrame:
             "completeness_pct_min": "completeness_pct",
             "missing_max": "missing",
             "duplicated_max": "duplicated",
+            "final_all": "final",
         }
     )
     frame["logical_topic"] = frame["logical_topic"].astype("category")
@@ -181,36 +197,48 @@ def overview_cells(completeness: pa.Table, window: TimeRange, search: str | None
 
 
 def worst_topics(cells: pd.DataFrame, limit: int = HEATMAP_TOPICS) -> pd.DataFrame:
-    """Topics ordered worst first: most incomplete windows, then over, then the lowest completeness."""
+    """Topics ordered worst first: most incomplete windows, then over, then the lowest completeness.
+
+    Only final windows count: missing and the worst % of a window still in flight (not final for every
+    tier) are not a verdict, so those windows are only counted apart, as `in_flight`."""
+    columns = ["logical_topic", "incomplete", "over", "missing", "worst_pct", "in_flight", "latest_status"]
     if cells.empty:
-        return pd.DataFrame(
-            columns=["logical_topic", "incomplete", "over", "lagging", "missing", "worst_pct", "latest_status"]
-        )
-    latest = cells.sort_values("window_start").groupby("logical_topic")["status"].last()
-    summary = cells.groupby("logical_topic").agg(
-        incomplete=("status", lambda s: int((s == "incomplete").sum())),
-        over=("status", lambda s: int((s == "over").sum())),
-        lagging=("status", lambda s: int((s == "lagging").sum())),
-        missing=("missing", "sum"),
-        worst_pct=("completeness_pct", "min"),
+        return pd.DataFrame(columns=columns)
+    final = cells["final"].fillna(False).astype(bool)
+    judged = cells.assign(
+        incomplete=(cells["status"] == "incomplete") & final,
+        over=(cells["status"] == "over") & final,
+        missing=cells["missing"].where(final, 0),
+        worst_pct=cells["completeness_pct"].where(final),
+        in_flight=~final,
     )
-    summary["latest_status"] = latest
+    summary = judged.groupby("logical_topic", observed=True).agg(
+        incomplete=("incomplete", "sum"),
+        over=("over", "sum"),
+        missing=("missing", "sum"),
+        worst_pct=("worst_pct", "min"),
+        in_flight=("in_flight", "sum"),
+    )
+    summary["latest_status"] = (
+        cells.sort_values("window_start").groupby("logical_topic", observed=True)["status"].last()
+    )
     summary = summary.reset_index().sort_values(
         ["incomplete", "over", "worst_pct", "logical_topic"], ascending=[False, False, True, True]
     )
-    return summary.head(limit).reset_index(drop=True)
+    return summary[columns].head(limit).reset_index(drop=True)
 
 
 def fast_worst_topic_names(cells: pd.DataFrame, limit: int = HEATMAP_TOPICS) -> list[str]:
-    """The `limit` worst topics by (incomplete windows, over windows, lowest pct): vectorized, for 1,000s."""
+    """The `limit` worst topics by (incomplete windows, over windows, lowest final pct): vectorized, for 1,000s."""
     if cells.empty:
         return []
     flags = cells.assign(
         incomplete=(cells["rank"] == STATUS_RANK["incomplete"]).astype(int),
         over=(cells["rank"] == STATUS_RANK["over"]).astype(int),
+        final_pct=cells["completeness_pct"].where(cells["final"].fillna(False).astype(bool)),
     )
     summary = flags.groupby("logical_topic", sort=False, observed=True).agg(
-        incomplete=("incomplete", "sum"), over=("over", "sum"), worst=("completeness_pct", "min")
+        incomplete=("incomplete", "sum"), over=("over", "sum"), worst=("final_pct", "min")
     )
     summary = summary.sort_values(["incomplete", "over", "worst"], ascending=[False, False, True])
     return [str(name) for name in summary.index[:limit]]
@@ -246,16 +274,27 @@ def overview_data(
 
 
 def tier_health(tier_status: pd.DataFrame, now: pd.Timestamp | None = None) -> pd.DataFrame:
-    """Per tier: the oldest watermark over its topics, how far behind that is, total lag, stalled topics."""
+    """Per tier: the oldest watermark over its topics (NO_WATERMARK while none has reported one), how far
+    behind that is, total lag, stalled topics, and the topics with no watermark yet."""
+    columns = ["tier", "watermark", "behind_min", "lag", "stalled", "topics", "without_watermark"]
     if tier_status.empty:
-        return pd.DataFrame(columns=["tier", "watermark", "behind_min", "lag", "stalled", "topics"])
+        return pd.DataFrame(columns=columns)
     now = now or tier_status["updated_at"].max()
-    health = tier_status.groupby("tier", sort=False).agg(
-        watermark=("watermark", "min"), lag=("lag", "sum"), stalled=("stalled", "sum"), topics=("topic", "nunique")
+    watermarks = pd.to_datetime(tier_status["watermark"], utc=True)
+    known = tier_status.assign(watermark=watermarks.where(watermarks >= FIRST_REAL_WATERMARK))
+    health = known.groupby("tier", sort=False).agg(
+        watermark=("watermark", "min"),
+        lag=("lag", "sum"),
+        stalled=("stalled", "sum"),
+        topics=("topic", "nunique"),
+        without_watermark=("watermark", lambda w: int(w.isna().sum())),
     )
     health["behind_min"] = ((now - health["watermark"]) / pd.Timedelta(minutes=1)).round(1)
     health["stalled"] = health["stalled"].astype(int)
-    return health.reset_index()[["tier", "watermark", "behind_min", "lag", "stalled", "topics"]]
+    health["watermark"] = [
+        NO_WATERMARK if pd.isna(w) else w.strftime("%Y-%m-%d %H:%M:%S UTC") for w in health["watermark"]
+    ]
+    return health.reset_index()[columns]
 
 
 def topic_rows(frame: pd.DataFrame, logical_topic: str, window: TimeRange) -> pd.DataFrame:

@@ -129,8 +129,30 @@ def correlation_figure(counts: pd.DataFrame, selected: pd.Timestamp | None = Non
 
 
 def completeness_figure(rows: pd.DataFrame, selected: pd.Timestamp | None = None) -> go.Figure:
-    """Completeness % per tier and window."""
-    return _by_tier(rows, "completeness_pct", "Completeness per tier (%)", "% of expected", selected=selected)
+    """Completeness % per tier and window; windows not final for every tier yet are shaded (in flight)."""
+    figure = _by_tier(rows, "completeness_pct", "Completeness per tier (%)", "% of expected", selected=selected)
+    shade_windows_in_flight(figure, rows)
+    return figure
+
+
+def shade_windows_in_flight(figure: go.Figure, rows: pd.DataFrame) -> None:
+    """A grey band over each window some tier has not judged final: its % is a count so far, not a verdict."""
+    if rows.empty or "final" not in rows:
+        return
+    final = rows.assign(final=rows["final"].fillna(False).astype(bool)).groupby("window_start")["final"].all()
+    ends = rows.groupby("window_start")["window_end"].max() if "window_end" in rows else None
+    for index, start in enumerate(final.index[~final.to_numpy()]):
+        end = ends[start] if ends is not None else start + pd.Timedelta(minutes=10)
+        figure.add_vrect(
+            x0=start,
+            x1=end,
+            fillcolor="#7f7f7f",
+            opacity=0.12,
+            line_width=0,
+            annotation_text="not final yet" if index == 0 else None,
+            annotation_position="bottom left",
+            name="in flight",
+        )
 
 
 def missing_figure(rows: pd.DataFrame, selected: pd.Timestamp | None = None) -> go.Figure:

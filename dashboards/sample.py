@@ -21,6 +21,7 @@ import pandas as pd
 from audit.contract.tables import TABLES, arrow_schema, arrow_table, table_path
 
 DEFAULT_TIERS = ("producer", "dc1", "aggregate", "lake")
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,15 @@ class Lagging:
 
 
 @dataclass(frozen=True)
+class NoWatermark:
+    """`tier` has reported no position for `topic` yet: its watermark is the epoch, as a status with no
+    partitions leaves it, and its windows lag."""
+
+    topic: str
+    tier: str
+
+
+@dataclass(frozen=True)
 class SendFailed:
     """The producer could not deliver `count` messages of window `window`."""
 
@@ -80,8 +90,7 @@ class SampleSpec:
 def window_starts(now: datetime, windows: int, window_minutes: int) -> list[datetime]:
     """The `windows` window starts ending with the window that holds `now`, oldest first."""
     size = timedelta(minutes=window_minutes)
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    last = epoch + ((now - epoch) // size) * size
+    last = EPOCH + ((now - EPOCH) // size) * size
     return [last - size * (windows - 1 - i) for i in range(windows)]
 
 
@@ -96,8 +105,11 @@ def sample_frames(spec: SampleSpec | None = None, /, **kwargs) -> dict[str, pd.D
     counts, completeness, status = [], [], []
     for topic in spec.topics:
         lag_of = {f.tier: f for f in spec.faults if isinstance(f, Lagging) and f.topic == topic}
+        silent = {f.tier for f in spec.faults if isinstance(f, NoWatermark) and f.topic == topic}
         watermarks = {
-            tier: now - timedelta(minutes=lag_of[tier].behind_minutes)
+            tier: EPOCH
+            if tier in silent
+            else now - timedelta(minutes=lag_of[tier].behind_minutes)
             if tier in lag_of
             else now - timedelta(seconds=30)
             for tier in spec.tiers
@@ -358,6 +370,7 @@ DEMO_FAULTS = (
     Duplicate("payments", "lake", 14, 9),
     Lagging("clicks", "lake", behind_minutes=45, lag=5200),
     SendFailed("orders", 8, 3),
+    NoWatermark("refunds", "lake"),
 )
 
 

@@ -34,7 +34,21 @@ def ui(tmp_path_factory):
     from dashboards.serve import chromium, serving
 
     lake = str(tmp_path_factory.mktemp("lake"))
-    write_frames(lake, {**demo_frames(NOW), "cluster_reads": CLUSTER_READS})
+    frames = demo_frames(NOW)
+    # dc2 never started: its counter never reported, so its tier has a status row with no real watermark
+    never = (
+        frames["tier_status"]
+        .iloc[[0]]
+        .assign(
+            tier="dc2",
+            origin_cluster="dc2",
+            topic="orders",
+            logical_topic="dc2.orders",
+            watermark=pd.Timestamp(0, tz="UTC"),
+        )
+    )
+    frames["tier_status"] = pd.concat([frames["tier_status"], never], ignore_index=True)
+    write_frames(lake, {**frames, "cluster_reads": CLUSTER_READS})
     app = create_app(Settings.default().replace(state_dir=Path(lake)), lake_root=lake)
     with serving(app) as base, chromium() as driver:
         driver.set_window_size(1400, 1200)
@@ -178,3 +192,31 @@ def test_the_lag_and_alert_pages_render(ui):
         lambda: driver.execute_script(f"return document.querySelector('#{ids.ALERTS_TABLE}') !== null"),
         what="the alert table",
     )
+
+
+def test_the_overview_is_honest_about_tiers_without_a_watermark_and_windows_in_flight(ui):
+    base, driver = ui
+    from selenium.webdriver.common.by import By
+
+    driver.get(base + "/?range=24h")
+    health = wait(lambda: driver.find_element(By.ID, ids.HEALTH).text, what="the tier health table")
+    assert "1970" not in health and "no watermark yet" in health, health
+    dc2 = next(line for line in health.splitlines() if line.startswith("dc2"))
+    assert "no watermark yet" in dc2, dc2
+    worst = driver.find_element(By.ID, ids.WORST).text
+    assert "in_flight" in worst, worst
+    clicks = next(line for line in worst.splitlines() if line.startswith("dc1.clicks"))
+    assert " 100 " in f" {clicks} ", f"clicks' lake is only behind, its worst final window is whole: {clicks}"
+
+
+def test_the_topic_page_shades_the_windows_not_final_yet(ui):
+    base, driver = ui
+    driver.get(base + "/topic?topic=dc1.clicks&range=24h")
+    shaded = wait(
+        lambda: driver.execute_script(
+            f"const gd = document.querySelector('#{ids.COMPLETENESS} .js-plotly-plot');"
+            "return gd && gd.layout && (gd.layout.shapes || []).filter(s => s.name === 'in flight').length;"
+        ),
+        what="shaded windows on the completeness graph",
+    )
+    assert shaded >= 5
