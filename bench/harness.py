@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,7 +22,44 @@ def parse_args(doc: str, *, messages: int) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=messages, help=f"messages per round (default {messages:,})")
     parser.add_argument("--size", type=int, default=100, help="value size in bytes (default 100)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each side, alternating (default 3)")
+    # One side, one round, in a fresh interpreter against a running cluster (see `peak_rss`).
+    parser.add_argument("--side", help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     return parser.parse_args()
+
+
+def report_side(rate: float) -> None:
+    """What a `--side` run prints last: its rate and the peak RSS of its process."""
+    print(json.dumps({"rate": rate, "peak_rss_mb": round(peak_rss_mb(), 1)}))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size. VmHWM, not getrusage's ru_maxrss: Linux keeps the
+    latter across exec, so a child started by vfork + exec reports its parent's peak."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def peak_rss(module: str, sides: list[str], bootstrap: str, args: argparse.Namespace) -> dict[str, dict]:
+    """Run one round of each side in its own interpreter (`python -m module --side ...`), so each
+    peak RSS is that side's alone; print and return them."""
+    results = {}
+    for side in sides:
+        argv = [sys.executable, "-m", module, "--side", side, "--bootstrap", bootstrap]
+        argv += ["--messages", str(args.messages), "--size", str(args.size)]
+        done = subprocess.run(argv, check=True, capture_output=True, text=True)
+        results[side] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(
+        f"peak RSS, one round of {args.messages:,} messages per process: "
+        + ", ".join(f"{side} {r['peak_rss_mb']:,.1f} MB ({r['rate']:,.0f} msg/s)" for side, r in results.items())
+    )
+    return results
 
 
 @contextmanager
