@@ -33,14 +33,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-# The counter's native batch loop (C, built in place with the venv's setuptools and the system C
-# compiler); rebuilt only when its source changes. Without it the counter counts in pure Python.
-$(NATIVE): audit/hops/_fastcount.c native/build.py | $(VENV)/.installed
+# The counter's native batch loop and the audited producer's delivery counting (C, built in place with the venv's setuptools and the system C
+# compiler); rebuilt only when their source changes. Without them both count in pure Python.
+$(NATIVE): audit/hops/_fastcount.c producers/_fastaudit.c native/build.py | $(VENV)/.installed
 	$(PY) native/build.py
 	mkdir -p $(dir $@) && touch $@
 
 .PHONY: native
-native: $(NATIVE) ## build the counter's native batch loop (part of setup; cached until its source changes)
+native: $(NATIVE) ## build the native counting loops of the counter and the audited producer (part of setup; cached until its source changes)
 
 $(JARS)/kafka/.done: jvm/kafka/pom.xml
 	rm -rf $(JARS)/kafka

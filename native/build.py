@@ -12,7 +12,10 @@ from pathlib import Path
 from setuptools import Distribution, Extension
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTENSIONS = [Extension("audit.hops._fastcount", ["audit/hops/_fastcount.c"], extra_compile_args=["-O2"])]
+EXTENSIONS = [
+    Extension("audit.hops._fastcount", ["audit/hops/_fastcount.c"], extra_compile_args=["-O2"]),
+    Extension("producers._fastaudit", ["producers/_fastaudit.c"], extra_compile_args=["-O2"]),
+]
 
 
 def main() -> int:
