@@ -134,7 +134,7 @@ class AuditedProducer:
         else:
             delivered = self._delivery_closure(topic, audit_time_ms, user_callback)
         try:
-            self.producer.produce(
+            (self._producer or self.producer).produce(
                 topic,
                 value=value,
                 key=key,
