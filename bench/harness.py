@@ -28,9 +28,9 @@ def parse_args(doc: str, *, messages: int) -> argparse.Namespace:
     return parser.parse_args()
 
 
-def report_side(rate: float) -> None:
-    """What a `--side` run prints last: its rate and the peak RSS of its process."""
-    print(json.dumps({"rate": rate, "peak_rss_mb": round(peak_rss_mb(), 1)}))
+def report_side(rate: float, **extra: float) -> None:
+    """What a `--side` run prints last: its rate, the peak RSS of its process, and any `extra` figures."""
+    print(json.dumps({"rate": rate, "peak_rss_mb": round(peak_rss_mb(), 1), **extra}))
 
 
 def peak_rss_mb() -> float:
@@ -57,7 +57,11 @@ def peak_rss(module: str, sides: list[str], bootstrap: str, args: argparse.Names
         results[side] = json.loads(done.stdout.strip().splitlines()[-1])
     print(
         f"peak RSS, one round of {args.messages:,} messages per process: "
-        + ", ".join(f"{side} {r['peak_rss_mb']:,.1f} MB ({r['rate']:,.0f} msg/s)" for side, r in results.items())
+        + ", ".join(
+            f"{side} {r['peak_rss_mb']:,.1f} MB ({r['rate']:,.0f} msg/s"
+            + (f", {r['cpu_us']:.2f} µs CPU a message)" if "cpu_us" in r else ")")
+            for side, r in results.items()
+        )
     )
     return results
 
