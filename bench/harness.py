@@ -78,20 +78,39 @@ def bench_cluster() -> Iterator[str]:
             cluster.stop()
 
 
-def compare(
-    baseline: tuple[str, Callable[[], float]], ours: tuple[str, Callable[[], float]], *, rounds: int, goal: float
-) -> float:
-    """Alternate the two sides `rounds` times; print each round and the medians; return ours / baseline."""
+Run = Callable[[], "float | tuple[float, float]"]
+
+
+def compare(baseline: tuple[str, Run], ours: tuple[str, Run], *, rounds: int, goal: float) -> float:
+    """Alternate the two sides `rounds` times; print each round and the medians; return ours / baseline.
+
+    A side may return (msg/s, CPU µs a message) instead of msg/s: the CPU time of the process over the
+    same span (utime + stime, the client's threads included). On a machine where other work competes
+    for the cores it is the steadier figure, and its ratio is printed too."""
     (base_name, base_run), (our_name, our_run) = baseline, ours
-    base_rates, our_rates = [], []
+    rates: dict[str, list[float]] = {base_name: [], our_name: []}
+    cpus: dict[str, list[float]] = {base_name: [], our_name: []}
+
+    def one(name: str, run: Run) -> str:
+        result = run()
+        rate, cpu = result if isinstance(result, tuple) else (result, None)
+        rates[name].append(rate)
+        if cpu is not None:
+            cpus[name].append(cpu)
+        return f"{name} {rate:,.0f} msg/s" + (f" ({cpu:.2f} µs CPU a message)" if cpu is not None else "")
+
     for round_ in range(1, rounds + 1):
-        base_rates.append(base_run())
-        our_rates.append(our_run())
-        print(f"round {round_}: {base_name} {base_rates[-1]:,.0f} msg/s, {our_name} {our_rates[-1]:,.0f} msg/s")
-    base_rate, our_rate = statistics.median(base_rates), statistics.median(our_rates)
+        print(f"round {round_}: {one(base_name, base_run)}, {one(our_name, our_run)}")
+    base_rate, our_rate = statistics.median(rates[base_name]), statistics.median(rates[our_name])
     ratio = our_rate / base_rate
     print(
         f"median: {base_name} {base_rate:,.0f} msg/s, {our_name} {our_rate:,.0f} msg/s, "
         f"ratio {our_name}/{base_name} {ratio:.2f} (goal >= {goal:.2f})"
     )
+    if cpus[base_name] and cpus[our_name]:
+        base_cpu, our_cpu = statistics.median(cpus[base_name]), statistics.median(cpus[our_name])
+        print(
+            f"median CPU a message: {base_name} {base_cpu:.3f} µs, {our_name} {our_cpu:.3f} µs, "
+            f"ratio {base_name}/{our_name} {base_cpu / our_cpu:.2f} (msg per CPU-second, {our_name} over {base_name})"
+        )
     return ratio
