@@ -39,12 +39,21 @@ def counter(native: bool, *, by_partition: bool = True) -> ClusterCounter:
 
 
 def outcome(native: bool, batches: list[list], partitions: set[tuple[str, int]], *, by_partition: bool = True):
+    """Everything a counter keeps after the batches: the groups of each batch, tally, positions, count."""
     instance = counter(native, by_partition=by_partition)
     instance.progress = {key: PartitionProgress(position=0, committed=0) for key in partitions}
+    groups_seen = []
+    add_groups = instance._add_groups
+
+    def spy(groups):
+        groups_seen.append({key: [*value[:3], dict(value[3]), *value[4:]] for key, value in groups.items()})
+        return add_groups(groups)
+
+    instance._add_groups = spy  # type: ignore[method-assign]
     for batch in batches:
         instance.count_batch(batch, now_ms=NOW_MS)
     positions = {key: (p.position, p.last_audit_time_ms) for key, p in instance.progress.items()}
-    return instance.tally.drain(), positions, instance.stats.counted
+    return groups_seen, instance.tally.drain(), positions, instance.stats.counted
 
 
 times = st.one_of(
@@ -122,7 +131,7 @@ def test_a_large_batch_over_many_windows_and_partitions_is_the_same_both_ways():
     )
     native, python = outcome(True, batches, partitions), outcome(False, batches, partitions)
     assert native == python
-    tallies, _positions, counted = native
+    _groups, tallies, _positions, counted = native
     assert counted == 20_000 and len(tallies) >= 3 * 50
 
 
