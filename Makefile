@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 KAUDIT := $(VENV)/bin/kaudit
 KAUDIT_CACHE_DIR ?= $(HOME)/.cache/kafka-audit
 JARS := $(KAUDIT_CACHE_DIR)/jars
+NATIVE := build/native/.done
 MVN := mvn -q -B -Dmaven.repo.local=$(KAUDIT_CACHE_DIR)/m2
 PYTEST_ARGS ?=
 FUZZ_SECONDS ?= 60
@@ -24,13 +25,22 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 .PHONY: setup
-setup: $(VENV)/.installed $(JARS)/kafka/.done $(JARS)/spark/.done $(JARS)/mirrormaker/.done browser ## venv + package + Kafka, Spark and MirrorMaker 2 jars + headless Chromium (idempotent, offline once cached)
+setup: $(VENV)/.installed $(NATIVE) $(JARS)/kafka/.done $(JARS)/spark/.done $(JARS)/mirrormaker/.done browser ## venv + package + Kafka, Spark and MirrorMaker 2 jars + headless Chromium (idempotent, offline once cached)
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
+
+# The counter's native batch loop and the audited producer's delivery counting (C, built in place with the venv's setuptools and the system C
+# compiler); rebuilt only when their source changes. Without them both count in pure Python.
+$(NATIVE): audit/hops/_fastcount.c producers/_fastaudit.c native/build.py | $(VENV)/.installed
+	$(PY) native/build.py
+	mkdir -p $(dir $@) && touch $@
+
+.PHONY: native
+native: $(NATIVE) ## build the native counting loops of the counter and the audited producer (part of setup; cached until its source changes)
 
 $(JARS)/kafka/.done: jvm/kafka/pom.xml
 	rm -rf $(JARS)/kafka
@@ -69,7 +79,7 @@ test: setup lint ## lint, then the whole test suite (starts real Kafka clusters 
 
 FAST_TESTS := not kafka and not spark and not browser and not open_bug
 .PHONY: test-fast
-test-fast: $(VENV)/.installed ## the tests that need no broker, Spark or browser: pure logic, property tests, CLI errors (under 2 minutes)
+test-fast: $(VENV)/.installed $(NATIVE) ## the tests that need no broker, Spark or browser: pure logic, property tests, CLI errors (under 2 minutes)
 	$(VENV)/bin/pytest -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
 .PHONY: test-open-bugs

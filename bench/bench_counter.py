@@ -2,10 +2,12 @@
 
     .venv/bin/python -m bench.bench_counter [--messages 500000] [--size 100] [--rounds 3]
 
-Starts its own local cluster in a temporary folder, fills one topic once, then alternates a bare
-consume loop (fresh group, reads every message, touches nothing) with the audit counter (fresh
-group, counts into a throw-away audit topic, one flush at the end) and prints messages per second
-of each and the ratio counter / bare. Goal: at least 0.9.
+Starts its own local cluster in a temporary folder, fills one topic once, runs one short round of
+each side as a warm-up (group and transaction coordinators, the cluster's first transaction), then
+alternates a bare consume loop (fresh group, reads every message, touches nothing) with the audit
+counter (fresh group, counts into a throw-away audit topic, one exactly-once flush at the end, inside
+the timing) and prints messages per second of each and the ratio counter / bare. Goal: at least 0.9.
+Last, one round of each side in its own process gives each side's peak RSS.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from confluent_kafka import Consumer, Producer
 
 from audit.hops.counter import ClusterCounter, CounterOptions
 from audit.io.clients import ensure_topics
-from bench.harness import bench_cluster, compare, parse_args
+from bench.harness import bench_cluster, compare, parse_args, peak_rss, report_side
 
 PARTITIONS = 6
+TOPIC = "bench"
 WINDOW_MS = 600_000
 
 
@@ -49,7 +52,8 @@ def fill(bootstrap: str, topic: str, messages: int, size: int) -> None:
     print(f"filled {messages:,} messages of {size} B in {time.monotonic() - began:.1f} s")
 
 
-def bare_loop(bootstrap: str, topic: str, messages: int) -> float:
+def bare_loop(bootstrap: str, topic: str, messages: int) -> tuple[float, float]:
+    """(msg/s, CPU µs a message) from the first batch to the last message."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -64,16 +68,17 @@ def bare_loop(bootstrap: str, topic: str, messages: int) -> float:
     while seen < messages:
         batch = consumer.consume(5000, timeout=1)
         if began is None and batch:
-            began = time.monotonic()
+            began, cpu_began = time.monotonic(), time.process_time()
         for message in batch:
             if message.error() is None:
                 seen += 1
-    elapsed = time.monotonic() - began
+    elapsed, cpu = time.monotonic() - began, time.process_time() - cpu_began
     consumer.close()
-    return messages / elapsed
+    return messages / elapsed, cpu / messages * 1e6
 
 
-def counter_loop(bootstrap: str, topic: str, messages: int) -> float:
+def counter_loop(bootstrap: str, topic: str, messages: int) -> tuple[float, float]:
+    """(msg/s, CPU µs a message) from the first batch to the end of the final flush."""
     audit_topic = f"_bench_audit_{uuid.uuid4().hex[:8]}"
     ensure_topics({"bootstrap.servers": bootstrap}, {audit_topic: 1})
     options = CounterOptions(
@@ -90,26 +95,35 @@ def counter_loop(bootstrap: str, topic: str, messages: int) -> float:
     while counter.stats.counted < messages:
         batch = counter._consumer.consume(options.batch_size, timeout=1)
         if began is None and batch:
-            began = time.monotonic()
+            began, cpu_began = time.monotonic(), time.process_time()
         counter.count_batch(batch)
     counter.flush()
-    elapsed = time.monotonic() - began
+    elapsed, cpu = time.monotonic() - began, time.process_time() - cpu_began
     counter.close()
-    return messages / elapsed
+    return messages / elapsed, cpu / messages * 1e6
 
 
 def main() -> None:
     args = parse_args(__doc__, messages=500_000)
+    if args.side:
+        side = bare_loop if args.side == "bare" else counter_loop
+        rate, cpu_us = side(args.bootstrap, TOPIC, args.messages)
+        report_side(rate, cpu_us=cpu_us)
+        return
     with bench_cluster() as bootstrap:
-        topic = "bench"
+        topic = TOPIC
         ensure_topics({"bootstrap.servers": bootstrap}, {topic: PARTITIONS})
         fill(bootstrap, topic, args.messages, args.size)
+        warm_up = min(args.messages, 20_000)
+        bare_loop(bootstrap, topic, warm_up)
+        counter_loop(bootstrap, topic, warm_up)
         compare(
             ("bare", lambda: bare_loop(bootstrap, topic, args.messages)),
             ("counter", lambda: counter_loop(bootstrap, topic, args.messages)),
             rounds=args.rounds,
             goal=0.9,
         )
+        peak_rss("bench.bench_counter", ["bare", "counter"], bootstrap, args)
 
 
 if __name__ == "__main__":

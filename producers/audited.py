@@ -4,7 +4,8 @@ It keeps the wrapped producer's interface and behaviour and adds three things on
 - the audit time: the message timestamp (now, unless given) and the same value in the
   `kaudit-time` header, so topics that use LogAppendTime still carry it;
 - counting in the delivery callback: only what the broker acknowledged counts, failures count as
-  `send_failed`;
+  `send_failed`. The callback is the native `_fastaudit` one when built (no Python code per delivery
+  report), else a Python closure; both count the same;
 - emission: every `flush_interval_s` (checked inside produce/poll, no extra thread) and on
   flush/close, one count record per (topic, window) into the audit topic of the same cluster.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import socket
 import threading
 import time
@@ -29,7 +31,7 @@ from prometheus_client import Counter
 from audit.contract.errors import KafkaClientError
 from audit.contract.names import DEFAULT_AUDIT_TOPIC, PRODUCER_TIER
 from audit.contract.record import AUDIT_TIME_HEADER, count_record, encode, new_instance_id, record_id
-from audit.contract.tally import Tally
+from audit.contract.tally import LATENCY_FLOORS, Tally, WindowTally
 from audit.contract.windows import DEFAULT_WINDOW_MINUTES
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,23 @@ FAILED = Counter("kaudit_producer_send_failed_total", "Messages whose delivery f
 EMITTED = Counter("kaudit_producer_audit_records_total", "Audit records delivered", ["cluster"])
 
 DeliveryCallback = Callable[[KafkaError | None, Any], None]
+PURE_PYTHON_ENV = "KAUDIT_PURE_PYTHON"
+
+
+def _native_tally_type() -> Any:
+    """The native delivery tally type (`producers/_fastaudit.c`), or None when it is not built or
+    `KAUDIT_PURE_PYTHON=1`: the Python closures then count the same."""
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return None
+    try:
+        from producers import _fastaudit  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    _fastaudit.configure(LATENCY_FLOORS)
+    return _fastaudit.Tally
+
+
+native_tally_type = _native_tally_type()
 
 
 class AuditedProducer:
@@ -73,6 +92,7 @@ class AuditedProducer:
         self._create_lock = threading.Lock()
         self._emit_lock = threading.Lock()
         self._tally = Tally(window_minutes)
+        self._native = native_tally_type(window_minutes * 60_000) if native_tally_type is not None else None
         self._sequence = itertools.count(1)
         self._unacked: dict[str, bytes] = {}  # record id -> encoded audit record awaiting its ack
         self._in_flight: set[str] = set()
@@ -109,6 +129,29 @@ class AuditedProducer:
         else:
             stamped = [stamp]
         user_callback = on_delivery or callback
+        if self._native is not None:
+            delivered = self._native.delivery(topic, audit_time_ms, user_callback)
+        else:
+            delivered = self._delivery_closure(topic, audit_time_ms, user_callback)
+        try:
+            (self._producer or self.producer).produce(
+                topic,
+                value=value,
+                key=key,
+                partition=partition,
+                on_delivery=delivered,
+                timestamp=audit_time_ms,
+                headers=stamped,
+            )
+        except BufferError:
+            self._produce_with_retry(topic, value, key, partition, delivered, audit_time_ms, stamped)
+        if time.monotonic() >= self._next_emit:
+            self.emit()
+
+    def _delivery_closure(
+        self, topic: str, audit_time_ms: int, user_callback: DeliveryCallback | None
+    ) -> DeliveryCallback:
+        """The pure-Python delivery callback (when the native one is not built)."""
         tally = self._tally
 
         # A closure per message, because a failed delivery report carries neither the timestamp
@@ -128,20 +171,7 @@ class AuditedProducer:
             if user_callback is not None:
                 user_callback(err, msg)
 
-        try:
-            self.producer.produce(
-                topic,
-                value=value,
-                key=key,
-                partition=partition,
-                on_delivery=delivered,
-                timestamp=audit_time_ms,
-                headers=stamped,
-            )
-        except BufferError:
-            self._produce_with_retry(topic, value, key, partition, delivered, audit_time_ms, stamped)
-        if time.monotonic() >= self._next_emit:
-            self.emit()
+        return delivered
 
     def _produce_with_retry(self, topic, value, key, partition, delivered, timestamp, headers) -> None:
         producer = self.producer
@@ -208,7 +238,7 @@ class AuditedProducer:
         """Turn the counts since the last emission into audit records and send them (plus retries)."""
         with self._emit_lock:
             self._next_emit = time.monotonic() + self.flush_interval_s
-            for (topic, window_start_ms), tally in sorted(self._tally.drain().items()):
+            for (topic, window_start_ms), tally in sorted(self._drain().items()):
                 rid = record_id(self.instance_id, next(self._sequence))
                 record = count_record(
                     record_id=rid,
@@ -234,6 +264,22 @@ class AuditedProducer:
         for rid, payload in pending:
             self._send_audit_record(rid, payload)
         return len(pending)
+
+    def _drain(self) -> dict[tuple[str, int], WindowTally]:
+        """The deltas since the last drain, of the Python tally and the native one."""
+        windows = self._tally.drain()
+        if self._native is None:
+            return windows
+        for key, (count, size, failed, partitions, latencies) in self._native.drain().items():
+            window = windows.setdefault(key, WindowTally())
+            window.count += count
+            window.bytes += size
+            window.send_failed += failed
+            for partition, n in (partitions or {}).items():
+                window.by_partition[partition] = window.by_partition.get(partition, 0) + n
+            for latency, n in latencies.items():
+                window.latency_histogram[latency] = window.latency_histogram.get(latency, 0) + n
+        return windows
 
     def _send_audit_record(self, rid: str, payload: bytes) -> None:
         def delivered(err: KafkaError | None, _msg) -> None:

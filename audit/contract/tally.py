@@ -2,20 +2,55 @@
 
 A pure object with no Kafka client inside: the audited producer feeds it from delivery callbacks,
 the cluster counter from consumed batches, and both drain it into count records on each flush.
-Latencies are kept as a histogram of whole milliseconds (one dict update a message, cheap on the
-hot path) and turned into percentiles by a DDSketch (mergeable, 1 % relative accuracy) at drain.
+Latencies are kept as a histogram of whole milliseconds and turned into percentiles by a DDSketch
+(mergeable, 1 % relative accuracy) at drain. Each latency is first rounded down to the first whole
+millisecond of its sketch bucket (`latency_floor`): the sketch cannot tell the values of one bucket
+apart, so the percentiles are exactly those of the unrounded latencies, while a window's histogram
+holds at most a few hundred entries however many messages it counts (memory bounded by windows,
+not messages).
 """
 
 from __future__ import annotations
 
+import math
 import threading
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from ddsketch import DDSketch
+from ddsketch.mapping import LogarithmicMapping
 
 from audit.contract.windows import MS_PER_MINUTE
 
 SKETCH_RELATIVE_ACCURACY = 0.01
+_LARGEST_LATENCY_MS = 2**53  # far beyond any latency (now - audit time): 285,000 years
+
+
+def _latency_floors(relative_accuracy: float) -> tuple[int, ...]:
+    """The first whole millisecond of each sketch bucket that holds one, from 1 ms up: rising, and
+    every latency L >= 1 is in the bucket of the largest floor <= L (the sketch's key is monotone)."""
+    mapping = LogarithmicMapping(relative_accuracy)
+    floors = [1]
+    while floors[-1] < _LARGEST_LATENCY_MS:
+        key = mapping.key(floors[-1])
+        # The next bucket starts just above gamma ** key; the float guess is corrected by the mapping itself.
+        guess = max(floors[-1] + 1, math.floor(mapping.gamma**key))
+        while guess - 1 > floors[-1] and mapping.key(guess - 1) > key:
+            guess -= 1
+        while mapping.key(guess) <= key:
+            guess += 1
+        floors.append(guess)
+    return tuple(floors)
+
+
+LATENCY_FLOORS = _latency_floors(SKETCH_RELATIVE_ACCURACY)
+
+
+def latency_floor(latency_ms: int) -> int:
+    """`latency_ms` rounded down to the first whole millisecond of its sketch bucket (0 stays 0)."""
+    if latency_ms <= 0:
+        return 0
+    return LATENCY_FLOORS[bisect_right(LATENCY_FLOORS, latency_ms) - 1]
 
 
 @dataclass(slots=True)
@@ -27,7 +62,7 @@ class WindowTally:
     send_failed: int = 0
     no_timestamp: int = 0
     by_partition: dict[int, int] = field(default_factory=dict)
-    latency_histogram: dict[int, int] = field(default_factory=dict)  # whole ms -> messages
+    latency_histogram: dict[int, int] = field(default_factory=dict)  # latency_floor(ms) -> messages
 
     def latency_sketch(self) -> DDSketch | None:
         if not self.latency_histogram:
@@ -93,7 +128,7 @@ class Tally:
                 tally.by_partition[partition] = tally.by_partition.get(partition, 0) + 1
             if latency_ms is not None:
                 histogram = tally.latency_histogram
-                bucket = int(latency_ms) if latency_ms > 0 else 0
+                bucket = latency_floor(int(latency_ms))
                 histogram[bucket] = histogram.get(bucket, 0) + 1
 
     def add_many(
@@ -107,7 +142,8 @@ class Tally:
         no_timestamp: int = 0,
         latencies_ms: dict[int, int] | None = None,
     ) -> None:
-        """Count `count` messages of one already-bucketed window at once (the counter's hot path)."""
+        """Count `count` messages of one already-bucketed window at once (the counter's hot path).
+        `latencies_ms` maps latencies already rounded by `latency_floor` to their number of messages."""
         with self._lock:
             key = (topic, window_start_ms)
             tally = self._windows.get(key)

@@ -33,8 +33,9 @@ from audit.contract.audit_time import audit_time
 from audit.contract.errors import KafkaClientError
 from audit.contract.names import DEFAULT_AUDIT_TOPIC
 from audit.contract.record import MAX_AUDIT_TIME_MS, count_record, encode, new_instance_id, record_id, status_record
-from audit.contract.tally import Tally
+from audit.contract.tally import Tally, latency_floor
 from audit.contract.watermarks import topic_statuses, watermark_ms
+from audit.hops import fastcount
 from audit.hops.runloop import run_hop
 from audit.io.clients import Admin, check_credentials, ensure_topics, group_caught_up
 
@@ -135,6 +136,7 @@ class ClusterCounter:
         self._producer: Producer | None = None
         self._admin: Admin | None = None
         self._producer_broken = False  # a fatal error: renewed before the next transaction
+        self.native = True  # count with the native loop when it is built (tests turn it off to compare)
 
     # -- clients -------------------------------------------------------------------------------
 
@@ -269,15 +271,30 @@ class ClusterCounter:
 
     # -- counting ------------------------------------------------------------------------------
 
-    def count_batch(self, messages: list) -> int:
+    def count_batch(self, messages: list, *, now_ms: int | None = None) -> int:
         """Bucket a consumed batch by (topic, partition, window) and add it to the tally.
 
-        This loop is the counter's hot path: it makes one dict update a message, reads headers only
-        when the timestamp is not a CreateTime, and moves partition positions once per batch.
+        This loop is the counter's hot path. The native loop (`audit.hops.fastcount`, C) buckets every
+        plain message (no error, a usable CreateTime) without a Python call; what it hands back, and the
+        whole batch when it is not built, goes through `_count_in_python`, which gives the same groups.
+        Partition positions move once per batch.
         """
-        now_ms = time.time_ns() // 1_000_000
+        if now_ms is None:
+            now_ms = time.time_ns() // 1_000_000
         window_ms = self.options.window_minutes * 60_000
-        groups: dict[tuple[str, int, int], list] = {}
+        native = fastcount.native_count if self.native else None
+        if native is None:
+            groups: dict[tuple[str, int, int], list] = {}
+            self._count_in_python(messages, groups, now_ms, window_ms)
+        else:
+            groups, rest = native(messages, now_ms, window_ms, TIMESTAMP_CREATE_TIME, MAX_AUDIT_TIME_MS)
+            if rest:
+                self._count_in_python(rest, groups, now_ms, window_ms)
+        return self._add_groups(groups)
+
+    def _count_in_python(self, messages: list, groups: dict[tuple[str, int, int], list], now_ms: int, window_ms: int):
+        """The per-message loop in Python: one dict update a message, headers read only when the
+        timestamp is not a CreateTime."""
         for message in messages:
             if message.error():
                 self._on_message_error(message)
@@ -296,15 +313,17 @@ class ClusterCounter:
             group[1] += len(message) + (len(msg_key) if msg_key else 0)
             if not usable:
                 group[2] += 1
-            latency = now_ms - when if now_ms > when else 0
+            latency = latency_floor(now_ms - when) if now_ms > when else 0
             latencies = group[3]
             latencies[latency] = latencies.get(latency, 0) + 1
-            group[4] = message.offset()
-            group[5] = when
-        return self._add_groups(groups)
+            offset = message.offset()
+            if offset >= group[4]:  # the native loop may have counted later messages of the group already
+                group[4] = offset
+                group[5] = when
 
     def _add_groups(self, groups: dict[tuple[str, int, int], list]) -> int:
         counted = 0
+        by_topic: dict[str, int] = {}
         for (topic, partition, start), (count, size, no_ts, latencies, offset, when) in groups.items():
             self.tally.add_many(
                 topic,
@@ -315,12 +334,14 @@ class ClusterCounter:
                 no_timestamp=no_ts,
                 latencies_ms=latencies,
             )
-            MESSAGES.labels(self.options.cluster, topic).inc(count)
+            by_topic[topic] = by_topic.get(topic, 0) + count
             progress = self.progress.get((topic, partition))
             if progress is not None and offset + 1 > progress.position:
                 progress.position = offset + 1
                 progress.last_audit_time_ms = when
             counted += count
+        for topic, count in by_topic.items():
+            MESSAGES.labels(self.options.cluster, topic).inc(count)
         self.stats.counted += counted
         return counted
 

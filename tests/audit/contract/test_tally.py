@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 
+from ddsketch import DDSketch
+from ddsketch.mapping import LogarithmicMapping
 from hypothesis import given
 from hypothesis import strategies as st
 
-from audit.contract.tally import Tally
+from audit.contract.tally import LATENCY_FLOORS, SKETCH_RELATIVE_ACCURACY, Tally, latency_floor
 
 WINDOW_MS = 600_000
 
@@ -74,3 +76,26 @@ def test_concurrent_adds_and_drains_lose_nothing():
     stop.set()
     drainer.join()
     assert sum(drained_counts) + sum(w.count for w in tally.drain().values()) == 80_000
+
+
+@given(st.lists(st.integers(0, 10**13), min_size=1, max_size=300))
+def test_rounding_latencies_to_their_sketch_bucket_changes_no_percentile(latencies):
+    """The histogram keeps latency_floor(ms); the sketch gives exactly the percentiles of the raw latencies."""
+    tally = Tally(10)
+    raw = DDSketch(SKETCH_RELATIVE_ACCURACY)
+    for latency in latencies:
+        tally.add("t", 0, 1, latency_ms=latency)
+        raw.add(latency)
+    expected = {
+        name: float(raw.get_quantile_value(q)) for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0))
+    }
+    window = tally.drain()[("t", 0)]
+    assert window.latency_ms() == expected
+    assert len(window.latency_histogram) <= len(LATENCY_FLOORS) + 1
+
+
+def test_latency_floors_start_each_sketch_bucket():
+    mapping = LogarithmicMapping(SKETCH_RELATIVE_ACCURACY)
+    assert LATENCY_FLOORS[0] == 1 and latency_floor(0) == 0 and latency_floor(-3) == 0
+    for previous, floor in zip(LATENCY_FLOORS, LATENCY_FLOORS[1:]):
+        assert mapping.key(floor) > mapping.key(previous) and mapping.key(floor - 1) == mapping.key(previous)

@@ -16,6 +16,7 @@ from confluent_kafka import Producer
 
 from audit.contract.record import AUDIT_TIME_HEADER, Kind
 from audit.contract.windows import window_start
+from audit.hops import fastcount
 from audit.hops.counter import ClusterCounter, CounterOptions
 from audit.io.audit_log import counts_by_window, read_audit_topic
 from audit.io.clients import watermarks
@@ -100,7 +101,17 @@ def counted(bootstrap: str, audit_topic: str) -> dict:
     return counts_by_window(records, "dc1")
 
 
-def test_counts_every_message_once_per_topic_and_window(local_clusters, topic_factory, unique_name):
+@pytest.fixture(params=["native", "python"])
+def counting_loop(request, monkeypatch):
+    """Run the test with the native batch loop (when built) and with the pure-Python loop."""
+    if request.param == "python":
+        monkeypatch.setattr(fastcount, "native_count", None)
+    elif fastcount.native_count is None:
+        pytest.skip("the native counter loop is not built here")
+    return request.param
+
+
+def test_counts_every_message_once_per_topic_and_window(local_clusters, topic_factory, unique_name, counting_loop):
     bootstrap = local_clusters["dc1"].bootstrap_servers
     prefix = unique_name("exact")
     topics = [topic_factory("dc1", partitions=6, name=f"{prefix}-{i}") for i in range(3)]
@@ -246,7 +257,9 @@ def diagnose(bootstrap: str, audit_topic: str, topics: list[str], group: str) ->
     return "\n".join(lines)
 
 
-def test_missing_and_garbage_timestamps_are_counted_and_flagged(local_clusters, topic_factory, unique_name):
+def test_missing_and_garbage_timestamps_are_counted_and_flagged(
+    local_clusters, topic_factory, unique_name, counting_loop
+):
     bootstrap = local_clusters["dc1"].bootstrap_servers
     prefix = unique_name("time")
     log_append = topic_factory("dc1", name=f"{prefix}-append", config={"message.timestamp.type": "LogAppendTime"})

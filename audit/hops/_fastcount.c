@@ -1,0 +1,357 @@
+/* The counter's hot loop in C: buckets a consumed batch of confluent_kafka.Message objects by
+ * (topic, partition, window start) without a Python call per message.
+ *
+ * It reads the fields of confluent-kafka's C Message struct directly (the layout below is a copy of
+ * the one in confluent_kafka/src/confluent_kafka.h). audit/hops/fastcount.py checks at import that
+ * the installed confluent-kafka agrees (the type's size, then messages with known values read both
+ * ways) and falls back to the pure-Python loop when it does not.
+ *
+ * Each message that is not a plain counted one (an error, a timestamp that is not a usable
+ * CreateTime, no topic, a key or value that is not bytes, an object of another type) is handed back
+ * untouched in the `slow` list, in order, for the Python loop to handle exactly as before.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD PyObject *topic;
+    PyObject *value;
+    PyObject *key;
+    PyObject *headers;
+    void *c_headers;
+    PyObject *error;
+    int32_t partition;
+    int64_t offset;
+    int32_t leader_epoch;
+    int64_t timestamp;
+    int tstype; /* rd_kafka_timestamp_type_t */
+    int64_t latency;
+    int16_t delivery_count;
+} CkMessage;
+
+/* Set once by configure(): the Message type and the first whole millisecond of each latency bucket. */
+static PyTypeObject *message_type = NULL;
+static int64_t *floors = NULL;
+static Py_ssize_t n_floors = 0;
+static PyObject **floor_objects = NULL; /* the same floors as Python ints, for the histogram keys */
+static PyObject *zero_object = NULL;
+
+typedef struct {
+    PyObject *topic; /* borrowed from the batch's first message of the group */
+    int32_t partition;
+    int64_t start;
+    long long count, bytes, no_timestamp;
+    int64_t offset, when;
+    uint32_t zero_latency;
+    uint32_t *histogram; /* n_floors counters */
+    Py_ssize_t low, high; /* touched range of histogram */
+} Group;
+
+static int same_topic(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    Py_ssize_t length = PyUnicode_GET_LENGTH(a);
+    if (length != PyUnicode_GET_LENGTH(b) || PyUnicode_KIND(a) != PyUnicode_KIND(b)) return 0;
+    return memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)length * PyUnicode_KIND(a)) == 0;
+}
+
+/* octave_start[e]: the first index i with floors[i] >= 2**e, so a latency in [2**e, 2**(e+1)) has its
+ * floor at an index in [octave_start[e] - 1, octave_start[e + 1] - 1]: a search over ~35 buckets. */
+static Py_ssize_t octave_start[65];
+
+static Py_ssize_t floor_index(int64_t latency) {
+    /* largest i with floors[i] <= latency (latency >= floors[0] == 1) */
+    int octave = 63 - __builtin_clzll((unsigned long long)latency);
+    Py_ssize_t low = octave_start[octave] > 0 ? octave_start[octave] - 1 : 0;
+    Py_ssize_t high = octave_start[octave + 1] - 1;
+    /* branchless binary search: floors[low] <= latency < floors[high + 1] */
+    const int64_t *base = floors + low;
+    Py_ssize_t length = high - low + 1;
+    while (length > 1) {
+        Py_ssize_t half = length / 2;
+        base = base[half] <= latency ? base + half : base;
+        length -= half;
+    }
+    return base - floors;
+}
+
+/* An open-addressing index over the batch's groups by (partition, window start); the topic is compared
+ * on a hit. Sized to a power of two at least twice the groups. */
+typedef struct {
+    Py_ssize_t *slots; /* group index + 1, 0 = empty */
+    size_t mask;
+} Index;
+
+static size_t slot_of(const Index *index, int32_t partition, int64_t start) {
+    uint64_t h = (uint64_t)start * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uint32_t)partition * 0xC2B2AE3D27D4EB4FULL;
+    return (size_t)(h ^ (h >> 29)) & index->mask;
+}
+
+/* Rebuild the index with room for `n_groups` * 2 (all groups so far re-inserted). 0 on success. */
+static int index_rebuild(Index *index, const Group *groups, Py_ssize_t n_groups, size_t size) {
+    Py_ssize_t *slots = calloc(size, sizeof(Py_ssize_t));
+    if (slots == NULL) return -1;
+    free(index->slots);
+    index->slots = slots;
+    index->mask = size - 1;
+    for (Py_ssize_t g = 0; g < n_groups; g++) {
+        size_t slot = slot_of(index, groups[g].partition, groups[g].start);
+        while (index->slots[slot]) slot = (slot + 1) & index->mask;
+        index->slots[slot] = g + 1;
+    }
+    return 0;
+}
+
+static void free_groups(Group *groups, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) free(groups[i].histogram);
+    free(groups);
+}
+
+static PyObject *build_result(Group *groups, Py_ssize_t n_groups, PyObject *slow) {
+    PyObject *result = PyDict_New();
+    if (result == NULL) return NULL;
+    for (Py_ssize_t g = 0; g < n_groups; g++) {
+        Group *group = &groups[g];
+        PyObject *histogram = PyDict_New();
+        PyObject *key = NULL, *value = NULL;
+        if (histogram == NULL) goto error;
+        if (group->zero_latency) {
+            PyObject *count = PyLong_FromUnsignedLong(group->zero_latency);
+            if (count == NULL || PyDict_SetItem(histogram, zero_object, count) < 0) {
+                Py_XDECREF(count);
+                Py_DECREF(histogram);
+                goto error;
+            }
+            Py_DECREF(count);
+        }
+        for (Py_ssize_t i = group->low; i <= group->high; i++) {
+            if (!group->histogram[i]) continue;
+            PyObject *count = PyLong_FromUnsignedLong(group->histogram[i]);
+            if (count == NULL || PyDict_SetItem(histogram, floor_objects[i], count) < 0) {
+                Py_XDECREF(count);
+                Py_DECREF(histogram);
+                goto error;
+            }
+            Py_DECREF(count);
+        }
+        key = Py_BuildValue("(OiL)", group->topic, group->partition, (long long)group->start);
+        value = Py_BuildValue("[LLLNLL]", group->count, group->bytes, group->no_timestamp, histogram,
+                              (long long)group->offset, (long long)group->when);
+        if (key == NULL || value == NULL || PyDict_SetItem(result, key, value) < 0) {
+            Py_XDECREF(key);
+            Py_XDECREF(value);
+            goto error;
+        }
+        Py_DECREF(key);
+        Py_DECREF(value);
+    }
+    return Py_BuildValue("(NO)", result, slow);
+error:
+    Py_DECREF(result);
+    return NULL;
+}
+
+/* count(messages, now_ms, window_ms, create_time, max_time_ms) -> (groups, slow) */
+static PyObject *count(PyObject *self, PyObject *args) {
+    PyObject *messages;
+    long long now_ms, window_ms, max_time_ms;
+    int create_time;
+    if (!PyArg_ParseTuple(args, "O!LLiL", &PyList_Type, &messages, &now_ms, &window_ms, &create_time, &max_time_ms))
+        return NULL;
+    if (message_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_fastcount.configure() was not called");
+        return NULL;
+    }
+    if (window_ms <= 0) {
+        PyErr_SetString(PyExc_ValueError, "window_ms must be positive");
+        return NULL;
+    }
+    PyObject *slow = PyList_New(0);
+    if (slow == NULL) return NULL;
+    Py_ssize_t n_groups = 0, capacity = 16;
+    Group *groups = calloc((size_t)capacity, sizeof(Group));
+    if (groups == NULL) {
+        Py_DECREF(slow);
+        return PyErr_NoMemory();
+    }
+    Group *last = NULL;
+    Index index = {NULL, 0};
+    if (index_rebuild(&index, groups, 0, 64) < 0) {
+        free(groups);
+        Py_DECREF(slow);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t n = PyList_GET_SIZE(messages);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(messages, i);
+        CkMessage *message = (CkMessage *)item;
+        int64_t when = 0;
+        PyObject *key = NULL, *value = NULL;
+        if (Py_TYPE(item) != message_type) goto slow_path;
+        if (message->error != NULL && message->error != Py_None) goto slow_path;
+        when = message->timestamp;
+        if (message->tstype != create_time || when <= 0 || when > max_time_ms) goto slow_path;
+        if (message->topic == NULL || !PyUnicode_CheckExact(message->topic)) goto slow_path;
+        key = message->key == Py_None ? NULL : message->key;
+        value = message->value == Py_None ? NULL : message->value;
+        if ((key != NULL && !PyBytes_CheckExact(key)) || (value != NULL && !PyBytes_CheckExact(value)))
+            goto slow_path;
+
+        int64_t start = when - when % window_ms;
+        Group *group = last;
+        if (group == NULL || group->start != start || group->partition != message->partition ||
+            !same_topic(group->topic, message->topic)) {
+            group = NULL;
+            size_t slot = slot_of(&index, message->partition, start);
+            for (; index.slots[slot]; slot = (slot + 1) & index.mask) {
+                Group *candidate = &groups[index.slots[slot] - 1];
+                if (candidate->start == start && candidate->partition == message->partition &&
+                    same_topic(candidate->topic, message->topic)) {
+                    group = candidate;
+                    break;
+                }
+            }
+            if (group == NULL) {
+                if (n_groups == capacity) {
+                    Group *grown = realloc(groups, sizeof(Group) * (size_t)capacity * 2);
+                    if (grown == NULL) goto no_memory;
+                    memset(grown + capacity, 0, sizeof(Group) * (size_t)capacity);
+                    groups = grown;
+                    capacity *= 2;
+                }
+                group = &groups[n_groups];
+                group->histogram = calloc((size_t)n_floors, sizeof(uint32_t));
+                if (group->histogram == NULL) goto no_memory;
+                n_groups++;
+                group->topic = message->topic;
+                group->partition = message->partition;
+                group->start = start;
+                group->low = n_floors;
+                group->high = -1;
+                index.slots[slot] = n_groups;
+                if ((size_t)n_groups * 2 > index.mask + 1 &&
+                    index_rebuild(&index, groups, n_groups, (index.mask + 1) * 2) < 0)
+                    goto no_memory;
+            }
+            last = group;
+        }
+        group->count++;
+        group->bytes += (value ? PyBytes_GET_SIZE(value) : 0) + (key ? PyBytes_GET_SIZE(key) : 0);
+        if (now_ms > when) {
+            Py_ssize_t bucket = floor_index(now_ms - when);
+            group->histogram[bucket]++;
+            if (bucket < group->low) group->low = bucket;
+            if (bucket > group->high) group->high = bucket;
+        } else {
+            group->zero_latency++;
+        }
+        group->offset = message->offset;
+        group->when = when;
+        continue;
+    slow_path:
+        if (PyList_Append(slow, item) < 0) goto fail;
+    }
+    {
+        PyObject *result = build_result(groups, n_groups, slow);
+        free(index.slots);
+        free_groups(groups, n_groups);
+        Py_DECREF(slow);
+        return result;
+    }
+no_memory:
+    PyErr_NoMemory();
+fail:
+    free(index.slots);
+    free_groups(groups, n_groups);
+    Py_DECREF(slow);
+    return NULL;
+}
+
+/* read(message) -> (topic, partition, offset, (tstype, timestamp), key, value, error): the struct as
+ * this module sees it, for the layout check at import. */
+static PyObject *read_message(PyObject *self, PyObject *item) {
+    if (message_type == NULL || Py_TYPE(item) != message_type) {
+        PyErr_SetString(PyExc_TypeError, "not a configured confluent_kafka.Message");
+        return NULL;
+    }
+    CkMessage *message = (CkMessage *)item;
+#define OR_NONE(o) ((o) ? (o) : Py_None)
+    return Py_BuildValue("(OiL(iL)OOO)", OR_NONE(message->topic), message->partition, (long long)message->offset,
+                         message->tstype, (long long)message->timestamp, OR_NONE(message->key),
+                         OR_NONE(message->value), OR_NONE(message->error));
+#undef OR_NONE
+}
+
+/* configure(message_type, floors): the type whose layout was checked, and the latency bucket floors. */
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *type, *sequence;
+    if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &type, &sequence)) return NULL;
+    if (((PyTypeObject *)type)->tp_basicsize != (Py_ssize_t)sizeof(CkMessage)) {
+        PyErr_Format(PyExc_TypeError, "Message size %zd, expected %zd", ((PyTypeObject *)type)->tp_basicsize,
+                     (Py_ssize_t)sizeof(CkMessage));
+        return NULL;
+    }
+    PyObject *fast = PySequence_Fast(sequence, "floors must be a sequence");
+    if (fast == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n < 1) {
+        Py_DECREF(fast);
+        PyErr_SetString(PyExc_ValueError, "floors must not be empty");
+        return NULL;
+    }
+    int64_t *new_floors = malloc(sizeof(int64_t) * (size_t)n);
+    PyObject **new_objects = calloc((size_t)n, sizeof(PyObject *));
+    if (new_floors == NULL || new_objects == NULL) {
+        free(new_floors);
+        free(new_objects);
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        new_floors[i] = PyLong_AsLongLong(item);
+        if ((new_floors[i] == -1 && PyErr_Occurred()) || (i == 0 && new_floors[0] != 1) ||
+            (i > 0 && new_floors[i] <= new_floors[i - 1])) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "floors must rise from 1");
+            for (Py_ssize_t j = 0; j < i; j++) Py_DECREF(new_objects[j]);
+            free(new_floors);
+            free(new_objects);
+            Py_DECREF(fast);
+            return NULL;
+        }
+        Py_INCREF(item);
+        new_objects[i] = item;
+    }
+    Py_DECREF(fast);
+    for (Py_ssize_t i = 0; i < n_floors; i++) Py_DECREF(floor_objects[i]);
+    free(floors);
+    free(floor_objects);
+    floors = new_floors;
+    floor_objects = new_objects;
+    n_floors = n;
+    for (int e = 0; e <= 64; e++) {
+        Py_ssize_t i = 0;
+        while (i < n && (e >= 63 || floors[i] < ((int64_t)1 << e))) i++;
+        octave_start[e] = i;
+    }
+    Py_XINCREF(type);
+    Py_XSETREF(message_type, (PyTypeObject *)type);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"count", count, METH_VARARGS, "count(messages, now_ms, window_ms, create_time, max_time_ms) -> (groups, slow)"},
+    {"read", read_message, METH_O, "read(message) -> the struct's fields, for the layout check"},
+    {"configure", configure, METH_VARARGS, "configure(message_type, floors)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastcount", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__fastcount(void) {
+    zero_object = PyLong_FromLong(0);
+    if (zero_object == NULL) return NULL;
+    return PyModule_Create(&module);
+}
