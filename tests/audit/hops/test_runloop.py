@@ -42,6 +42,7 @@ def run_until_ready(mode: str, grace_s: float) -> subprocess.Popen:
 @pytest.mark.parametrize("mode", ["stuck", "broker-call"])
 def test_a_step_stuck_in_a_call_still_exits_within_the_grace_after_sigterm(mode):
     process = run_until_ready(mode, grace_s=1.0)
+    time.sleep(0.5)  # into the call: a signal before it would find the loop free and stop it cleanly
     began = time.monotonic()
     process.send_signal(signal.SIGTERM)
     assert process.wait(10) == EXIT_FORCED
