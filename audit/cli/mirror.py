@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+from functools import partial
 from typing import TYPE_CHECKING
 
 from prometheus_client import start_http_server
 
 from audit.contract.naming import naming_policy
 from audit.hops.faults import DropFault, PauseFault
+from audit.hops.mirror_eos import ExactlyOnceReplicator
 from audit.hops.replicator import MirrorOptions, Replicator
 from audit.hops.runloop import stop_on_signals
 from audit.io.clients import client_config
@@ -27,7 +29,8 @@ def add_command(commands) -> None:
         help="replicate topics (and the audit topic) from one cluster to another",
         description="A MirrorMaker-style replicator: copies the selected topics of --from to --to with keys, values, "
         "headers, timestamps and partitions preserved, creating missing target topics with the source's partition "
-        "count and configs. At least once: source offsets are committed only after the target acknowledged. "
+        "count and configs. At least once by default: source offsets are committed only after the target "
+        "acknowledged; with --exactly-once, copies and source offsets are committed in one target transaction. "
         "A provenance header stops cycles. Run several instances with the same clusters to "
         "share the load; SIGTERM stops after delivering and committing what is in flight.",
     )
@@ -42,6 +45,19 @@ def add_command(commands) -> None:
     )
     parser.add_argument(
         "--status-interval-s", type=float, default=10.0, help="seconds between status records (default 10)"
+    )
+    parser.add_argument(
+        "--exactly-once",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="copy in target transactions with the source offsets stored on the target: no duplicates for "
+        "read_committed readers (default: mirror_exactly_once in the configuration, false)",
+    )
+    parser.add_argument(
+        "--instance",
+        default="0",
+        help="this instance's name, part of its transactional id in exactly-once mode: stable across restarts, "
+        "distinct between instances of one --from/--to pair (default 0)",
     )
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (default: off)")
     fault = parser.add_argument_group("fault injection (tests and demos only; never in production)")
@@ -88,7 +104,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     )
     if args.metrics_port is not None:
         start_http_server(args.metrics_port, addr=settings.metrics_host)
-    replicator = Replicator(
+    exactly_once = settings.mirror_exactly_once if args.exactly_once is None else args.exactly_once
+    kind = partial(ExactlyOnceReplicator, instance=args.instance) if exactly_once else Replicator
+    replicator = kind(
         client_config(settings, source),
         client_config(settings, target),
         options,

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
+from pydantic import AfterValidator, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from audit.contract.errors import ConfigError
@@ -136,6 +136,11 @@ class Settings(FrozenValues, BaseSettings):
     reference_tier: StrictStr = setting("tier whose counts are the expected ones; one of tiers", PRODUCER_TIER)
     naming: Annotated[StrictStr, AfterValidator(check_naming)] = setting(
         "replicated topic names: prefix (dc1.orders, as MirrorMaker 2) or identity", DEFAULT_NAMING
+    )
+    mirror_exactly_once: StrictBool = setting(
+        "replicators (kaudit mirror) write to the target in Kafka transactions, source offsets included: no "
+        "duplicates for read_committed readers; --exactly-once/--no-exactly-once override it",
+        False,
     )
     topics: TopicSelection = setting(
         "which topics are audited ([topics] table)", factory=TopicSelection, shown="see topics.*"
