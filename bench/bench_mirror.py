@@ -1,6 +1,7 @@
 """Replicator throughput and CPU against Apache MirrorMaker 2, same machine, same data, one run.
 
     .venv/bin/python -m bench.bench_mirror [--sizes 100,1000] [--messages 300000,100000] [--partitions 4]
+    .venv/bin/python -m bench.bench_mirror --exactly-once [--sizes 100 --messages 300000]
 
 Starts two local clusters (src, dst) in a temporary folder and, per message size, fills one source
 topic once. Then each replicator runs as its own process against that topic, from the first
@@ -9,6 +10,12 @@ offset, with acks=all to the target:
     checkpoints off (offset syncs stay on: the source connector refuses to run without them),
     IdentityReplicationPolicy (target topic `bench-<size>`);
   - `kaudit mirror --from src --to dst` (target topic `src.bench-<size>`).
+With --exactly-once the sides are MM2 with `exactly.once.source.support = enabled` (dedicated mode,
+internal REST on, as KIP-618 asks), `kaudit mirror --exactly-once` (source named `srx` in its
+configuration: its own group and target topic `srx.bench-<size>`) and `kaudit mirror` at least once;
+the target is then counted by a read_committed consumer (committed messages only, not offsets,
+which include transaction markers), and the ratios printed are ours-eos / mm2-eos (goal >= 1.5)
+and ours-eos / ours (goal >= 0.7).
 Each is measured the same way: wall time from launch until the target topic holds every message,
 and the process's CPU seconds (utime + stime of /proc/<pid>/stat, all threads) at that moment.
 The copy phase alone (first message at the target to the last) is shown too, since a JVM and the
@@ -27,11 +34,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from audit.io import jvm
 from audit.io.clients import ensure_topics
 from audit.local.clusters import JVM_OPTIONS, LocalClusters
+from audit.local.processes import free_port
 from audit.settings import load_settings
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -76,6 +84,11 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--partitions", type=int, default=4, help="partitions of each source topic (default 4)")
     parser.add_argument("--only", choices=["ours", "mm2"], help="run one side only (while profiling)")
+    parser.add_argument(
+        "--exactly-once",
+        action="store_true",
+        help="compare the exactly-once modes: MM2's, ours, and ours at least once (see above)",
+    )
     args = parser.parse_args()
     args.sizes = [int(v) for v in args.sizes.split(",")]
     args.messages = [int(v) for v in args.messages.split(",")]
@@ -117,20 +130,58 @@ def target_count(consumer: Consumer, topic: str, partitions: int) -> int:
     return total
 
 
+class CommittedCount:
+    """Messages a read_committed reader of `topic` has seen so far (transaction markers left out)."""
+
+    def __init__(self, consumer: Consumer, topic: str, partitions: int) -> None:
+        self.consumer, self.topic, self.partitions = consumer, topic, partitions
+        self.assigned = False
+        self.count = 0
+
+    def __call__(self) -> int:
+        if not self.assigned:
+            if self.topic not in self.consumer.list_topics(timeout=5).topics:
+                return 0
+            self.consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)])
+            self.assigned = True
+        while batch := self.consumer.consume(10_000, timeout=0.05):
+            self.count += sum(1 for message in batch if message.error() is None)
+        return self.count
+
+
 def measure(
-    name: str, size: int, messages: int, command: list[str], target: str, topic: str, partitions: int, log_path: Path
+    name: str,
+    size: int,
+    messages: int,
+    command: list[str],
+    target: str,
+    topic: str,
+    partitions: int,
+    log_path: Path,
+    *,
+    committed: bool = False,
 ) -> Result:
     """Launch `command`, wait until `topic` at `target` holds `messages`, stop it; its figures."""
-    consumer = Consumer({"bootstrap.servers": target, "group.id": "bench-watch"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": target,
+            "group.id": "bench-watch",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    committed_count = CommittedCount(consumer, topic, partitions) if committed else None
     with open(log_path, "w") as log:
         began = time.monotonic()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         first_at = first_cpu = None
         try:
             while True:
-                count = target_count(consumer, topic, partitions)
+                # The first message written (committed or not) starts the copy phase; the last committed ends it.
+                written = target_count(consumer, topic, partitions)
+                count = committed_count() if committed_count else written
                 now = time.monotonic()
-                if count and first_at is None:
+                if written and first_at is None:
                     first_at, first_cpu = now, cpu_s(process.pid)
                 if count >= messages:
                     end_cpu = cpu_s(process.pid)
@@ -155,8 +206,18 @@ def measure(
     )
 
 
-def mm2_command(folder: Path, src: str, dst: str, topic: str) -> list[str]:
-    properties = folder / f"mm2-{topic}.properties"
+def mm2_command(folder: Path, src: str, dst: str, topic: str, *, exactly_once: bool = False) -> list[str]:
+    properties = folder / f"mm2-{topic}{'-eos' if exactly_once else ''}.properties"
+    eos = (
+        [
+            "dst.exactly.once.source.support = enabled",
+            "dedicated.mode.enable.internal.rest = true",
+            f"listeners = http://127.0.0.1:{free_port()}",
+            "src.consumer.isolation.level = read_committed",
+        ]
+        if exactly_once
+        else []
+    )
     properties.write_text(
         "\n".join(
             [
@@ -183,6 +244,7 @@ def mm2_command(folder: Path, src: str, dst: str, topic: str) -> list[str]:
                 "dst.producer.acks = all",
                 "dst.producer.enable.idempotence = true",
                 "src.consumer.auto.offset.reset = earliest",
+                *eos,
                 "",
             ]
         )
@@ -204,11 +266,12 @@ def mm2_command(folder: Path, src: str, dst: str, topic: str) -> list[str]:
     ]
 
 
-def ours_command(folder: Path, src: str, dst: str, topic: str) -> list[str]:
-    config = folder / f"kaudit-{topic}.toml"
+def ours_command(folder: Path, src: str, dst: str, topic: str, *, exactly_once: bool = False) -> list[str]:
+    source = "srx" if exactly_once else "src"  # its own group and target topic, on the same source cluster
+    config = folder / f"kaudit-{topic}-{source}.toml"
     config.write_text(
         f'state_dir = "{folder}"\naudit_topic = "_audit"\n[topics]\ninclude = ["^{topic}$"]\n'
-        f'[[clusters]]\nname = "src"\nbootstrap_servers = "{src}"\nlocal = false\n'
+        f'[[clusters]]\nname = "{source}"\nbootstrap_servers = "{src}"\nlocal = false\n'
         f'[[clusters]]\nname = "dst"\nbootstrap_servers = "{dst}"\nlocal = false\n'
     )
     return [
@@ -221,11 +284,12 @@ def ours_command(folder: Path, src: str, dst: str, topic: str) -> list[str]:
         "WARNING",
         "mirror",
         "--from",
-        "src",
+        source,
         "--to",
         "dst",
         "--naming",
         "prefix",
+        "--exactly-once" if exactly_once else "--no-exactly-once",
     ]
 
 
@@ -242,6 +306,18 @@ def print_table(results: list[Result]) -> None:
         )
     by = {(r.name, r.size): r for r in results}
     for size in sorted({r.size for r in results}):
+        eos, mm2_eos, alo = by.get(("ours-eos", size)), by.get(("mm2-eos", size)), by.get(("ours", size))
+        if eos and mm2_eos:
+            print(
+                f"{size} B: ours-eos/mm2-eos msg per CPU-s {eos.per_cpu_s / mm2_eos.per_cpu_s:.2f} (goal >= 1.50), "
+                f"copy phase {eos.copy_per_cpu_s / mm2_eos.copy_per_cpu_s:.2f}"
+            )
+        if eos and alo:
+            print(
+                f"{size} B: ours-eos/ours msg per CPU-s {eos.per_cpu_s / alo.per_cpu_s:.2f} (goal >= 0.70), "
+                f"copy phase {eos.copy_per_cpu_s / alo.copy_per_cpu_s:.2f}"
+            )
+    for size in sorted({r.size for r in results}):
         ours, mm2 = by.get(("ours", size)), by.get(("mm2", size))
         if ours and mm2:
             print(
@@ -249,6 +325,22 @@ def print_table(results: list[Result]) -> None:
                 f"copy phase {ours.copy_per_cpu_s / mm2.copy_per_cpu_s:.2f}; "
                 f"msg/s {mm2.wall_s / ours.wall_s:.2f}, copy phase {mm2.copy_s / ours.copy_s:.2f}"
             )
+
+
+def exactly_once_sides(
+    folder: Path, src: str, dst: str, topic: str, size: int, messages: int, partitions: int
+) -> list[Result]:
+    sides = [
+        ("mm2-eos", mm2_command(folder, src, dst, topic, exactly_once=True), topic),
+        ("ours-eos", ours_command(folder, src, dst, topic, exactly_once=True), f"srx.{topic}"),
+        ("ours", ours_command(folder, src, dst, topic), f"src.{topic}"),
+    ]
+    results = []
+    for name, command, target_topic in sides:
+        log_path = folder / f"{name}-{size}.out"
+        results.append(measure(name, size, messages, command, dst, target_topic, partitions, log_path, committed=True))
+        print(f"{name} {size} B done", flush=True)
+    return results
 
 
 def main() -> None:
@@ -264,6 +356,9 @@ def main() -> None:
                 topic = f"bench-{size}"
                 ensure_topics({"bootstrap.servers": src}, {topic: args.partitions})
                 fill(src, topic, messages, size, args.partitions)
+                if args.exactly_once:
+                    results += exactly_once_sides(folder, src, dst, topic, size, messages, args.partitions)
+                    continue
                 if args.only != "ours":
                     results.append(
                         measure(
