@@ -73,3 +73,34 @@ def test_the_books_report_a_retention_gap_as_missing_with_its_cause(spark, setti
     assert (
         "deleted by retention before aggregate read it (30 offsets skipped)" in email.get_body(("plain",)).get_content()
     )
+
+
+@pytest.mark.spark
+def test_a_lake_job_restarted_after_retention_passed_its_checkpoint_reports_exactly_the_skipped(
+    spark, settings_factory, topic_factory
+):
+    """Spark's Kafka source (failOnDataLoss=false) passes a deleted range with a log line only: the lake job
+    compares each batch's planned start with what it read and reports the gap like the other hops."""
+    from audit.hops.lake import LakeJob, LakeOptions, default_checkpoint
+    from audit.io.clients import ensure_topics
+    from tests.audit.hops.test_replicator import produce
+    from tests.audit.hops.test_retention_gaps import reported_gaps
+
+    settings = settings_factory()
+    aggregate = settings.cluster("aggregate").bootstrap_servers
+    topic = topic_factory("aggregate")
+    ensure_topics({"bootstrap.servers": aggregate}, {settings.audit_topic: 1})
+    options = LakeOptions(cluster="aggregate", checkpoint=default_checkpoint(settings, "aggregate"))
+
+    def land():
+        return LakeJob(spark, settings, options, lambda t: t == topic).run(until_caught_up=True)
+
+    produce(aggregate, topic, 100, partitions=1)
+    assert land().rows == 100
+    produce(aggregate, topic, 50, partitions=1)  # offsets 100..149, while the lake job is down
+    delete_before(aggregate, topic, 130)
+    stats = land()
+
+    assert stats.rows == 20
+    assert stats.retention_skipped == 30
+    assert reported_gaps(aggregate, settings.audit_topic, "lake") == {(0, 100, 130)}
