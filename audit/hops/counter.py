@@ -36,6 +36,7 @@ from audit.contract.record import MAX_AUDIT_TIME_MS, count_record, encode, new_i
 from audit.contract.tally import Tally, latency_floor
 from audit.contract.watermarks import topic_statuses, watermark_ms
 from audit.hops import fastcount
+from audit.hops.retention import RetentionGaps, Skip, skips_in_batch
 from audit.hops.runloop import run_hop
 from audit.io.clients import Admin, check_credentials, ensure_topics, group_caught_up
 
@@ -59,6 +60,11 @@ ABORTS = Counter(
     "kaudit_counter_transaction_aborts_total", "Transactions aborted (their deltas are recounted)", ["cluster"]
 )
 FLUSHES = Counter("kaudit_counter_flushes_total", "Transactions committed", ["cluster"])
+RETENTION_SKIPPED = Counter(
+    "kaudit_counter_retention_skipped_offsets_total",
+    "Offsets deleted by retention before the counter read them (lost for this tier)",
+    ["cluster", "topic", "partition"],
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +109,7 @@ class CounterStats:
     flushes: int = 0
     aborts: int = 0
     records_emitted: int = 0
+    retention_skipped: int = 0  # offsets deleted before they were read, each counted once
     lag: dict[tuple[str, int], int] = field(default_factory=dict)
 
     @property
@@ -137,6 +144,13 @@ class ClusterCounter:
         self._admin: Admin | None = None
         self._producer_broken = False  # a fatal error: renewed before the next transaction
         self.native = True  # count with the native loop when it is built (tests turn it off to compare)
+        self.retention = RetentionGaps(
+            lambda topic, partition, n: RETENTION_SKIPPED.labels(options.cluster, topic, str(partition)).inc(n),
+            cluster=options.cluster,
+        )
+        # Partitions of the last batch whose offsets moved by more than the messages counted:
+        # (topic, partition) -> (position before the batch, audit time of the message before it).
+        self._skipped: dict[tuple[str, int], tuple[int, int | None]] = {}
 
     # -- clients -------------------------------------------------------------------------------
 
@@ -324,6 +338,7 @@ class ClusterCounter:
     def _add_groups(self, groups: dict[tuple[str, int, int], list]) -> int:
         counted = 0
         by_topic: dict[str, int] = {}
+        batch: dict[tuple[str, int], list] = {}  # partition -> [position before, counted, last offset, time before]
         for (topic, partition, start), (count, size, no_ts, latencies, offset, when) in groups.items():
             self.tally.add_many(
                 topic,
@@ -336,14 +351,39 @@ class ClusterCounter:
             )
             by_topic[topic] = by_topic.get(topic, 0) + count
             progress = self.progress.get((topic, partition))
-            if progress is not None and offset + 1 > progress.position:
-                progress.position = offset + 1
-                progress.last_audit_time_ms = when
+            if progress is not None:
+                seen = batch.get((topic, partition))
+                if seen is None:
+                    seen = batch[(topic, partition)] = [progress.position, 0, -1, progress.last_audit_time_ms]
+                seen[1] += count
+                seen[2] = max(seen[2], offset)
+                if offset + 1 > progress.position:
+                    progress.position = offset + 1
+                    progress.last_audit_time_ms = when
             counted += count
         for topic, count in by_topic.items():
             MESSAGES.labels(self.options.cluster, topic).inc(count)
         self.stats.counted += counted
+        # Offsets passed but not counted (markers, aborted batches, or a retention gap): checked by
+        # `check_retention` once the batch is in, never message by message.
+        for key, (before, n, last, when_before) in batch.items():
+            if last + 1 - before - n > 0:
+                self._skipped[key] = (before, when_before)
         return counted
+
+    def check_retention(self, messages: list) -> int:
+        """Judge the last batch's skipped offsets against the log start offsets (one admin request):
+        offsets deleted before they were read are a retention gap, reported in the status records."""
+        self.retention.close_open(messages)
+        if not self._skipped:
+            return 0
+        skipped, self._skipped = self._skipped, {}
+        return self._check_skips(skips_in_batch(skipped, messages))
+
+    def _check_skips(self, skips: list[Skip]) -> int:
+        found = self.retention.check(skips, lambda keys: self._list_offsets(keys, OffsetSpec.earliest()))
+        self.stats.retention_skipped = self.retention.skipped
+        return found
 
     def _on_message_error(self, message) -> None:
         error = message.error()
@@ -394,6 +434,7 @@ class ClusterCounter:
     def _status_records(self) -> list:
         now_ms = int(time.time() * 1000)
         ends = self._list_offsets(list(self.progress), OffsetSpec.latest())
+        self._pass_deleted(ends)
         positions = {key: progress.position for key, progress in self.progress.items()}
         audit_times = {key: progress.last_audit_time_ms for key, progress in self.progress.items()}
         by_topic, withheld = topic_statuses(positions, ends, audit_times)
@@ -412,9 +453,35 @@ class ClusterCounter:
                 topic=topic,
                 partitions=tuple(partitions),
                 watermark_ms=watermark_ms(partitions, now_ms),
+                retention_gaps=self.retention.of_topic(topic),
             )
             for topic, partitions in by_topic.items()
         ]
+
+    def _pass_deleted(self, ends: dict[tuple[str, int], int]) -> None:
+        """Move every partition that is behind and whose next offset retention has deleted to the log start.
+
+        Its consumer resets there by itself, but with no message after the gap its position would never
+        say so: lag for ever, a watermark that never passes the gap. The seek drops whatever was fetched
+        below the log start, so the gap reported is exactly what this counter will never count."""
+        behind = [key for key, progress in self.progress.items() if ends.get(key, -1) > progress.position]
+        if not behind:
+            return
+        starts = self._list_offsets(behind, OffsetSpec.earliest())
+        skips = []
+        for key in behind:
+            progress, log_start = self.progress[key], starts.get(key)
+            if log_start is None or log_start <= progress.position:
+                continue
+            try:
+                self.consumer.seek(TopicPartition(*key, log_start))
+            except KafkaException as exc:  # not assigned any more: its next owner finds the gap
+                log.info("seek skipped", extra={"topic": key[0], "partition": key[1], "error": exc.args[0].str()})
+                continue
+            skips.append(Skip(*key, progress.position, (log_start,), progress.last_audit_time_ms))
+            progress.position = log_start
+        self.retention.check(skips, lambda _keys: starts)
+        self.stats.retention_skipped = self.retention.skipped
 
     def _list_offsets(self, partitions: list[tuple[str, int]], spec: OffsetSpec) -> dict[tuple[str, int], int]:
         return self.admin.list_offsets(partitions, spec, timeout_s=self.options.client_timeout_s)
@@ -466,10 +533,14 @@ class ClusterCounter:
         Without this a transactional topic shows lag 1 per partition for ever."""
         if not self.progress:
             return
+        skips = []
         for tp in self.consumer.position([TopicPartition(topic, partition) for topic, partition in self.progress]):
             progress = self.progress.get((tp.topic, tp.partition))
             if progress is not None and tp.offset > progress.position:
+                # Its consumer may also have jumped to the log start after a deletion, with no message since.
+                skips.append(Skip(tp.topic, tp.partition, progress.position, (tp.offset,), progress.last_audit_time_ms))
                 progress.position = tp.offset
+        self._check_skips(skips)
 
     def _commit_transaction(self) -> None:
         for attempt in range(3):
@@ -547,6 +618,7 @@ class ClusterCounter:
         if not self._subscribed:
             self._stop.wait(0.5)
         self.count_batch(messages)
+        self.check_retention(messages)
         if time.monotonic() < self._next_flush:
             return False
         self.flush()
