@@ -14,12 +14,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
-    TIMESTAMP_CREATE_TIME,
     Consumer,
     KafkaError,
     KafkaException,
@@ -27,94 +25,33 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import OffsetSpec
-from prometheus_client import Counter, Gauge
 
-from audit.contract.audit_time import audit_time
 from audit.contract.errors import KafkaClientError
-from audit.contract.names import DEFAULT_AUDIT_TOPIC
-from audit.contract.record import MAX_AUDIT_TIME_MS, count_record, encode, new_instance_id, record_id, status_record
-from audit.contract.tally import Tally, latency_floor
+from audit.contract.record import count_record, encode, new_instance_id, record_id, status_record
+from audit.contract.tally import Tally
 from audit.contract.watermarks import topic_statuses, watermark_ms
 from audit.hops import fastcount
-from audit.hops.retention import RetentionGaps, Skip, skips_in_batch
+from audit.hops.counter_state import (
+    ABORTS,
+    FENCED,
+    FLUSHES,
+    LAG,
+    LAST_FLUSH,
+    MESSAGES,
+    RETENTION_SKIPPED,
+    SERVICE,
+    SESSION_TIMEOUT_MS,
+    TRANSACTION_TIMEOUT_MS,
+    CounterOptions,
+    CounterStats,
+    PartitionProgress,
+)
+from audit.hops.retention import RetentionGaps, Skip, seek_past_deleted, skips_in_batch
 from audit.hops.runloop import run_hop
 from audit.io.clients import Admin, check_credentials, ensure_topics, group_caught_up
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-SERVICE = "kaudit-counter"
-DEFAULT_BATCH = 5000
-DEFAULT_TOPIC_REFRESH_S = 30.0
-TRANSACTION_TIMEOUT_MS = 60_000
-SESSION_TIMEOUT_MS = 10_000
-DEFAULT_CLIENT_TIMEOUT_S = 30.0
-DEFAULT_TRANSACTION_CALL_TIMEOUT_S = 5.0
-# Another live producer with our transactional id: renewing would fence it in turn, for ever.
-FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED}
-
-MESSAGES = Counter("kaudit_counter_messages_total", "Messages counted", ["cluster", "topic"])
-LAG = Gauge("kaudit_counter_lag_messages", "End offset minus position", ["cluster", "topic", "partition"])
-LAST_FLUSH = Gauge("kaudit_counter_last_flush_timestamp_seconds", "When the last transaction committed", ["cluster"])
-ABORTS = Counter(
-    "kaudit_counter_transaction_aborts_total", "Transactions aborted (their deltas are recounted)", ["cluster"]
-)
-FLUSHES = Counter("kaudit_counter_flushes_total", "Transactions committed", ["cluster"])
-RETENTION_SKIPPED = Counter(
-    "kaudit_counter_retention_skipped_offsets_total",
-    "Offsets deleted by retention before the counter read them (lost for this tier)",
-    ["cluster", "topic", "partition"],
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class CounterOptions:
-    """How one counter instance runs; defaults suit the embedded local clusters."""
-
-    cluster: str
-    audit_topic: str = DEFAULT_AUDIT_TOPIC
-    window_minutes: int = 10
-    flush_interval_s: float = 10.0
-    instance: str = "0"  # slot name: stable across restarts of the same slot
-    group_id: str | None = None  # default kaudit-counter-<cluster>
-    by_partition: bool = True  # per-partition counts let the reconciliation see a loss hidden by duplicates
-    batch_size: int = DEFAULT_BATCH
-    topic_refresh_s: float = DEFAULT_TOPIC_REFRESH_S
-    client_timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S  # how long a broker call may take before it is an error
-    # A transaction call that waits longer is given up: the flush aborts and its messages are counted
-    # again. Short, so a broker's absence never holds the loop (and its consumer's polls) for long.
-    transaction_call_timeout_s: float = DEFAULT_TRANSACTION_CALL_TIMEOUT_S
-
-    @property
-    def group(self) -> str:
-        return self.group_id or f"kaudit-counter-{self.cluster}"
-
-    @property
-    def transactional_id(self) -> str:
-        return f"{self.group}-{self.instance}"
-
-
-@dataclass
-class PartitionProgress:
-    """Where one assigned partition stands: next offset to count, last committed, last audit time."""
-
-    position: int
-    committed: int
-    last_audit_time_ms: int | None = None
-
-
-@dataclass
-class CounterStats:
-    counted: int = 0
-    flushes: int = 0
-    aborts: int = 0
-    records_emitted: int = 0
-    retention_skipped: int = 0  # offsets deleted before they were read, each counted once
-    lag: dict[tuple[str, int], int] = field(default_factory=dict)
-
-    @property
-    def total_lag(self) -> int:
-        return sum(self.lag.values())
 
 
 class ClusterCounter:
@@ -266,10 +203,7 @@ class ClusterCounter:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Counts and offsets of what we are losing must land before the next owner starts from them.
         self.flush(heartbeat=False)
-        for tp in partitions:
-            self.progress.pop((tp.topic, tp.partition), None)
-            if self.stats.lag.pop((tp.topic, tp.partition), None) is not None:
-                LAG.remove(self.options.cluster, tp.topic, str(tp.partition))
+        self._forget(partitions)
         log.info("partitions revoked", extra={"cluster": self.options.cluster, "partitions": len(partitions)})
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -278,6 +212,9 @@ class ClusterCounter:
         owns each partition next, this instance included once it rejoins."""
         log.warning("partitions lost; recounting from the last commit", extra={"cluster": self.options.cluster})
         self._rewind()
+        self._forget(partitions)
+
+    def _forget(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self.progress.pop((tp.topic, tp.partition), None)
             if self.stats.lag.pop((tp.topic, tp.partition), None) is not None:
@@ -290,50 +227,14 @@ class ClusterCounter:
 
         This loop is the counter's hot path. The native loop (`audit.hops.fastcount`, C) buckets every
         plain message (no error, a usable CreateTime) without a Python call; what it hands back, and the
-        whole batch when it is not built, goes through `_count_in_python`, which gives the same groups.
+        whole batch when it is not built, goes through `fastcount.count_in_python`, which gives the same groups.
         Partition positions move once per batch.
         """
         if now_ms is None:
             now_ms = time.time_ns() // 1_000_000
         window_ms = self.options.window_minutes * 60_000
-        native = fastcount.native_count if self.native else None
-        if native is None:
-            groups: dict[tuple[str, int, int], list] = {}
-            self._count_in_python(messages, groups, now_ms, window_ms)
-        else:
-            groups, rest = native(messages, now_ms, window_ms, TIMESTAMP_CREATE_TIME, MAX_AUDIT_TIME_MS)
-            if rest:
-                self._count_in_python(rest, groups, now_ms, window_ms)
+        groups = fastcount.bucket(messages, now_ms, window_ms, native=self.native, on_error=self._on_message_error)
         return self._add_groups(groups)
-
-    def _count_in_python(self, messages: list, groups: dict[tuple[str, int, int], list], now_ms: int, window_ms: int):
-        """The per-message loop in Python: one dict update a message, headers read only when the
-        timestamp is not a CreateTime."""
-        for message in messages:
-            if message.error():
-                self._on_message_error(message)
-                continue
-            kind, when = message.timestamp()
-            if kind == TIMESTAMP_CREATE_TIME and 0 < when <= MAX_AUDIT_TIME_MS:
-                usable = True
-            else:
-                when, usable = audit_time((kind, when), message.headers(), now_ms)
-            key = (message.topic(), message.partition(), when - when % window_ms)
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = [0, 0, 0, {}, 0, 0]  # count, bytes, no_timestamp, latencies, offset, time
-            msg_key = message.key()
-            group[0] += 1
-            group[1] += len(message) + (len(msg_key) if msg_key else 0)
-            if not usable:
-                group[2] += 1
-            latency = latency_floor(now_ms - when) if now_ms > when else 0
-            latencies = group[3]
-            latencies[latency] = latencies.get(latency, 0) + 1
-            offset = message.offset()
-            if offset >= group[4]:  # the native loop may have counted later messages of the group already
-                group[4] = offset
-                group[5] = when
 
     def _add_groups(self, groups: dict[tuple[str, int, int], list]) -> int:
         counted = 0
@@ -459,27 +360,15 @@ class ClusterCounter:
         ]
 
     def _pass_deleted(self, ends: dict[tuple[str, int], int]) -> None:
-        """Move every partition that is behind and whose next offset retention has deleted to the log start.
-
-        Its consumer resets there by itself, but with no message after the gap its position would never
-        say so: lag for ever, a watermark that never passes the gap. The seek drops whatever was fetched
-        below the log start, so the gap reported is exactly what this counter will never count."""
+        """Partitions behind whose next offset retention deleted move to the log start (`seek_past_deleted`)."""
         behind = [key for key, progress in self.progress.items() if ends.get(key, -1) > progress.position]
         if not behind:
             return
         starts = self._list_offsets(behind, OffsetSpec.earliest())
-        skips = []
-        for key in behind:
-            progress, log_start = self.progress[key], starts.get(key)
-            if log_start is None or log_start <= progress.position:
-                continue
-            try:
-                self.consumer.seek(TopicPartition(*key, log_start))
-            except KafkaException as exc:  # not assigned any more: its next owner finds the gap
-                log.info("seek skipped", extra={"topic": key[0], "partition": key[1], "error": exc.args[0].str()})
-                continue
-            skips.append(Skip(*key, progress.position, (log_start,), progress.last_audit_time_ms))
-            progress.position = log_start
+        positions = {key: (self.progress[key].position, self.progress[key].last_audit_time_ms) for key in behind}
+        skips = seek_past_deleted(self.consumer, positions, starts)
+        for skip in skips:
+            self.progress[(skip.topic, skip.partition)].position = skip.offsets[0]
         self.retention.check(skips, lambda _keys: starts)
         self.stats.retention_skipped = self.retention.skipped
 

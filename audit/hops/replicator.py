@@ -46,7 +46,7 @@ from audit.hops.mirror_state import (
     provenance,
 )
 from audit.hops.mirror_topics import create_target_topics
-from audit.hops.retention import RetentionGaps, Skip
+from audit.hops.retention import RetentionGaps, Skip, seek_past_deleted
 from audit.hops.runloop import run_hop
 from audit.io.clients import Admin, check_credentials, ensure_topics, group_caught_up
 
@@ -433,27 +433,20 @@ class Replicator:
         return lags
 
     def _pass_deleted(self, ends: dict[tuple[str, int], int]) -> None:
-        """Move every idle partition that is behind and whose next offset retention has deleted to the
-        log start: its consumer resets there by itself, but with no message after the gap its position
-        would never say so (lag and a stall for ever). The seek drops whatever was fetched below it."""
+        """Idle partitions behind whose next offset retention deleted move to the log start (`seek_past_deleted`)."""
         with self._lock:
             behind = [key for key, flow in self.flows.items() if not flow.sent and ends.get(key, -1) > flow.acked]
         if not behind:
             return
         starts = self._list_offsets(behind, OffsetSpec.earliest())
-        skips = []
         with self._lock:
-            for key in behind:
-                flow, log_start = self.flows.get(key), starts.get(key)
-                if flow is None or flow.sent or log_start is None or log_start <= max(flow.acked, flow.next_offset):
-                    continue
-                try:
-                    self._consumer.seek(TopicPartition(*key, log_start))
-                except KafkaException as exc:  # not assigned any more: its next owner finds the gap
-                    log.info("seek skipped", extra={"topic": key[0], "partition": key[1], "error": exc.args[0].str()})
-                    continue
-                skips.append(Skip(*key, max(flow.acked, flow.next_offset), (log_start,), flow.last_audit_time_ms))
-                flow.acked = flow.next_offset = log_start
+            idle = {key: flow for key in behind if (flow := self.flows.get(key)) is not None and not flow.sent}
+            positions = {key: (max(f.acked, f.next_offset), f.last_audit_time_ms) for key, f in idle.items()}
+            skips = seek_past_deleted(self._consumer, positions, starts)
+            for skip in skips:
+                idle[(skip.topic, skip.partition)].acked = idle[(skip.topic, skip.partition)].next_offset = (
+                    skip.offsets[0]
+                )
         self.retention.check(skips, lambda _keys: starts)
         self.stats.retention_skipped = self.retention.skipped
 

@@ -7,6 +7,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from confluent_kafka import KafkaException, TopicPartition
+
 from audit.contract.retention import RetentionGap, add_gap, first_resumed, union_skipped
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,29 @@ def skips_in_batch(skipped: dict[tuple[str, int], tuple[int, int | None]], messa
         )
         for (topic, partition), (expected, when_before) in skipped.items()
     ]
+
+
+def seek_past_deleted(
+    consumer, behind: dict[tuple[str, int], tuple[int, int | None]], log_starts: dict[tuple[str, int], int]
+) -> list[Skip]:
+    """Seek each partition that is behind (key -> (next offset, audit time of the message before it)) and
+    whose next offset retention has deleted to its log start; the skips, for `RetentionGaps.check`.
+
+    Its consumer resets there by itself, but with no message after the gap the hop's position would never
+    say so: lag for ever, a watermark that never passes the gap. The seek drops whatever was fetched below
+    the log start, so the gap reported is exactly what the hop will never read."""
+    skips = []
+    for key, (position, time_before) in behind.items():
+        log_start = log_starts.get(key)
+        if log_start is None or log_start <= position:
+            continue
+        try:
+            consumer.seek(TopicPartition(*key, log_start))
+        except KafkaException as exc:  # not assigned any more: its next owner finds the gap
+            log.info("seek skipped", extra={"topic": key[0], "partition": key[1], "error": exc.args[0].str()})
+            continue
+        skips.append(Skip(*key, position, (log_start,), time_before))
+    return skips
 
 
 class RetentionGaps:
