@@ -29,6 +29,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from audit.hops.mirror_state import COPIED, DROPPED, ERRORS, SKIPPED, PartitionFlow, copy_headers, provenance
 from audit.hops.replicator import Replicator
+from audit.hops.retention import Skip
 from audit.io.clients import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ class ExactlyOnceReplicator(Replicator):
             for key, hint in hints.items():
                 start = stored.get(key, hint if hint >= 0 else earliest.get(key, 0))
                 self._stored[key] = start
-                self.flows[key] = PartitionFlow(committed=hint if hint >= 0 else start, acked=start)
+                self.flows[key] = PartitionFlow(committed=hint if hint >= 0 else start, acked=start, next_offset=start)
                 starts.append(TopicPartition(key[0], key[1], start))
         consumer.assign(starts)
 
@@ -163,6 +164,11 @@ class ExactlyOnceReplicator(Replicator):
     # -- copying -------------------------------------------------------------------------------
 
     def copy_batch(self, messages: list) -> None:
+        super().copy_batch(messages)  # _copy below, then the retention gaps found on the way
+        if self._pending and (not messages or time.monotonic() - self._transaction_started >= self._interval()):
+            self._commit_transaction()
+
+    def _copy(self, messages: list, skips: list[Skip]) -> None:
         source, target = self.options.source, self.options.target
         for message in messages:
             if message.error():
@@ -170,8 +176,21 @@ class ExactlyOnceReplicator(Replicator):
                     log.warning("consume error", extra={"source": source, "error": message.error().str()})
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
-            if (topic, partition) not in self.flows:
+            flow = self.flows.get((topic, partition))
+            if flow is None:
                 continue  # fetched before a revoke: no longer ours
+            if offset > flow.next_offset >= 0:  # a retention gap (or markers): RetentionGaps.check tells
+                skips.append(
+                    Skip(
+                        topic,
+                        partition,
+                        flow.next_offset,
+                        (offset,),
+                        flow.last_audit_time_ms,
+                        (message.timestamp()[1],),
+                    )
+                )
+            flow.next_offset = offset + 1
             headers = message.headers() or []
             path = provenance(headers)
             kind, timestamp_ms = message.timestamp()
@@ -202,8 +221,6 @@ class ExactlyOnceReplicator(Replicator):
                 self._abort()  # stopping with the target unreachable: nothing of this transaction counts
                 return
             self._pending_copied[topic] += 1
-        if self._pending and (not messages or time.monotonic() - self._transaction_started >= self._interval()):
-            self._commit_transaction()
 
     def _interval(self) -> float:
         return min(self.options.commit_interval_s, 1.0)
@@ -270,6 +287,8 @@ class ExactlyOnceReplicator(Replicator):
             rewind = [
                 TopicPartition(t, p, position) for (t, p), position in self._stored.items() if (t, p) in self.flows
             ]
+            for tp in rewind:
+                self.flows[(tp.topic, tp.partition)].next_offset = tp.offset
         for tp in rewind:
             try:
                 self._consumer.seek(tp)
@@ -283,6 +302,11 @@ class ExactlyOnceReplicator(Replicator):
         # Only with nothing in an open transaction: the consumer's position is then the committed one.
         if not self._pending and not self._in_transaction:
             super()._read_past_markers()
+
+    def _pass_deleted(self, ends: dict[tuple[str, int], int]) -> None:
+        # Likewise: only a partition with nothing in an open transaction may move to its log start.
+        if not self._pending and not self._in_transaction:
+            super()._pass_deleted(ends)
 
     # -- the run loop's steps ------------------------------------------------------------------------
 

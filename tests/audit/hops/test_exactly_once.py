@@ -228,3 +228,35 @@ def test_a_rebalance_between_two_instances_leaves_no_loss_and_no_duplicates(tmp_
     lost, duplicates = compare(source, target)
     print(f"rebalances between two instances: {len(source)} messages, {lost} lost, {duplicates} duplicates")
     assert (lost, duplicates) == (0, 0)
+
+
+def test_status_records_lag_and_retention_gaps_work_in_exactly_once_mode(clusters, topic, unique_name):
+    """In-process: a first run copies and reports lag 0; retention deletes offsets while it is down; the
+    next run copies the rest once, counts exactly the deleted offsets and reports them as a gap."""
+    from audit.contract.naming import PrefixNaming
+    from audit.hops.mirror_eos import ExactlyOnceReplicator
+    from tests.audit.hops.test_replicator import options_for, produce
+    from tests.audit.hops.test_retention_gaps import delete_before, reported_gaps
+
+    src, dst = clusters["src"].bootstrap_servers, clusters["dst"].bootstrap_servers
+    options = options_for(unique_name)
+    naming = PrefixNaming(frozenset({"dc1", "aggregate"}))
+
+    def run():
+        mirror = ExactlyOnceReplicator(
+            {"bootstrap.servers": src}, {"bootstrap.servers": dst}, options, naming, lambda t: t == topic
+        )
+        return mirror, mirror.run(until_caught_up=True, max_seconds=60)
+
+    produce(src, topic, 100, partitions=1)
+    first, stats = run()
+    assert stats.copied_by_topic[topic] == 100 and stats.lag == 0 and not stats.stalled
+    assert first.transactions >= 1 and first.aborts == 0
+    produce(src, topic, 50, partitions=1, tag="b")  # offsets 100..149 while it is down
+    delete_before(src, topic, 130)
+    _, stats = run()
+    assert stats.copied_by_topic[topic] == 20
+    assert stats.retention_skipped == 30 and stats.lag == 0
+    assert reported_gaps(src, options.audit_topic, "aggregate") == {(0, 100, 130)}
+    target = read_all(dst, f"dc1.{topic}", committed=True)
+    assert sum(target.values()) == len(target) == 120
