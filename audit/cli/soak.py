@@ -46,6 +46,12 @@ def add_command(commands) -> None:
     parser.add_argument(
         "--report-json", type=Path, help="also write the report as JSON here (default <soak dir>/report.json)"
     )
+    parser.add_argument(
+        "--exactly-once",
+        action="store_true",
+        help="run the replicators with --exactly-once and check that the hub holds no duplicate (default: at "
+        "least once, whose duplicates after kills must be reported as over)",
+    )
     parser.add_argument("--keep", action="store_true", help="leave the soak's clusters running afterwards, for a look")
     parser.set_defaults(handler=run_soak)
 

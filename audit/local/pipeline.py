@@ -60,6 +60,7 @@ class PipelinePlan:
     lake_trigger_s: float = 10.0
     reconcile_interval_s: float = 30.0
     with_ui: bool = True
+    exactly_once: bool = False  # replicators in exactly-once mode (target transactions)
 
 
 def hub_and_spokes(settings: Settings) -> tuple[tuple[str, ...], str]:
@@ -129,6 +130,8 @@ def mirror_args(plan: PipelinePlan, cluster: str) -> list[str]:
         args += ["--drop-topics", f"^{plan.drop.topic}$", "--drop-count", str(plan.drop.count), "--drop-window", window]
     if plan.stall and plan.stall.cluster == cluster:
         args += ["--pause-after-s", str(plan.stall.after_s), "--pause-for-s", str(plan.stall.for_s)]
+    if plan.exactly_once:
+        args.append("--exactly-once")
     return args
 
 

@@ -84,6 +84,7 @@ class Soak:
             lake_trigger_s=5.0,
             reconcile_interval_s=RECONCILE_INTERVAL_S,
             with_ui=False,
+            exactly_once=getattr(args, "exactly_once", False),
         )
         self.plan_after_drop = dataclasses.replace(self.plan, drop=None)
         self.supervisor = Supervisor(
@@ -406,6 +407,7 @@ class Soak:
             malformed_markers=self.log.malformed_markers,
             transactional_topic=f"{self.regional[0]}.{TRANSACTIONAL_TOPIC}",
             transactions=self.log.transactions,
+            exactly_once=self.plan.exactly_once,
         )
         checks = check_all(
             tables["tier_counts"], tables["completeness"], tables["alerts"], tables["audit_rejects"], truth, expect

@@ -48,6 +48,7 @@ class Expectations:
     malformed_markers: tuple[str, ...]  # text inside each malformed audit record injected
     transactional_topic: str | None = None  # logical topic a plain transactional producer wrote (no producer tier)
     transactions: str = ""  # what that producer said it committed and aborted
+    exactly_once: bool = False  # the replicators ran --exactly-once: the hub must hold no duplicate
 
 
 def window_ms(values: pd.Series) -> pd.Series:
@@ -181,6 +182,8 @@ def check_all(
     ]
     if expect.transactional_topic:
         checks.append(_transactional_topic_complete(rows, truth, expect))
+    if expect.exactly_once:
+        checks.append(_no_duplicate_on_the_hub(truth, expect))
     return checks
 
 
@@ -355,6 +358,23 @@ def _transactional_topic_complete(rows: pd.DataFrame, truth: Truth, expect: Expe
         not bad,
         "; ".join(bad[:5])
         or f"{len(mine)} rows complete; read_committed holds {held}; producer: {expect.transactions}",
+    )
+
+
+def _no_duplicate_on_the_hub(truth: Truth, expect: Expectations) -> Check:
+    doubled = []
+    for (lt, w, tier), held in truth.items():
+        if tier == expect.hub:
+            origin = truth.get((lt, w, lt.split(".")[0]), Counter())
+            doubled += [
+                f"{lt}@{w} partition {p}: hub {n} > origin {origin[p]}" for p, n in held.items() if n > origin[p]
+            ]
+    hub = sum(sum(c.values()) for (_lt, _w, tier), c in truth.items() if tier == expect.hub)
+    return Check(
+        "4",
+        "exactly-once replicators: the hub holds no duplicate, whatever was killed",
+        not doubled,
+        "; ".join(doubled[:5]) or f"{hub:,} messages on the hub, none twice",
     )
 
 

@@ -228,3 +228,14 @@ def test_a_transactional_topic_without_a_producer_tier_passes_when_complete_and_
     assert [c.name for c in _with_transactional_topic("complete") if not c.ok] == []
     failed = [c.invariant for c in _with_transactional_topic("lagging") if not c.ok]
     assert failed == ["7"]
+
+
+def test_with_exactly_once_replicators_a_duplicate_on_the_hub_fails_the_soak():
+    exactly_once = dataclasses.replace(EXPECT, exactly_once=True)
+    passed = {c.name: c.ok for c in check_all(*_tables(), TRUTH, exactly_once)}
+    assert passed["exactly-once replicators: the hub holds no duplicate, whatever was killed"]
+    doubled = TRUTH | {("dc1.orders", W, "aggregate"): Counter({0: 11})}
+    failed = [c.name for c in check_all(*_tables(hub_count=11), doubled, exactly_once) if not c.ok]
+    assert "exactly-once replicators: the hub holds no duplicate, whatever was killed" in failed
+    [check] = [c for c in check_all(*_tables(), TRUTH, exactly_once) if c.name.startswith("exactly-once")]
+    assert check.invariant == "4"
