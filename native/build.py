@@ -13,8 +13,10 @@ from setuptools import Distribution, Extension
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTENSIONS = [
-    Extension("audit.hops._fastcount", ["audit/hops/_fastcount.c"], extra_compile_args=["-O2"]),
-    Extension("producers._fastaudit", ["producers/_fastaudit.c"], extra_compile_args=["-O2"]),
+    Extension(
+        "audit.hops._fastcount", ["audit/hops/_fastcount.c"], include_dirs=["native"], extra_compile_args=["-O2"]
+    ),
+    Extension("producers._fastaudit", ["producers/_fastaudit.c"], include_dirs=["native"], extra_compile_args=["-O2"]),
 ]
 
 

@@ -18,24 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-static int64_t *floors = NULL;
-static PyObject **floor_objects = NULL;
-static Py_ssize_t n_floors = 0;
-static Py_ssize_t octave_start[65];
-
-static Py_ssize_t floor_index(int64_t latency) {
-    int octave = 63 - __builtin_clzll((unsigned long long)latency);
-    Py_ssize_t low = octave_start[octave] > 0 ? octave_start[octave] - 1 : 0;
-    Py_ssize_t high = octave_start[octave + 1] - 1;
-    const int64_t *base = floors + low;
-    Py_ssize_t length = high - low + 1;
-    while (length > 1) {
-        Py_ssize_t half = length / 2;
-        base = base[half] <= latency ? base + half : base;
-        length -= half;
-    }
-    return base - floors;
-}
+#include "latency_floors.h"
 
 /* ---- Entry: one (topic, window)'s deltas ------------------------------------------------------ */
 
@@ -348,46 +331,7 @@ static PyTypeObject TallyType = {
 /* configure(floors): the latency bucket floors (audit.contract.tally.LATENCY_FLOORS) */
 static PyObject *configure(PyObject *self, PyObject *sequence) {
     if (floors != NULL) Py_RETURN_NONE; /* once: live entries' histograms are sized by it */
-    PyObject *fast = PySequence_Fast(sequence, "floors must be a sequence");
-    if (fast == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    int64_t *new_floors = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
-    PyObject **new_objects = calloc((size_t)(n ? n : 1), sizeof(PyObject *));
-    if (new_floors == NULL || new_objects == NULL) {
-        free(new_floors);
-        free(new_objects);
-        Py_DECREF(fast);
-        return PyErr_NoMemory();
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
-        new_floors[i] = PyLong_AsLongLong(item);
-        if (PyErr_Occurred() || (i == 0 && new_floors[0] != 1) || (i > 0 && new_floors[i] <= new_floors[i - 1])) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "floors must rise from 1");
-            for (Py_ssize_t j = 0; j < i; j++) Py_DECREF(new_objects[j]);
-            free(new_floors);
-            free(new_objects);
-            Py_DECREF(fast);
-            return NULL;
-        }
-        Py_INCREF(item);
-        new_objects[i] = item;
-    }
-    Py_DECREF(fast);
-    if (n == 0) {
-        free(new_floors);
-        free(new_objects);
-        PyErr_SetString(PyExc_ValueError, "floors must not be empty");
-        return NULL;
-    }
-    floors = new_floors;
-    floor_objects = new_objects;
-    n_floors = n;
-    for (int e = 0; e <= 64; e++) {
-        Py_ssize_t i = 0;
-        while (i < n && (e >= 63 || floors[i] < ((int64_t)1 << e))) i++;
-        octave_start[e] = i;
-    }
+    if (load_floors(sequence) < 0) return NULL;
     Py_RETURN_NONE;
 }
 

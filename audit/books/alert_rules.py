@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from audit.contract.names import LAKE_TIER
+from audit.contract.retention import union_skipped
 
 if TYPE_CHECKING:
     pass
@@ -101,6 +102,7 @@ def window_alerts(
     *,
     now: datetime,
     lag_minutes: float,
+    retention_gaps: pd.DataFrame | None = None,
 ) -> list[Alert]:
     """Loss and over alerts: rows FINAL for their tier whose status is incomplete or over."""
     if completeness.empty:
@@ -113,7 +115,15 @@ def window_alerts(
             row,
             kind=ALERTING_STATUS[row.status],
             status=row.status,
-            cause=likely_cause(row, completeness, tier_status, tier_counts, now=now, lag_minutes=lag_minutes),
+            cause=likely_cause(
+                row,
+                completeness,
+                tier_status,
+                tier_counts,
+                now=now,
+                lag_minutes=lag_minutes,
+                retention_gaps=retention_gaps,
+            ),
         )
         for row in rows.itertuples(index=False)
     ]
@@ -177,6 +187,33 @@ def lag_alerts(
     return alerts
 
 
+def retention_causes(row, tiers: tuple[str, ...], retention_gaps: pd.DataFrame | None) -> list[str]:
+    """'deleted by retention before <tier> read it (N offsets skipped)' for each of `tiers` whose reported
+    retention gaps of the row's topic may hold messages of the row's window: a gap lies between the audit
+    times of the messages read either side of it (an unknown side is open)."""
+    if retention_gaps is None or retention_gaps.empty:
+        return []
+    start = pd.Timestamp(row.window_start)
+    end = pd.Timestamp(getattr(row, "window_end", None) or start + pd.Timedelta(minutes=int(row.window_minutes)))
+    gaps = retention_gaps[
+        (retention_gaps["origin_cluster"] == row.origin_cluster)
+        & (retention_gaps["topic"] == row.topic)
+        & (retention_gaps["after_time"].isna() | (retention_gaps["after_time"] < end))
+        & (retention_gaps["before_time"].isna() | (retention_gaps["before_time"] >= start))
+    ]
+    causes = []
+    for tier in dict.fromkeys(tiers):
+        mine = gaps[gaps["tier"] == tier]
+        if mine.empty:
+            continue
+        skipped = sum(
+            union_skipped(zip(group["from_offset"], group["to_offset"], strict=True))
+            for _, group in mine.groupby(["cluster", "seen_topic", "partition"])
+        )
+        causes.append(f"deleted by retention before {tier} read it ({skipped:,} offsets skipped)")
+    return causes
+
+
 def likely_cause(
     row,
     completeness: pd.DataFrame,
@@ -185,6 +222,7 @@ def likely_cause(
     *,
     now: datetime,
     lag_minutes: float,
+    retention_gaps: pd.DataFrame | None = None,
 ) -> str:
     """The evidence for one incomplete or over window, as a sentence: where it went wrong and why it may have."""
     causes = []
@@ -205,6 +243,7 @@ def likely_cause(
         previous = other.tier
     hop = f"{previous} -> {first_bad}"
     if row.status == "incomplete":
+        causes.extend(retention_causes(row, (first_bad, row.tier), retention_gaps))
         what = (
             "the lake job"
             if first_bad == LAKE_TIER

@@ -163,11 +163,19 @@ def run_alerts(
     tier_counts = read_frame(
         lake, "tier_counts", since=since, columns=["origin_cluster", "topic", "window_start", "tier", "send_failed"]
     )
+    retention_gaps = read_frame(lake, "retention_gaps")
     log_frame = read_log(lake)
     report = AlertReport()
 
     candidates = [
-        *window_alerts(completeness, tier_status, tier_counts, now=now, lag_minutes=config.lag_minutes),
+        *window_alerts(
+            completeness,
+            tier_status,
+            tier_counts,
+            now=now,
+            lag_minutes=config.lag_minutes,
+            retention_gaps=retention_gaps,
+        ),
         *recovery_alerts(completeness, log_frame),
         *lag_alerts(
             tier_status,

@@ -28,6 +28,7 @@ from audit.contract.tables import (
     CLUSTER_READS,
     COMPLETENESS,
     PARTITION_STATUS,
+    RETENTION_GAPS,
     SOURCE_OFFSETS,
     TIER_COUNTS,
     TIER_STATUS,
@@ -48,6 +49,7 @@ from audit.books.audit_read import (
     stored_offsets,
 )
 from audit.books.judge import update_completeness
+from audit.books.retention_gaps import store_retention_gaps
 from audit.books.tier_tables import update_tier_counts, update_tier_status
 
 log = logging.getLogger(__name__)
@@ -124,6 +126,8 @@ def store_records_and_rejects(
     step = step or _Steps()
     checked = checked.localCheckpoint()  # the Python check runs once; records and rejects both come from it
     step.done("records read and checked")
+    store_retention_gaps(spark, settings, checked)
+    step.done("retention gaps")
     rejects = checked.where(F.col("reason").isNotNull()).withColumn("date", F.to_date("ingested_at"))
     records = (
         checked.where(F.col("reason").isNull())
@@ -185,6 +189,7 @@ def read_and_store(
             PARTITION_STATUS.name,
             SOURCE_OFFSETS.name,
             CLUSTER_READS.name,
+            RETENTION_GAPS.name,
         ),
     )
     step.done("tables ready")

@@ -72,6 +72,7 @@ CHECKED_DDL = ", ".join(
         "lag BIGINT",
         "stalled BOOLEAN",
         "partitions_json STRING",
+        "retention_gaps_json STRING",
     ]
 )
 CHECKED_COLUMNS = tuple(part.split()[0] for part in CHECKED_DDL.split(", "))
@@ -196,6 +197,8 @@ class RecordChecker:
                     for p in record.partitions
                 ]
             )
+            if record.retention_gaps:
+                fields["retention_gaps_json"] = json.dumps([vars(g) for g in record.retention_gaps])
         return fields
 
     # -- layer 2: the deployment's expectations ----------------------------------------------------

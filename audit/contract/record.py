@@ -18,6 +18,7 @@ from typing import Any
 
 from audit.contract.errors import RecordError
 from audit.contract.names import CONTROL_CHARACTERS, NAME_PATTERN, is_topic_name
+from audit.contract.retention import RetentionGap
 from audit.contract.windows import DEFAULT_WINDOW_MINUTES, is_aligned, to_datetime, to_ms, validate_window_minutes
 
 SCHEMA_VERSION = 1
@@ -81,6 +82,7 @@ class AuditRecord:
     partitions: tuple[PartitionStatus, ...] = field(default_factory=tuple)
     watermark_ms: int | None = None
     stalled: bool = False  # status of a replicator: lag with no progress for its stall timeout
+    retention_gaps: tuple[RetentionGap, ...] = ()  # status: offsets deleted before this tier read them
 
 
 # -- construction -------------------------------------------------------------------------------
@@ -119,6 +121,7 @@ def status_record(**fields: Any) -> AuditRecord:
     """A `status` record; `emitted_at_ms` defaults to now."""
     fields.setdefault("emitted_at_ms", now_ms())
     fields["partitions"] = tuple(fields.get("partitions", ()))
+    fields["retention_gaps"] = tuple(fields.get("retention_gaps", ()))
     return AuditRecord(kind=Kind.STATUS, **fields)
 
 
@@ -168,6 +171,17 @@ def to_json(record: AuditRecord) -> dict[str, Any]:
         ]
         data["watermark"] = iso(record.watermark_ms)
         data["stalled"] = record.stalled
+        if record.retention_gaps:  # only then: older readers and records stay as they were
+            data["retention_gaps"] = [
+                {
+                    "partition": g.partition,
+                    "from_offset": g.from_offset,
+                    "to_offset": g.to_offset,
+                    "after_time": iso(g.after_time_ms),
+                    "before_time": iso(g.before_time_ms),
+                }
+                for g in record.retention_gaps
+            ]
     return data
 
 
@@ -275,6 +289,10 @@ def _from_json(data: Any) -> AuditRecord:
         )
         fields["watermark_ms"] = _time(data, "watermark", required=False)
         fields["stalled"] = _get(data, "stalled", bool, required=False, default=False)
+        fields["retention_gaps"] = tuple(
+            _retention_gap(item, index)
+            for index, item in enumerate(_get(data, "retention_gaps", list, required=False, default=[]))
+        )
     return AuditRecord(**fields)
 
 
@@ -319,6 +337,21 @@ def _partition_status(item: Any, index: int) -> PartitionStatus:
         )
     except _Invalid as exc:
         raise _Invalid(f"partitions[{index}].{exc}") from None
+
+
+def _retention_gap(item: Any, index: int) -> RetentionGap:
+    if not isinstance(item, dict):
+        raise _Invalid(f"retention_gaps[{index}]: {_short(item)} is not an object")
+    try:
+        return RetentionGap(
+            partition=_get(item, "partition", int),
+            from_offset=_get(item, "from_offset", int),
+            to_offset=_get(item, "to_offset", int),
+            after_time_ms=_time(item, "after_time", required=False),
+            before_time_ms=_time(item, "before_time", required=False),
+        )
+    except _Invalid as exc:
+        raise _Invalid(f"retention_gaps[{index}].{exc}") from None
 
 
 # -- validation ---------------------------------------------------------------------------------
@@ -420,6 +453,13 @@ def _check_status(record: AuditRecord) -> str | None:
             return f"{where}.last_audit_time: out of range"
     if record.watermark_ms is not None and not 0 <= record.watermark_ms <= MAX_AUDIT_TIME_MS:
         return "watermark: out of range"
+    for index, g in enumerate(record.retention_gaps):
+        where = f"retention_gaps[{index}]"
+        if not (0 <= g.partition <= MAX_PARTITION and 0 <= g.from_offset < g.to_offset <= MAX_OFFSET):
+            return f"{where}: needs 0 <= partition <= {MAX_PARTITION} and 0 <= from_offset < to_offset <= {MAX_OFFSET}"
+        times = (g.after_time_ms, g.before_time_ms)
+        if any(t is not None and not 0 <= t <= MAX_AUDIT_TIME_MS for t in times):
+            return f"{where}: after_time or before_time out of range"
     return None
 
 

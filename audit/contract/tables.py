@@ -249,6 +249,29 @@ ALERTS = Table(
     ),
 )
 
+RETENTION_GAPS = Table(
+    name="retention_gaps",
+    doc="Offsets Kafka deleted (retention, delete_records) before a tier read them: real loss for that tier, "
+    "each as its reader reported it in its status records. The alerts name it as the likely cause of a "
+    "window missing messages at that tier.",
+    key=("tier", "cluster", "seen_topic", "partition", "from_offset", "to_offset"),
+    columns=(
+        _c("tier", "STRING", "tier that lost the offsets: the counter's cluster, a replicator's target"),
+        _c("cluster", "STRING", "cluster the reader read from"),
+        _c("seen_topic", "STRING", "topic as named on that cluster"),
+        _c("partition", "INT", "partition"),
+        *LOGICAL_TOPIC,
+        _c("from_offset", "BIGINT", "first offset skipped (the reader's next offset when the gap began)"),
+        _c("to_offset", "BIGINT", "the log start offset the reader resumed at (exclusive)"),
+        _c("skipped", "BIGINT", "to_offset - from_offset: offsets lost (overlapping reports of one gap count once)"),
+        _c("after_time", "TIMESTAMP", "audit time of the last message read before the gap (null: unknown)"),
+        _c("before_time", "TIMESTAMP", "audit time of the first message read after it (null: none yet)"),
+        _c("service", "STRING", "reporting service"),
+        _c("record_id", "STRING", "the first status record that reported it"),
+        _c("emitted_at", "TIMESTAMP", "when that record was written"),
+    ),
+)
+
 CLUSTER_READS = Table(
     name="cluster_reads",
     doc="Per configured cluster: whether the last reconciliation could read its audit topic, and since when "
@@ -264,7 +287,17 @@ CLUSTER_READS = Table(
 
 TABLES: dict[str, Table] = {
     t.name: t
-    for t in (AUDIT_RECORDS, AUDIT_REJECTS, TIER_COUNTS, TIER_STATUS, COMPLETENESS, BRONZE, ALERTS, CLUSTER_READS)
+    for t in (
+        AUDIT_RECORDS,
+        AUDIT_REJECTS,
+        TIER_COUNTS,
+        TIER_STATUS,
+        COMPLETENESS,
+        BRONZE,
+        ALERTS,
+        CLUSTER_READS,
+        RETENTION_GAPS,
+    )
 }
 
 # Bookkeeping of the reconciliation; names start with `_`, analysts need not look at them.

@@ -14,12 +14,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
-    TIMESTAMP_CREATE_TIME,
     Consumer,
     KafkaError,
     KafkaException,
@@ -27,87 +25,33 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import OffsetSpec
-from prometheus_client import Counter, Gauge
 
-from audit.contract.audit_time import audit_time
 from audit.contract.errors import KafkaClientError
-from audit.contract.names import DEFAULT_AUDIT_TOPIC
-from audit.contract.record import MAX_AUDIT_TIME_MS, count_record, encode, new_instance_id, record_id, status_record
-from audit.contract.tally import Tally, latency_floor
+from audit.contract.record import count_record, encode, new_instance_id, record_id, status_record
+from audit.contract.tally import Tally
 from audit.contract.watermarks import topic_statuses, watermark_ms
 from audit.hops import fastcount
+from audit.hops.counter_state import (
+    ABORTS,
+    FENCED,
+    FLUSHES,
+    LAG,
+    LAST_FLUSH,
+    MESSAGES,
+    RETENTION_SKIPPED,
+    SERVICE,
+    SESSION_TIMEOUT_MS,
+    TRANSACTION_TIMEOUT_MS,
+    CounterOptions,
+    CounterStats,
+    PartitionProgress,
+)
+from audit.hops.retention import RetentionGaps, Skip, seek_past_deleted, skips_in_batch
 from audit.hops.runloop import run_hop
 from audit.io.clients import Admin, check_credentials, ensure_topics, group_caught_up
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-SERVICE = "kaudit-counter"
-DEFAULT_BATCH = 5000
-DEFAULT_TOPIC_REFRESH_S = 30.0
-TRANSACTION_TIMEOUT_MS = 60_000
-SESSION_TIMEOUT_MS = 10_000
-DEFAULT_CLIENT_TIMEOUT_S = 30.0
-DEFAULT_TRANSACTION_CALL_TIMEOUT_S = 5.0
-# Another live producer with our transactional id: renewing would fence it in turn, for ever.
-FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED}
-
-MESSAGES = Counter("kaudit_counter_messages_total", "Messages counted", ["cluster", "topic"])
-LAG = Gauge("kaudit_counter_lag_messages", "End offset minus position", ["cluster", "topic", "partition"])
-LAST_FLUSH = Gauge("kaudit_counter_last_flush_timestamp_seconds", "When the last transaction committed", ["cluster"])
-ABORTS = Counter(
-    "kaudit_counter_transaction_aborts_total", "Transactions aborted (their deltas are recounted)", ["cluster"]
-)
-FLUSHES = Counter("kaudit_counter_flushes_total", "Transactions committed", ["cluster"])
-
-
-@dataclass(frozen=True, kw_only=True)
-class CounterOptions:
-    """How one counter instance runs; defaults suit the embedded local clusters."""
-
-    cluster: str
-    audit_topic: str = DEFAULT_AUDIT_TOPIC
-    window_minutes: int = 10
-    flush_interval_s: float = 10.0
-    instance: str = "0"  # slot name: stable across restarts of the same slot
-    group_id: str | None = None  # default kaudit-counter-<cluster>
-    by_partition: bool = True  # per-partition counts let the reconciliation see a loss hidden by duplicates
-    batch_size: int = DEFAULT_BATCH
-    topic_refresh_s: float = DEFAULT_TOPIC_REFRESH_S
-    client_timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S  # how long a broker call may take before it is an error
-    # A transaction call that waits longer is given up: the flush aborts and its messages are counted
-    # again. Short, so a broker's absence never holds the loop (and its consumer's polls) for long.
-    transaction_call_timeout_s: float = DEFAULT_TRANSACTION_CALL_TIMEOUT_S
-
-    @property
-    def group(self) -> str:
-        return self.group_id or f"kaudit-counter-{self.cluster}"
-
-    @property
-    def transactional_id(self) -> str:
-        return f"{self.group}-{self.instance}"
-
-
-@dataclass
-class PartitionProgress:
-    """Where one assigned partition stands: next offset to count, last committed, last audit time."""
-
-    position: int
-    committed: int
-    last_audit_time_ms: int | None = None
-
-
-@dataclass
-class CounterStats:
-    counted: int = 0
-    flushes: int = 0
-    aborts: int = 0
-    records_emitted: int = 0
-    lag: dict[tuple[str, int], int] = field(default_factory=dict)
-
-    @property
-    def total_lag(self) -> int:
-        return sum(self.lag.values())
 
 
 class ClusterCounter:
@@ -137,6 +81,13 @@ class ClusterCounter:
         self._admin: Admin | None = None
         self._producer_broken = False  # a fatal error: renewed before the next transaction
         self.native = True  # count with the native loop when it is built (tests turn it off to compare)
+        self.retention = RetentionGaps(
+            lambda topic, partition, n: RETENTION_SKIPPED.labels(options.cluster, topic, str(partition)).inc(n),
+            cluster=options.cluster,
+        )
+        # Partitions of the last batch whose offsets moved by more than the messages counted:
+        # (topic, partition) -> (position before the batch, audit time of the message before it).
+        self._skipped: dict[tuple[str, int], tuple[int, int | None]] = {}
 
     # -- clients -------------------------------------------------------------------------------
 
@@ -252,10 +203,7 @@ class ClusterCounter:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Counts and offsets of what we are losing must land before the next owner starts from them.
         self.flush(heartbeat=False)
-        for tp in partitions:
-            self.progress.pop((tp.topic, tp.partition), None)
-            if self.stats.lag.pop((tp.topic, tp.partition), None) is not None:
-                LAG.remove(self.options.cluster, tp.topic, str(tp.partition))
+        self._forget(partitions)
         log.info("partitions revoked", extra={"cluster": self.options.cluster, "partitions": len(partitions)})
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -264,6 +212,9 @@ class ClusterCounter:
         owns each partition next, this instance included once it rejoins."""
         log.warning("partitions lost; recounting from the last commit", extra={"cluster": self.options.cluster})
         self._rewind()
+        self._forget(partitions)
+
+    def _forget(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self.progress.pop((tp.topic, tp.partition), None)
             if self.stats.lag.pop((tp.topic, tp.partition), None) is not None:
@@ -276,54 +227,19 @@ class ClusterCounter:
 
         This loop is the counter's hot path. The native loop (`audit.hops.fastcount`, C) buckets every
         plain message (no error, a usable CreateTime) without a Python call; what it hands back, and the
-        whole batch when it is not built, goes through `_count_in_python`, which gives the same groups.
+        whole batch when it is not built, goes through `fastcount.count_in_python`, which gives the same groups.
         Partition positions move once per batch.
         """
         if now_ms is None:
             now_ms = time.time_ns() // 1_000_000
         window_ms = self.options.window_minutes * 60_000
-        native = fastcount.native_count if self.native else None
-        if native is None:
-            groups: dict[tuple[str, int, int], list] = {}
-            self._count_in_python(messages, groups, now_ms, window_ms)
-        else:
-            groups, rest = native(messages, now_ms, window_ms, TIMESTAMP_CREATE_TIME, MAX_AUDIT_TIME_MS)
-            if rest:
-                self._count_in_python(rest, groups, now_ms, window_ms)
+        groups = fastcount.bucket(messages, now_ms, window_ms, native=self.native, on_error=self._on_message_error)
         return self._add_groups(groups)
-
-    def _count_in_python(self, messages: list, groups: dict[tuple[str, int, int], list], now_ms: int, window_ms: int):
-        """The per-message loop in Python: one dict update a message, headers read only when the
-        timestamp is not a CreateTime."""
-        for message in messages:
-            if message.error():
-                self._on_message_error(message)
-                continue
-            kind, when = message.timestamp()
-            if kind == TIMESTAMP_CREATE_TIME and 0 < when <= MAX_AUDIT_TIME_MS:
-                usable = True
-            else:
-                when, usable = audit_time((kind, when), message.headers(), now_ms)
-            key = (message.topic(), message.partition(), when - when % window_ms)
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = [0, 0, 0, {}, 0, 0]  # count, bytes, no_timestamp, latencies, offset, time
-            msg_key = message.key()
-            group[0] += 1
-            group[1] += len(message) + (len(msg_key) if msg_key else 0)
-            if not usable:
-                group[2] += 1
-            latency = latency_floor(now_ms - when) if now_ms > when else 0
-            latencies = group[3]
-            latencies[latency] = latencies.get(latency, 0) + 1
-            offset = message.offset()
-            if offset >= group[4]:  # the native loop may have counted later messages of the group already
-                group[4] = offset
-                group[5] = when
 
     def _add_groups(self, groups: dict[tuple[str, int, int], list]) -> int:
         counted = 0
         by_topic: dict[str, int] = {}
+        batch: dict[tuple[str, int], list] = {}  # partition -> [position before, counted, last offset, time before]
         for (topic, partition, start), (count, size, no_ts, latencies, offset, when) in groups.items():
             self.tally.add_many(
                 topic,
@@ -336,14 +252,39 @@ class ClusterCounter:
             )
             by_topic[topic] = by_topic.get(topic, 0) + count
             progress = self.progress.get((topic, partition))
-            if progress is not None and offset + 1 > progress.position:
-                progress.position = offset + 1
-                progress.last_audit_time_ms = when
+            if progress is not None:
+                seen = batch.get((topic, partition))
+                if seen is None:
+                    seen = batch[(topic, partition)] = [progress.position, 0, -1, progress.last_audit_time_ms]
+                seen[1] += count
+                seen[2] = max(seen[2], offset)
+                if offset + 1 > progress.position:
+                    progress.position = offset + 1
+                    progress.last_audit_time_ms = when
             counted += count
         for topic, count in by_topic.items():
             MESSAGES.labels(self.options.cluster, topic).inc(count)
         self.stats.counted += counted
+        # Offsets passed but not counted (markers, aborted batches, or a retention gap): checked by
+        # `check_retention` once the batch is in, never message by message.
+        for key, (before, n, last, when_before) in batch.items():
+            if last + 1 - before - n > 0:
+                self._skipped[key] = (before, when_before)
         return counted
+
+    def check_retention(self, messages: list) -> int:
+        """Judge the last batch's skipped offsets against the log start offsets (one admin request):
+        offsets deleted before they were read are a retention gap, reported in the status records."""
+        self.retention.close_open(messages)
+        if not self._skipped:
+            return 0
+        skipped, self._skipped = self._skipped, {}
+        return self._check_skips(skips_in_batch(skipped, messages))
+
+    def _check_skips(self, skips: list[Skip]) -> int:
+        found = self.retention.check(skips, lambda keys: self._list_offsets(keys, OffsetSpec.earliest()))
+        self.stats.retention_skipped = self.retention.skipped
+        return found
 
     def _on_message_error(self, message) -> None:
         error = message.error()
@@ -394,6 +335,7 @@ class ClusterCounter:
     def _status_records(self) -> list:
         now_ms = int(time.time() * 1000)
         ends = self._list_offsets(list(self.progress), OffsetSpec.latest())
+        self._pass_deleted(ends)
         positions = {key: progress.position for key, progress in self.progress.items()}
         audit_times = {key: progress.last_audit_time_ms for key, progress in self.progress.items()}
         by_topic, withheld = topic_statuses(positions, ends, audit_times)
@@ -412,9 +354,23 @@ class ClusterCounter:
                 topic=topic,
                 partitions=tuple(partitions),
                 watermark_ms=watermark_ms(partitions, now_ms),
+                retention_gaps=self.retention.of_topic(topic),
             )
             for topic, partitions in by_topic.items()
         ]
+
+    def _pass_deleted(self, ends: dict[tuple[str, int], int]) -> None:
+        """Partitions behind whose next offset retention deleted move to the log start (`seek_past_deleted`)."""
+        behind = [key for key, progress in self.progress.items() if ends.get(key, -1) > progress.position]
+        if not behind:
+            return
+        starts = self._list_offsets(behind, OffsetSpec.earliest())
+        positions = {key: (self.progress[key].position, self.progress[key].last_audit_time_ms) for key in behind}
+        skips = seek_past_deleted(self.consumer, positions, starts)
+        for skip in skips:
+            self.progress[(skip.topic, skip.partition)].position = skip.offsets[0]
+        self.retention.check(skips, lambda _keys: starts)
+        self.stats.retention_skipped = self.retention.skipped
 
     def _list_offsets(self, partitions: list[tuple[str, int]], spec: OffsetSpec) -> dict[tuple[str, int], int]:
         return self.admin.list_offsets(partitions, spec, timeout_s=self.options.client_timeout_s)
@@ -466,10 +422,14 @@ class ClusterCounter:
         Without this a transactional topic shows lag 1 per partition for ever."""
         if not self.progress:
             return
+        skips = []
         for tp in self.consumer.position([TopicPartition(topic, partition) for topic, partition in self.progress]):
             progress = self.progress.get((tp.topic, tp.partition))
             if progress is not None and tp.offset > progress.position:
+                # Its consumer may also have jumped to the log start after a deletion, with no message since.
+                skips.append(Skip(tp.topic, tp.partition, progress.position, (tp.offset,), progress.last_audit_time_ms))
                 progress.position = tp.offset
+        self._check_skips(skips)
 
     def _commit_transaction(self) -> None:
         for attempt in range(3):
@@ -547,6 +507,7 @@ class ClusterCounter:
         if not self._subscribed:
             self._stop.wait(0.5)
         self.count_batch(messages)
+        self.check_retention(messages)
         if time.monotonic() < self._next_flush:
             return False
         self.flush()

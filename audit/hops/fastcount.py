@@ -16,7 +16,9 @@ from typing import Any
 
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, KafkaError, Message
 
-from audit.contract.tally import LATENCY_FLOORS
+from audit.contract.audit_time import audit_time
+from audit.contract.record import MAX_AUDIT_TIME_MS
+from audit.contract.tally import LATENCY_FLOORS, latency_floor
 
 log = logging.getLogger(__name__)
 
@@ -84,3 +86,49 @@ def _load() -> NativeCount | None:
 
 
 native_count: NativeCount | None = _load()
+
+
+def bucket(
+    messages: list, now_ms: int, window_ms: int, *, native: bool = True, on_error: Callable[[Any], None]
+) -> dict[tuple[str, int, int], list]:
+    """Groups of a batch by (topic, partition, window start): [count, bytes, no_timestamp, latencies,
+    last offset, its audit time]; the native loop when built (and `native`), Python for what it hands back."""
+    groups: dict[tuple[str, int, int], list] = {}
+    rest = messages
+    if native and native_count is not None:
+        groups, rest = native_count(messages, now_ms, window_ms, TIMESTAMP_CREATE_TIME, MAX_AUDIT_TIME_MS)
+    if rest:
+        count_in_python(rest, groups, now_ms, window_ms, on_error)
+    return groups
+
+
+def count_in_python(
+    messages: list, groups: dict[tuple[str, int, int], list], now_ms: int, window_ms: int, on_error: Callable
+) -> None:
+    """The per-message loop in Python: one dict update a message, headers read only when the
+    timestamp is not a CreateTime."""
+    for message in messages:
+        if message.error():
+            on_error(message)
+            continue
+        kind, when = message.timestamp()
+        if kind == TIMESTAMP_CREATE_TIME and 0 < when <= MAX_AUDIT_TIME_MS:
+            usable = True
+        else:
+            when, usable = audit_time((kind, when), message.headers(), now_ms)
+        key = (message.topic(), message.partition(), when - when % window_ms)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = [0, 0, 0, {}, 0, 0]  # count, bytes, no_timestamp, latencies, offset, time
+        msg_key = message.key()
+        group[0] += 1
+        group[1] += len(message) + (len(msg_key) if msg_key else 0)
+        if not usable:
+            group[2] += 1
+        latency = latency_floor(now_ms - when) if now_ms > when else 0
+        latencies = group[3]
+        latencies[latency] = latencies.get(latency, 0) + 1
+        offset = message.offset()
+        if offset >= group[4]:  # the native loop may have counted later messages of the group already
+            group[4] = offset
+            group[5] = when

@@ -29,6 +29,7 @@ from audit.contract.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS, count_re
 from audit.contract.tables import BRONZE
 from audit.contract.watermarks import topic_statuses, watermark_ms
 from audit.contract.windows import MS_PER_MINUTE
+from audit.hops.retention import RetentionGaps, Skip
 from audit.io import delta_io
 from audit.io.clients import Admin, client_config, ensure_topics, java_client_options
 
@@ -50,6 +51,11 @@ LAST_PROGRESS = Gauge(
     "kaudit_lake_last_progress_timestamp_seconds",
     "When a micro-batch last landed, or a status found the job caught up (lag 0)",
     ["cluster"],
+)
+RETENTION_SKIPPED = Counter(
+    "kaudit_lake_retention_skipped_offsets_total",
+    "Offsets deleted by retention before the lake job read them (lost for the lake)",
+    ["cluster", "topic", "partition"],
 )
 RESTARTS = Counter("kaudit_lake_restarts_total", "Streams restarted from the checkpoint after a failure", ["cluster"])
 
@@ -74,6 +80,7 @@ class LakeStats:
     rows: int = 0
     lag: int = 0
     restarts: int = 0
+    retention_skipped: int = 0  # offsets deleted before the job read them, each counted once
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     last_audit_time_ms: dict[tuple[str, int], int] = field(default_factory=dict)
 
@@ -115,6 +122,14 @@ class LakeJob:
         self._instance_id = ""
         self._sequence = 0
         self._lock = threading.Lock()
+        self.retention = RetentionGaps(
+            lambda topic, partition, n: RETENTION_SKIPPED.labels(options.cluster, topic, str(partition)).inc(n),
+            cluster=options.cluster,
+        )
+        # What each micro-batch read per partition: batch id -> (topic, partition) -> (rows, first offset,
+        # audit time of the first row, audit time before the batch); checked against Spark's progress.
+        self._read: dict[int, dict[tuple[str, int], tuple[int, int, int, int | None]]] = {}
+        self._checked_batches: set[int] = set()
         config = client_config(settings, options.cluster)
         self._producer = Producer({**config, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
         self._admin = Admin(config)
@@ -182,6 +197,8 @@ class LakeJob:
                 F.sum(size).alias("bytes"),
                 F.sum(F.col("no_timestamp").cast("int")).alias("no_timestamp"),
                 F.max("offset").alias("last_offset"),
+                F.min("offset").alias("first_offset"),
+                F.min("audit_ms").alias("first_audit_ms"),
                 F.max("audit_ms").alias("last_audit_ms"),
                 F.percentile_approx(latency, [0.5, 0.95, 0.99], 1000).alias("latency"),
                 F.max(latency).alias("latency_max"),
@@ -192,7 +209,13 @@ class LakeJob:
 
     def _emit_counts(self, groups: list, batch_id: int) -> None:
         windows: dict[tuple[str, int], dict] = {}
+        read: dict[tuple[str, int], tuple[int, int, int, int | None]] = {}
         for g in groups:
+            key = (g.topic, g.partition)
+            rows, first, first_ms, before_ms = read.get(key, (0, g.first_offset, g.first_audit_ms, None))
+            if key not in read:
+                before_ms = self.stats.last_audit_time_ms.get(key)
+            read[key] = (rows + g["count"], min(first, g.first_offset), min(first_ms, g.first_audit_ms), before_ms)
             start = int(g.window_start.timestamp() * 1000)
             entry = windows.setdefault(
                 (g.topic, start),
@@ -250,6 +273,8 @@ class LakeJob:
                 f"lake job: counts of batch {batch_id} not delivered to {self.options.cluster}'s audit topic "
                 f"({failures[:1] or 'flush timed out'}); Spark replays the batch with the same record ids"
             )
+        with self._lock:
+            self._read[batch_id] = read
         total = sum(entry["count"] for entry in windows.values())
         self.stats.batches += 1
         self.stats.rows += total
@@ -263,8 +288,43 @@ class LakeJob:
 
     # -- status --------------------------------------------------------------------------------
 
+    def check_retention(self, query) -> None:
+        """Spark's Kafka source (failOnDataLoss=false) passes a deleted range with only a warning in its
+        log. Each batch's planned offsets (Spark's progress, from the checkpoint's offset log) are
+        compared with what the batch read: a partition that started reading past its planned start is
+        checked against the log start offset, like the counter's and the replicator's skips."""
+        skips = []
+        for progress in list(query.recentProgress) if query is not None else []:
+            batch_id = progress.get("batchId")
+            if batch_id is None or batch_id in self._checked_batches:
+                continue
+            self._checked_batches.add(batch_id)
+            with self._lock:
+                read = self._read.pop(batch_id, {})
+            for source in progress.get("sources", []):
+                starts, ends = _json(source.get("startOffset")) or {}, _json(source.get("endOffset")) or {}
+                for topic, partitions in ends.items():
+                    for partition, end in partitions.items():
+                        start = (starts.get(topic) or {}).get(partition)
+                        if start is None or int(end) <= int(start):
+                            continue
+                        key = (topic, int(partition))
+                        rows, first, first_ms, before_ms = read.get(key, (0, int(end), None, None))
+                        if first > int(start):
+                            times = (first_ms,) if rows else ()
+                            skips.append(Skip(topic, key[1], int(start), (first,), before_ms, times))
+        if skips:
+            self.retention.check(
+                skips,
+                lambda keys: self._admin.list_offsets(
+                    keys, OffsetSpec.earliest(), timeout_s=self.options.client_timeout_s
+                ),
+            )
+            self.stats.retention_skipped = self.retention.skipped
+
     def emit_status(self, query) -> None:
         """Position, lag and watermark per topic, from the query's progress and the broker's end offsets."""
+        self.check_retention(query)
         positions = dict(self.stats.positions)
         progress = query.lastProgress if query is not None else None
         for source in (progress or {}).get("sources", []):
@@ -301,6 +361,7 @@ class LakeJob:
                 window_minutes=self.settings.window_minutes,
                 partitions=partitions,
                 watermark_ms=watermark_ms(partitions, now_ms),
+                retention_gaps=self.retention.of_topic(topic),
             )
             self._producer.produce(self.settings.audit_topic, key=topic.encode(), value=encode(record))
         self._producer.flush(self.options.client_timeout_s)

@@ -32,6 +32,11 @@ ERRORS = Counter("kaudit_mirror_errors_total", "Delivery and client errors", ["s
 SKIPPED = Counter(
     "kaudit_mirror_cycle_skipped_total", "Messages not copied because the target is on their path", ["source", "target"]
 )
+RETENTION_SKIPPED = Counter(
+    "kaudit_mirror_retention_skipped_offsets_total",
+    "Source offsets deleted by retention before the replicator read them (lost for the target)",
+    ["source", "target", "topic", "partition"],
+)
 DROPPED = Counter(
     "kaudit_mirror_fault_dropped_total",
     "Messages dropped by the fault hook (tests and demo only)",
@@ -72,6 +77,7 @@ class PartitionFlow:
     done: dict = field(default_factory=dict)  # offset -> timestamp, acknowledged out of order (rare)
     last_progress: float = field(default_factory=time.monotonic)
     last_audit_time_ms: int | None = None  # Kafka timestamp of the last message acknowledged in order
+    next_offset: int = -1  # the offset the next message read should have; a message past it skipped some
 
     def acknowledge(self, offset: int, timestamp_ms: int) -> None:
         """Mark one offset done and move the committable position over every done offset before it.
@@ -104,6 +110,7 @@ class MirrorStats:
     stalled: bool = False
     stall_episodes: int = 0
     lag: int = 0
+    retention_skipped: int = 0  # source offsets deleted before they were read, each counted once
 
 
 def provenance(headers) -> list[str]:

@@ -34,6 +34,7 @@ from audit.hops.mirror_state import (
     ERRORS,
     LAG,
     LAST_COMMIT,
+    RETENTION_SKIPPED,
     SERVICE,
     SKIPPED,
     STALLED,
@@ -45,6 +46,7 @@ from audit.hops.mirror_state import (
     provenance,
 )
 from audit.hops.mirror_topics import create_target_topics
+from audit.hops.retention import RetentionGaps, Skip, seek_past_deleted
 from audit.hops.runloop import run_hop
 from audit.io.clients import Admin, check_credentials, ensure_topics, group_caught_up
 
@@ -87,6 +89,13 @@ class Replicator:
         self._copied_metrics: dict[str, Any] = {}  # prometheus_client children, one per topic
         self._next_commit = self._next_status = 0.0  # monotonic seconds; set by run()
         self._quiet = False  # status records paused (only while finishing a run-until-caught-up)
+        self.retention = RetentionGaps(
+            lambda topic, partition, n: RETENTION_SKIPPED.labels(
+                options.source, options.target, topic, str(partition)
+            ).inc(n),
+            source=options.source,
+            target=options.target,
+        )
         for hook in (fault, pause):
             if hook is not None:
                 log.warning("FAULT HOOK ON: this replicator misbehaves on purpose", extra={"fault": hook.describe()})
@@ -191,7 +200,7 @@ class Replicator:
                 # A partition this process copied before the rebalance: resume after what the target
                 # acknowledged, even when the commit in _on_revoke did not land (it can fail mid-rebalance).
                 resume = max(start, self._released.pop((tp.topic, tp.partition), -1))
-                self.flows[(tp.topic, tp.partition)] = PartitionFlow(committed=start, acked=resume)
+                self.flows[(tp.topic, tp.partition)] = PartitionFlow(committed=start, acked=resume, next_offset=resume)
                 starts.append(TopicPartition(tp.topic, tp.partition, resume))
         consumer.assign(starts)
 
@@ -213,13 +222,39 @@ class Replicator:
     # -- copying -------------------------------------------------------------------------------
 
     def copy_batch(self, messages: list) -> None:
+        skips: list[Skip] = []
+        try:
+            self._copy(messages, skips)
+        finally:  # offsets skipped on the way (markers, or a retention gap): one log start request a batch
+            self.retention.close_open(messages)
+            if skips:
+                self.retention.check(skips, lambda keys: self._list_offsets(keys, OffsetSpec.earliest()))
+                self.stats.retention_skipped = self.retention.skipped
+
+    def _copy(self, messages: list, skips: list[Skip]) -> None:
         source, target = self.options.source, self.options.target
+        flows = self.flows
         for message in messages:
             if message.error():
                 if message.error().code() != KafkaError._PARTITION_EOF:
                     log.warning("consume error", extra={"source": source, "error": message.error().str()})
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
+            flow = flows.get((topic, partition))
+            if flow is not None:
+                if offset != flow.next_offset:
+                    if offset > flow.next_offset >= 0:
+                        skips.append(
+                            Skip(
+                                topic,
+                                partition,
+                                flow.next_offset,
+                                (offset,),
+                                flow.last_audit_time_ms,
+                                (message.timestamp()[1],),
+                            )
+                        )
+                flow.next_offset = offset + 1
             headers = message.headers() or []
             path = provenance(headers)
             if target in path or (self.fault is not None and self.fault.should_drop(topic, message.timestamp()[1])):
@@ -332,11 +367,19 @@ class Replicator:
         if not idle:
             return
         positions = self._consumer.position(idle)
+        skips = []
         with self._lock:
             for tp in positions:
                 flow = self.flows.get((tp.topic, tp.partition))
                 if flow is not None and not flow.sent and tp.offset > flow.acked:
                     flow.acked = tp.offset
+                if flow is not None and not flow.sent and tp.offset > flow.next_offset >= 0:
+                    # Its consumer may also have jumped to the log start after a deletion, with no message since.
+                    skips.append(Skip(tp.topic, tp.partition, flow.next_offset, (tp.offset,), flow.last_audit_time_ms))
+                    flow.next_offset = tp.offset
+        if skips:
+            self.retention.check(skips, lambda keys: self._list_offsets(keys, OffsetSpec.earliest()))
+            self.stats.retention_skipped = self.retention.skipped
 
     def commit(self) -> None:
         """Commit, per source partition, the position before which the target acknowledged everything."""
@@ -366,6 +409,7 @@ class Replicator:
         """Lag per partition; a stall is lag > 0 with nothing acknowledged for stall_after_s."""
         self._read_past_markers()
         ends = self._list_offsets(list(self.flows), OffsetSpec.latest())
+        self._pass_deleted(ends)
         now = time.monotonic()
         with self._lock:
             lags, stalled = lags_and_stall(self.flows, ends, now, self.options.stall_after_s)
@@ -387,6 +431,24 @@ class Replicator:
         self.stats.stalled = stalled
         STALLED.labels(*self._labels).set(1 if stalled else 0)
         return lags
+
+    def _pass_deleted(self, ends: dict[tuple[str, int], int]) -> None:
+        """Idle partitions behind whose next offset retention deleted move to the log start (`seek_past_deleted`)."""
+        with self._lock:
+            behind = [key for key, flow in self.flows.items() if not flow.sent and ends.get(key, -1) > flow.acked]
+        if not behind:
+            return
+        starts = self._list_offsets(behind, OffsetSpec.earliest())
+        with self._lock:
+            idle = {key: flow for key in behind if (flow := self.flows.get(key)) is not None and not flow.sent}
+            positions = {key: (max(f.acked, f.next_offset), f.last_audit_time_ms) for key, f in idle.items()}
+            skips = seek_past_deleted(self._consumer, positions, starts)
+            for skip in skips:
+                idle[(skip.topic, skip.partition)].acked = idle[(skip.topic, skip.partition)].next_offset = (
+                    skip.offsets[0]
+                )
+        self.retention.check(skips, lambda _keys: starts)
+        self.stats.retention_skipped = self.retention.skipped
 
     def emit_status(self, lags: dict[tuple[str, int], int]) -> None:
         """One status record per topic (tier = the target) into the source's audit topic."""
@@ -414,6 +476,7 @@ class Replicator:
                 partitions=partitions,
                 watermark_ms=watermark_ms(partitions, now_ms),
                 stalled=self.stats.stalled,
+                retention_gaps=self.retention.of_topic(topic),
                 emitted_at_ms=now_ms,
             )
             self._status_producer.produce(self.options.audit_topic, key=topic.encode(), value=encode(record))
