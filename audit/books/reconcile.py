@@ -112,7 +112,9 @@ def check_messages(messages, checker: RecordChecker):
     )
 
 
-def store_records_and_rejects(spark: SparkSession, settings: Settings, checked, report: ReconcileReport):
+def store_records_and_rejects(
+    spark: SparkSession, settings: Settings, checked, report: ReconcileReport, step: _Steps | None = None
+):
     """Insert new records (once per record_id) and rejects (once per audit-topic offset).
 
     Returns every valid record read, not only the new ones: the updates after this step must see the
@@ -121,8 +123,11 @@ def store_records_and_rejects(spark: SparkSession, settings: Settings, checked, 
     """
     from pyspark.sql import functions as F
 
+    step = step or _Steps()
     checked = checked.localCheckpoint()  # the Python check runs once; records and rejects both come from it
+    step.done("records read and checked")
     store_retention_gaps(spark, settings, checked)
+    step.done("retention gaps")
     rejects = checked.where(F.col("reason").isNotNull()).withColumn("date", F.to_date("ingested_at"))
     records = (
         checked.where(F.col("reason").isNull())
@@ -139,6 +144,7 @@ def store_records_and_rejects(spark: SparkSession, settings: Settings, checked, 
     new_records = records.join(existing, ["record_id", "date"], "left_anti").localCheckpoint()
     report.records = new_records.count()
     report.rejects = rejects.count()
+    step.done("records deduplicated", records=report.records, rejects=report.rejects)
     delta_io.insert_new(spark, settings.lake_root, AUDIT_RECORDS, new_records)
     if report.rejects:
         delta_io.insert_new(spark, settings.lake_root, AUDIT_REJECTS, rejects, prune=False)
@@ -186,6 +192,7 @@ def read_and_store(
             RETENTION_GAPS.name,
         ),
     )
+    step.done("tables ready")
     sources = audit_sources(settings, stored_offsets(spark, settings), unreachable=report.unreachable)
     store_cluster_reads(spark, settings, report.unreachable, now_ms)
     report.read = sum(source.pending for source in sources)
@@ -194,8 +201,8 @@ def read_and_store(
     if messages is None:
         return sources, None
     checked = check_messages(messages, RecordChecker.from_settings(settings, now_ms))
-    records = store_records_and_rejects(spark, settings, checked, report)
-    step.done("records checked and stored", records=report.records, rejects=report.rejects)
+    records = store_records_and_rejects(spark, settings, checked, report, step)
+    step.done("records stored", records=report.records, rejects=report.rejects)
     return sources, records
 
 
@@ -217,6 +224,7 @@ def reconcile(spark: SparkSession, settings: Settings, *, now_ms: int | None = N
     report.windows = update_completeness(spark, settings, touched, now_ms=now_ms)
     step.done("completeness", windows=report.windows)
     store_offsets(spark, settings, sources)
+    step.done("offsets stored")
     report.seconds = time.monotonic() - began
     log.info(
         "reconciled",
