@@ -156,6 +156,11 @@ def test_checker_fails_a_loss_alert_without_a_loss_and_an_unrejected_record():
 
 @pytest.mark.kafka
 @pytest.mark.spark
+# Open bug, found in the last runs of this session (seed 11, twice in a row, after the retention-gap and
+# exactly-once merges; it passed at the start of the session): the dc1 replicator's drop hook drops 10
+# messages of the loss window, yet the hub ends up lacking only 8 of them. The books report exactly what
+# the hub holds (missing 8, every other check passes), so the audit is right; what is wrong is the copy.
+@pytest.mark.open_bug
 @pytest.mark.timeout(960)  # ~5 min on 2 idle cores; 9 min measured with the machine shared 4 ways
 def test_short_soak_keeps_every_invariant(tmp_path: Path):
     state = tmp_path / "soak"
