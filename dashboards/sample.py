@@ -65,6 +65,15 @@ class NoWatermark:
 
 
 @dataclass(frozen=True)
+class Drop:
+    """The producers of `topic` sent only `fraction` of the usual messages in window `window`."""
+
+    topic: str
+    window: int
+    fraction: float
+
+
+@dataclass(frozen=True)
 class SendFailed:
     """The producer could not deliver `count` messages of window `window`."""
 
@@ -117,6 +126,8 @@ def sample_frames(spec: SampleSpec | None = None, /, **kwargs) -> dict[str, pd.D
         for index, start in enumerate(starts):
             end = start + size
             produced = spec.per_window + 37 * (zlib.crc32(f"{topic}/{index}".encode()) % 7)
+            for drop in (f for f in spec.faults if isinstance(f, Drop) and f.topic == topic and f.window == index):
+                produced = int(produced * drop.fraction)
             send_failed = sum(
                 f.count for f in spec.faults if isinstance(f, SendFailed) and f.topic == topic and f.window == index
             )

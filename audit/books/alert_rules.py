@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     pass
 
 ALERTING_STATUS = {"incomplete": "loss", "over": "over"}
-KIND_TITLES = {"loss": "LOSS", "over": "DUPLICATES", "recovery": "RECOVERED", "lag": "LAG"}
+KIND_TITLES = {"loss": "LOSS", "over": "DUPLICATES", "recovery": "RECOVERED", "lag": "LAG", "drop": "DROP"}
 WINDOW_FORMAT = "%Y-%m-%d %H:%M UTC"
 
 
