@@ -186,7 +186,10 @@ def run_alerts(
         ]
     tier_status = read_frame(lake, "tier_status")
     tier_counts = read_frame(
-        lake, "tier_counts", since=since, columns=["origin_cluster", "topic", "window_start", "tier", "send_failed"]
+        lake,
+        "tier_counts",
+        since=since,
+        columns=["origin_cluster", "topic", "window_start", "tier", "send_failed", "by_partition"],
     )
     retention_gaps = read_frame(lake, "retention_gaps")
     log_frame = read_log(lake)

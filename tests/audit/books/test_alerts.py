@@ -14,6 +14,7 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from audit.books.alerts import Alert, alert_id, lag_alerts, read_log, run_alerts, subject
+from audit.io.lake_read import read_frame
 from audit.settings import AlertRoute, AlertSettings, Settings, SmtpSettings
 from dashboards.sample import (
     Drop,
@@ -131,6 +132,28 @@ def test_a_seeded_loss_sends_exactly_one_email_with_the_windows_and_a_link(tmp_p
     assert set(log["attempts"]) == {1} and log["sent_at"].notna().all()
     assert run_alerts(settings, now=NOW).new == 0
     assert len(inbox.messages) == 1
+
+
+def test_the_loss_email_names_the_partitions_that_lost_messages_beside_the_hop(tmp_path, smtp_server):
+    _controller, inbox, port = smtp_server
+    settings = settings_for(tmp_path, port)
+    seed(settings, Loss("orders", "aggregate", 3, 40, partition=2), Loss("orders", "aggregate", 3, 5, partition=0))
+    counts = read_frame(settings.lake_root, "tier_counts").query("topic == 'orders' and tier == 'aggregate'")
+    lost = counts[counts["window_start"] == pd.Timestamp(window_starts(NOW, 12, 10)[3])]
+    assert dict(lost["by_partition"].iloc[0]) == {0: 353, 1: 358, 2: 318}  # as the hops report by default
+
+    run_alerts(settings, now=NOW)
+
+    [message] = inbox.messages
+    text, html = body(message, "plain"), body(message, "html")
+    for tier in ("aggregate", "lake"):
+        assert f"tier: {tier} | window: 2025-03-04 10:40 UTC" in text
+        assert f"aggregate is short; {tier} misses 40 in partition 2, 5 in partition 0" in text
+        assert f"{tier} misses 40 in partition 2, 5 in partition 0" in html
+    assert "lost between dc1 -> aggregate (the replicator)" in text and "partition 1" not in text
+    causes = read_log(settings.lake_root).set_index("tier")["cause"]
+    assert causes["aggregate"].startswith("lost between dc1 -> aggregate (the replicator): ")
+    assert causes["aggregate"].endswith("aggregate misses 40 in partition 2, 5 in partition 0")
 
 
 def test_a_lagging_tier_gets_no_loss_email_and_one_lag_email(tmp_path, smtp_server):
