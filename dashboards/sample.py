@@ -376,7 +376,8 @@ def bulk_completeness(
 
 
 DEMO_FAULTS = (
-    Loss("orders", "aggregate", 8, 40),
+    Loss("orders", "aggregate", 8, 28, partition=2),
+    Loss("orders", "aggregate", 8, 12, partition=0),
     Loss("orders", "lake", 20, 12),
     Duplicate("payments", "lake", 14, 9),
     Lagging("clicks", "lake", behind_minutes=45, lag=5200),
