@@ -207,7 +207,8 @@ def test_the_completeness_graph_shades_the_windows_not_final_yet(frames):
 
 def test_the_window_rows_name_the_partitions_each_tier_is_short_in(frames):
     window = frames["completeness"]["window_start"].drop_duplicates().sort_values().iloc[3]
-    rows = frames["completeness"].query("topic == 'orders' and window_start == @window")
+    completeness = frames["completeness"]
+    rows = completeness[(completeness["topic"] == "orders") & (completeness["window_start"] == window)]
     shown = with_partition_losses(rows, frames["tier_counts"]).set_index("tier")["missing_by_partition"]
     assert shown.to_dict() == {
         "producer": "",
