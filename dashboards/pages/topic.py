@@ -9,7 +9,7 @@ from dash import Input, Output, State, callback, dcc, html
 
 from dashboards import figures, ids
 from dashboards.app import context, href
-from dashboards.data import latest_window, parse_time, time_range, topic_rows
+from dashboards.data import latest_window, parse_time, time_range, topic_rows, with_partition_losses
 from dashboards.pages.controls import range_and_search, table
 
 WINDOW_COLUMNS = [
@@ -19,6 +19,7 @@ WINDOW_COLUMNS = [
     "expected",
     "observed",
     "missing",
+    "missing_by_partition",
     "duplicated",
     "completeness_pct",
     "tier_watermark",
@@ -56,6 +57,7 @@ def layout(
 ) -> html.Div:
     topic, topics, selected, rows, counts = load(topic, range, window)
     in_window = rows[rows["window_start"] == selected] if selected is not None and not rows.empty else rows.iloc[0:0]
+    in_window = with_partition_losses(in_window, counts)
     return html.Div(
         [
             html.H2(f"Topic {topic or '(none)'}"),

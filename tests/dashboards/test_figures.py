@@ -20,6 +20,7 @@ from dashboards.data import (
     overview_data,
     tier_health,
     time_range,
+    with_partition_losses,
 )
 from dashboards.sample import (
     Duplicate,
@@ -202,3 +203,16 @@ def test_the_completeness_graph_shades_the_windows_not_final_yet(frames):
     open_windows = rows.groupby("window_start")["final"].all()
     assert len(shaded) == int((~open_windows).sum()) >= 5
     assert {pd.Timestamp(x) for x in shaded} == {pd.Timestamp(w) for w in open_windows.index[~open_windows]}
+
+
+def test_the_window_rows_name_the_partitions_each_tier_is_short_in(frames):
+    window = frames["completeness"]["window_start"].drop_duplicates().sort_values().iloc[3]
+    completeness = frames["completeness"]
+    rows = completeness[(completeness["topic"] == "orders") & (completeness["window_start"] == window)]
+    shown = with_partition_losses(rows, frames["tier_counts"]).set_index("tier")["missing_by_partition"]
+    assert shown.to_dict() == {
+        "producer": "",
+        "dc1": "",
+        "aggregate": "40 in partition 0",
+        "lake": "40 in partition 0",
+    }
