@@ -410,6 +410,30 @@ def table_path(lake_path: str | Path, name: str) -> str:
     return f"{str(lake_path).rstrip('/')}/{name}"
 
 
+# The analyst's pattern for lake queries, documented in docs/tables.md (and used by notebooks/).
+COMPLETE_WINDOWS_SQL = """## Reading only complete windows
+
+`completeness_watermarks.complete_through` is the end of the last window up to which every window of a
+topic is final and complete at a tier. A query of the lake's `bronze` table restricted to the windows
+before it reads only data the books have closed: no window still in flight, none with a known loss or
+duplicates. With the default prefix naming the lake's topic is the logical topic (`dc1.orders`):
+
+```sql
+SELECT b.*
+FROM bronze AS b
+JOIN completeness_watermarks AS w
+  ON w.logical_topic = b.topic AND w.tier = 'lake'
+WHERE b.window_start < w.complete_through        -- windows are aligned: the whole window is before it
+  AND b.date <= to_date(w.complete_through)      -- lets Delta skip the newer date partitions
+```
+
+A topic without a row, or with `complete_through` null, has no closed window yet: the inner join leaves
+it out. `first_open_window` and `first_open_status` say what holds the watermark back. In Python,
+`audit.books.complete_through.complete_through(spark, "dc1.orders", "lake")` returns the same time.
+A window that changes after it was final (late counts, a replay, a recount) is recorded in
+`restatements` and moves the watermark back if it is no longer complete."""
+
+
 def markdown() -> str:
     """docs/tables.md: every table analysts read, its key, partitioning and columns."""
     lines = [
@@ -439,6 +463,7 @@ def markdown() -> str:
         ]
         lines += [f"| `{c.name}` | {c.type.replace('|', '/')} | {c.doc.replace('|', '/')} |" for c in table.columns]
         lines.append("")
+    lines += COMPLETE_WINDOWS_SQL.splitlines() + [""]
     from audit.contract import completeness
 
     rules = completeness.__doc__.split("The rules, in order (see docs/tables.md):")[1].strip()
