@@ -62,9 +62,9 @@ def test_watermark_cases(verdicts, through, first_open):
         assert (mark.first_open_window, mark.first_open_status) == (T0 + first_open[0] * SIZE, first_open[1])
 
 
-verdict_lists = st.lists(
-    st.tuples(st.sampled_from(STATUSES), st.booleans()), min_size=1, max_size=30
-).map(lambda pairs: [(i, status, final) for i, (status, final) in enumerate(pairs)])
+verdict_lists = st.lists(st.tuples(st.sampled_from(STATUSES), st.booleans()), min_size=1, max_size=30).map(
+    lambda pairs: [(i, status, final) for i, (status, final) in enumerate(pairs)]
+)
 
 
 @given(verdict_lists, st.randoms(use_true_random=False))
