@@ -88,6 +88,8 @@ INTROS = {
     "over": "These windows are final and hold more messages than the reference tier (duplicates):",
     "recovery": "These windows, alerted on before, are complete now:",
     "lag": "These tiers are behind (their windows are not final yet, so no loss is reported for them):",
+    "restated": "These windows, alerted on before, changed again after they were final (late counts, a replay "
+    "or a recount):",
 }
 
 

@@ -38,6 +38,7 @@ from audit.books.alert_rules import (
     alert_id,
     lag_alerts,
     recovery_alerts,
+    restatement_alerts,
     window_alerts,
     window_key,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "lag_alerts",
     "read_log",
     "recovery_alerts",
+    "restatement_alerts",
     "run_alerts",
     "subject",
     "upsert_log",
@@ -177,6 +179,7 @@ def run_alerts(
             retention_gaps=retention_gaps,
         ),
         *recovery_alerts(completeness, log_frame),
+        *restatement_alerts(read_frame(lake, "restatements", since=since), log_frame),
         *lag_alerts(
             tier_status,
             now=now,

@@ -221,14 +221,14 @@ ALERTS = Table(
         _c(
             "alert_id",
             "STRING",
-            "sha256 of kind, origin_cluster, topic, window_start, tier and status: a rerun "
-            "finds the same id and sends nothing new",
+            "sha256 of kind, origin_cluster, topic, window_start, tier and status (restated alerts: and "
+            "the cause, which names the restatement): a rerun finds the same id and sends nothing new",
         ),
-        _c("kind", "STRING", "loss | over | recovery | lag"),
+        _c("kind", "STRING", "loss | over | recovery | lag | restated"),
         *LOGICAL_TOPIC,
         _c("window_start", "TIMESTAMP", "the window alerted on (lag: the window holding the tier's watermark)"),
         _c("tier", "STRING", "tier the alert is about"),
-        _c("status", "STRING", "the completeness status alerted on (lag alerts: lagging)"),
+        _c("status", "STRING", "the completeness status alerted on (lag alerts: lagging; restated: the status after)"),
         _c("expected", "BIGINT", "the reference tier's count"),
         _c("observed", "BIGINT", "the tier's count"),
         _c("missing", "BIGINT", "messages short"),
