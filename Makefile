@@ -83,7 +83,7 @@ test-fast: $(VENV)/.installed $(NATIVE) ## the tests that need no broker, Spark 
 	$(VENV)/bin/pytest -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
 .PHONY: test-open-bugs
-test-open-bugs: setup ## run only the tests that expose known open bugs (marked open_bug: the short soak, see tests/audit/local/test_soak.py)
+test-open-bugs: setup ## run only the tests that expose known open bugs (marked open_bug; none today)
 	$(VENV)/bin/pytest -m open_bug $(PYTEST_ARGS)
 
 .PHONY: fuzz

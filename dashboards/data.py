@@ -17,6 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from audit.books.loss_partitions import describe, partition_losses
 from audit.io.lake_read import read_arrow, table_version
 
 STATUS_RANK = {"complete": 1, "pending": 2, "lagging": 3, "over": 4, "incomplete": 5}
@@ -308,6 +309,14 @@ def topic_rows(frame: pd.DataFrame, logical_topic: str, window: TimeRange) -> pd
     ]
     sort = ["window_start", "tier_order"] if "tier_order" in rows else ["window_start", "tier"]
     return rows.sort_values(sort)
+
+
+def with_partition_losses(rows: pd.DataFrame, counts: pd.DataFrame) -> pd.DataFrame:
+    """Completeness `rows` with `missing_by_partition`: how many messages each partition a tier is short in
+    lacks against the reference tier (`40 in partition 2, 5 in partition 0`), from the tier counts."""
+    return rows.assign(
+        missing_by_partition=[describe(partition_losses(counts, row)) for row in rows.itertuples(index=False)]
+    )
 
 
 def restated_changes(restatements: pd.DataFrame) -> pd.DataFrame:

@@ -28,22 +28,24 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 @dataclass(frozen=True)
 class Loss:
-    """`count` messages of window `window` (index from the oldest) lost on the way into `tier`."""
+    """`count` messages of window `window` (index from the oldest) lost on the way into `tier`, in `partition`."""
 
     topic: str
     tier: str
     window: int
     count: int
+    partition: int = 0
 
 
 @dataclass(frozen=True)
 class Duplicate:
-    """`count` messages of window `window` delivered twice into `tier` (and the tiers after it)."""
+    """`count` messages of window `window` delivered twice into `tier` (and the tiers after it), in `partition`."""
 
     topic: str
     tier: str
     window: int
     count: int
+    partition: int = 0
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,15 @@ class NoWatermark:
 
     topic: str
     tier: str
+
+
+@dataclass(frozen=True)
+class Drop:
+    """The producers of `topic` sent only `fraction` of the usual messages in window `window`."""
+
+    topic: str
+    window: int
+    fraction: float
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,7 @@ class SampleSpec:
     window_minutes: int = 10
     grace_s: float = 300.0
     per_window: int = 1000
+    partitions: int = 3
     threshold_pct: float = 100.0
     faults: Sequence[object] = field(default_factory=list)
 
@@ -130,23 +142,22 @@ def sample_frames(spec: SampleSpec | None = None, /, **kwargs) -> dict[str, pd.D
         for index, start in enumerate(starts):
             end = start + size
             produced = spec.per_window + 37 * (zlib.crc32(f"{topic}/{index}".encode()) % 7)
+            for drop in (f for f in spec.faults if isinstance(f, Drop) and f.topic == topic and f.window == index):
+                produced = int(produced * drop.fraction)
             send_failed = sum(
                 f.count for f in spec.faults if isinstance(f, SendFailed) and f.topic == topic and f.window == index
             )
-            seen = produced
+            parts = [produced // spec.partitions + (p < produced % spec.partitions) for p in range(spec.partitions)]
             expected = None
             for order, tier in enumerate(spec.tiers):
-                lost = sum(
-                    f.count
-                    for f in spec.faults
-                    if isinstance(f, Loss) and f.topic == topic and f.tier == tier and f.window == index
-                )
-                doubled = sum(
-                    f.count
-                    for f in spec.faults
-                    if isinstance(f, Duplicate) and f.topic == topic and f.tier == tier and f.window == index
-                )
-                seen = seen - lost + doubled
+                for fault in spec.faults:
+                    if isinstance(fault, (Loss, Duplicate)) and (fault.topic, fault.tier, fault.window) == (
+                        topic,
+                        tier,
+                        index,
+                    ):
+                        parts[fault.partition] += fault.count if isinstance(fault, Duplicate) else -fault.count
+                seen = sum(parts)
                 watermark = watermarks[tier]
                 final = watermark >= end + grace
                 observed = seen
@@ -164,7 +175,7 @@ def sample_frames(spec: SampleSpec | None = None, /, **kwargs) -> dict[str, pd.D
                         bytes=observed * 120,
                         send_failed=send_failed if tier == reference else 0,
                         no_timestamp=0,
-                        by_partition=None,
+                        by_partition=dict(enumerate(parts)) if observed == seen else None,
                         records=3,
                         latency_p99_ms=float(40 + 25 * order + (index % 3) * 5),
                         latency_max_ms=float(90 + 40 * order),
@@ -424,7 +435,8 @@ def bulk_completeness(
 
 
 DEMO_FAULTS = (
-    Loss("orders", "aggregate", 8, 40),
+    Loss("orders", "aggregate", 8, 28, partition=2),
+    Loss("orders", "aggregate", 8, 12, partition=0),
     Loss("orders", "lake", 20, 12),
     Duplicate("payments", "lake", 14, 9),
     Lagging("clicks", "lake", behind_minutes=45, lag=5200),

@@ -19,7 +19,7 @@ def recent_now() -> datetime:
 
 
 NOW = recent_now()
-LOSS_WINDOW = window_starts(NOW, 24, 10)[8]  # Loss("orders", "aggregate", 8, 40) of DEMO_FAULTS
+LOSS_WINDOW = window_starts(NOW, 24, 10)[8]  # DEMO_FAULTS: 40 of dc1.orders lost into aggregate
 PAGES = {
     "overview": "/?range=6h",
     "topic": f"/topic?topic=dc1.orders&window={LOSS_WINDOW:%Y-%m-%dT%H:%M}Z&range=6h",

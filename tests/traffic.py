@@ -1,9 +1,11 @@
 """Traffic from clients kafka-audit did not write, for the tests: transactional producers that commit
 and abort (the way Kafka Streams and Flink exactly-once write), and plain ones. Each returns what a
-`read_committed` consumer can read: the expected count per (topic, window start ms)."""
+`read_committed` consumer can read: the expected count per (topic, window start ms). And a steady
+background producer for tests that kill things while traffic flows."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -51,3 +53,40 @@ def produce_transactions(
 
 # Committed, aborted, committed, and an aborted batch last: the tail of every partition is an abort marker.
 MIXED = ((40, True), (25, False), (30, True), (20, False))
+
+
+class SteadyProducer:
+    """Writes b"<prefix><sequence>" round-robin over `partitions` partitions of `topic`, about `rate` a
+    second, from a thread until the block ends: idempotent (no duplicates at the source) and riding out
+    a broker's absence (no delivery timeout). On exit it waits up to `flush_s` for the last acknowledgements."""
+
+    def __init__(
+        self, bootstrap: str, topic: str, *, partitions: int, rate: int, prefix: bytes = b"", flush_s: float = 120
+    ) -> None:
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "message.timeout.ms": 0}
+        )
+        self.topic, self.partitions, self.rate, self.prefix, self.flush_s = topic, partitions, rate, prefix, flush_s
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        sequence = 0
+        while not self.stopping.is_set():
+            for _ in range(max(1, self.rate // 20)):
+                try:
+                    value = self.prefix + b"%d" % sequence
+                    self.producer.produce(self.topic, value=value, partition=sequence % self.partitions)
+                    sequence += 1
+                except BufferError:
+                    break
+            self.producer.poll(0.05)
+
+    def __enter__(self) -> SteadyProducer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.stopping.set()
+        self.thread.join(10)
+        self.producer.flush(self.flush_s)

@@ -41,7 +41,7 @@ def deep_link(ui_url: str, alert: Alert) -> str:
 
 
 def _worst(alerts: Sequence[Alert]) -> Alert:
-    if alerts[0].kind == "loss":
+    if alerts[0].kind in ("loss", "drop"):
         return min(alerts, key=lambda a: a.completeness_pct if a.completeness_pct is not None else 100.0)
     if alerts[0].kind == "over":
         return max(alerts, key=lambda a: a.completeness_pct or 0.0)
@@ -56,6 +56,8 @@ def subject(alerts: Sequence[Alert]) -> str:
         text = f"{where}: {worst.cause.split(';')[0]}"
     else:
         pct = f"{worst.completeness_pct:.2f}%" if worst.completeness_pct is not None else "n/a"
+        if worst.kind == "drop":
+            pct += " of the usual traffic"
         text = f"{where}: {pct} in {pd.Timestamp(worst.window_start).strftime(WINDOW_FORMAT)}"
     more = f" (+{len(alerts) - 1} more)" if len(alerts) > 1 else ""
     return f"[kaudit] {KIND_TITLES[worst.kind]} {text}{more}"
@@ -90,6 +92,9 @@ INTROS = {
     "lag": "These tiers are behind (their windows are not final yet, so no loss is reported for them):",
     "restated": "These windows, alerted on before, changed again after they were final (late counts, a replay "
     "or a recount):",
+    "drop": "These final windows hold far fewer messages than the same time of day usually does: traffic "
+    "dropped before the first counting point, which completeness cannot show (100 % of nothing is 100 %). "
+    "expected is the median of the same time of day over the previous days, observed the window's count:",
 }
 
 

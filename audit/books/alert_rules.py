@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from audit.books.loss_partitions import describe, partition_losses
 from audit.contract.names import LAKE_TIER
 from audit.contract.retention import union_skipped
 
@@ -20,7 +21,14 @@ if TYPE_CHECKING:
     pass
 
 ALERTING_STATUS = {"incomplete": "loss", "over": "over"}
-KIND_TITLES = {"loss": "LOSS", "over": "DUPLICATES", "recovery": "RECOVERED", "lag": "LAG", "restated": "RESTATED"}
+KIND_TITLES = {
+    "loss": "LOSS",
+    "over": "DUPLICATES",
+    "recovery": "RECOVERED",
+    "lag": "LAG",
+    "drop": "DROP",
+    "restated": "RESTATED",
+}
 RESTATED = "restated"
 WINDOW_FORMAT = "%Y-%m-%d %H:%M UTC"
 
@@ -308,8 +316,10 @@ def likely_cause(
                 else "the replicator"
             )
         )
+        where = describe(partition_losses(tier_counts, row))
         causes.append(
             f"lost between {hop} ({what}): {previous} counted {as_int(row.expected) or 0:,}, {first_bad} is short"
+            + (f"; {row.tier} misses {where}" if where else "")
         )
     else:
         causes.append(

@@ -1,9 +1,11 @@
-"""Email alerts: a final window below its threshold or over, its recovery, a tier falling behind.
+"""Email alerts: a final window below its threshold or over, its recovery, a tier falling behind, a drop.
 
 One run (`run_alerts`, `kaudit alert`, or the reconciliation's continuous mode after each pass):
   1. read completeness, tier_status and tier_counts (deltalake, no JVM) and the `alerts` log;
   2. decide the alerts (pure functions below): loss/over for windows FINAL for the tier, recovery for
-     a window alerted on that is now complete, lag for a tier whose watermark is too old;
+     a window alerted on that is now complete, lag for a tier whose watermark is too old, drop for a final
+     window whose reference count fell far below that time of day's usual (traffic_drops.py), restated
+     for a window that flips between complete and incomplete again after its alert (`restatements`);
   3. record every new alert as `pending` in the log BEFORE sending (so a crash or an SMTP outage loses
      nothing), keyed by a deterministic id so a rerun finds it and never records it twice;
   4. send one email per (kind, recipients) holding all its pending alerts, retried with backoff;
@@ -42,6 +44,8 @@ from audit.books.alert_rules import (
     window_alerts,
     window_key,
 )
+from audit.books.traffic_drops import COLUMNS as DROP_COLUMNS
+from audit.books.traffic_drops import DropRule, drop_alerts
 
 # The alerts' public surface: the run and its log here, the rules and the emails re-exported.
 __all__ = [
@@ -52,6 +56,7 @@ __all__ = [
     "alert_id",
     "compose",
     "deep_link",
+    "drop_alerts",
     "lag_alerts",
     "read_log",
     "recovery_alerts",
@@ -141,6 +146,27 @@ def upsert_log(lake_root: str, rows: pd.DataFrame | list[dict]) -> None:
     )
 
 
+def _drops(settings: Settings, tier_status: pd.DataFrame, *, now: datetime, since: datetime) -> list[Alert]:
+    """Traffic-drop alerts of the windows since `since`, judged against the days of history before them."""
+    config = settings.alerts
+    history = read_frame(
+        settings.lake_root,
+        "completeness",
+        since=(since - timedelta(days=config.drop_history_days)).date(),
+        columns=DROP_COLUMNS,
+    )
+    return drop_alerts(
+        history,
+        tier_status,
+        now=now,
+        since=since,
+        rule=DropRule(fraction=config.drop_fraction, history_days=config.drop_history_days),
+        watched=config.drops_watched,
+        window_minutes=settings.window_minutes,
+        grace_s=settings.grace_s,
+    )
+
+
 def _alert_of(row) -> Alert:
     return Alert.of_row(row, kind=row.kind, status=row.status, cause=row.cause or "")
 
@@ -163,7 +189,10 @@ def run_alerts(
         ]
     tier_status = read_frame(lake, "tier_status")
     tier_counts = read_frame(
-        lake, "tier_counts", since=since, columns=["origin_cluster", "topic", "window_start", "tier", "send_failed"]
+        lake,
+        "tier_counts",
+        since=since,
+        columns=["origin_cluster", "topic", "window_start", "tier", "send_failed", "by_partition"],
     )
     retention_gaps = read_frame(lake, "retention_gaps")
     log_frame = read_log(lake)
@@ -187,6 +216,7 @@ def run_alerts(
             window_minutes=settings.window_minutes,
             reference_tier=settings.reference_tier,
         ),
+        *_drops(settings, tier_status, now=now, since=now - timedelta(hours=config.lookback_hours)),
     ]
     known = set(log_frame["alert_id"]) if not log_frame.empty else set()
     new = list({a.alert_id: a for a in candidates if a.alert_id not in known}.values())

@@ -21,11 +21,13 @@ log = logging.getLogger(__name__)
 def add_command(commands) -> None:
     parser = commands.add_parser(
         "alert",
-        help="email alerts for final windows below their threshold or over, recoveries and lagging tiers",
+        help="email alerts for final windows below their threshold or over, recoveries, lagging tiers and traffic drops",
         description="Reads the completeness, tier_status and tier_counts Delta tables under the lake root and "
         "emails (through [smtp]) every window that is FINAL for a tier and incomplete or over, a recovery when "
         "such a window later becomes complete, and a lag alert when a tier's watermark is more than "
-        "alerts.lag_minutes behind. Recipients come from [[alerts.routes]] by topic, else "
+        "alerts.lag_minutes behind, and a drop alert when a final window's reference count falls below "
+        "alerts.drop_fraction of the median of the same time of day over the previous alerts.drop_history_days "
+        "days. Recipients come from [[alerts.routes]] by topic, else "
         "alerts.default_recipients. Every alert is logged in the `alerts` table first, so it is never sent "
         "twice and stays pending while SMTP is down. Exit code 3 when alerts were left pending or failed.",
     )

@@ -27,21 +27,25 @@ COMPLETE, INCOMPLETE, OVER, LAGGING, PENDING = "complete", "incomplete", "over",
 DEFAULT_THRESHOLD_PCT = 100.0
 
 
+def partition_differences(expected: Mapping[int, int], observed: Mapping[int, int]) -> dict[int, int]:
+    """observed - expected per partition where they differ: negative is missing, positive duplicated."""
+    differences = {}
+    for partition in sorted(set(expected) | set(observed)):
+        difference = observed.get(partition, 0) - expected.get(partition, 0)
+        if difference:
+            differences[partition] = difference
+    return differences
+
+
 def partition_gaps(expected: Mapping[int, int] | None, observed: Mapping[int, int] | None) -> tuple[int, int] | None:
     """(missing, duplicated) summed over partitions, or None when either side lacks partition counts."""
     if expected is None or observed is None:
         return None
-    missing = duplicated = 0
-    for partition in set(expected) | set(observed):
-        difference = observed.get(partition, 0) - expected.get(partition, 0)
-        if difference > 0:
-            duplicated += difference
-        else:
-            missing -= difference
-    return missing, duplicated
+    differences = partition_differences(expected, observed).values()
+    return -sum(d for d in differences if d < 0), sum(d for d in differences if d > 0)
 
 
-def _as_map(value) -> Mapping[int, int] | None:
+def partition_map(value) -> Mapping[int, int] | None:
     """A partition map as pandas hands it over: a dict, a list of (key, value) pairs (Arrow maps), or missing."""
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return None
@@ -59,7 +63,8 @@ def gaps(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     both = frame["expected_by_partition"].notna() & frame["observed_by_partition"].notna()
     for row in np.flatnonzero(both.to_numpy()):
         found = partition_gaps(
-            _as_map(frame["expected_by_partition"].iat[row]), _as_map(frame["observed_by_partition"].iat[row])
+            partition_map(frame["expected_by_partition"].iat[row]),
+            partition_map(frame["observed_by_partition"].iat[row]),
         )
         if found is not None:
             missing[row], duplicated[row] = found

@@ -48,7 +48,7 @@ from audit.hops.counter_state import (
 )
 from audit.hops.retention import RetentionGaps, Skip, seek_past_deleted, skips_in_batch
 from audit.hops.runloop import run_hop
-from audit.io.clients import Admin, check_credentials, ensure_topics, group_caught_up
+from audit.io.clients import Admin, check_credentials, committed_offsets, ensure_topics, group_caught_up
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -192,7 +192,7 @@ class ClusterCounter:
             self._subscribed = wanted
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        committed = consumer.committed(partitions, timeout=self.options.client_timeout_s)
+        committed = committed_offsets(consumer, partitions, timeout_s=self.options.client_timeout_s)
         never_committed = [(tp.topic, tp.partition) for tp in committed if tp.offset < 0]
         earliest = self._list_offsets(never_committed, OffsetSpec.earliest())
         for tp in committed:

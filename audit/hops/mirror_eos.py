@@ -27,10 +27,10 @@ from collections import defaultdict
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from audit.hops.mirror_state import COPIED, DROPPED, ERRORS, SKIPPED, PartitionFlow, copy_headers, provenance
+from audit.hops.mirror_state import COPIED, ERRORS, PartitionFlow, copy_headers, provenance
 from audit.hops.replicator import Replicator
 from audit.hops.retention import Skip
-from audit.io.clients import ensure_topics
+from audit.io.clients import committed_offsets, ensure_topics
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class ExactlyOnceReplicator(Replicator):
         stored = read_positions(self.target_config, self.options.group, timeout_s=self.options.client_timeout_s)
         hints = {
             (tp.topic, tp.partition): tp.offset
-            for tp in consumer.committed(partitions, timeout=self.options.client_timeout_s)
+            for tp in committed_offsets(consumer, partitions, timeout_s=self.options.client_timeout_s)
         }
         unknown = [key for key in hints if key not in stored and hints[key] < 0]
         earliest = self._list_offsets(unknown, OffsetSpec.earliest()) if unknown else {}
@@ -179,33 +179,17 @@ class ExactlyOnceReplicator(Replicator):
             flow = self.flows.get((topic, partition))
             if flow is None:
                 continue  # fetched before a revoke: no longer ours
-            if offset > flow.next_offset >= 0:  # a retention gap (or markers): RetentionGaps.check tells
-                skips.append(
-                    Skip(
-                        topic,
-                        partition,
-                        flow.next_offset,
-                        (offset,),
-                        flow.last_audit_time_ms,
-                        (message.timestamp()[1],),
-                    )
-                )
-            flow.next_offset = offset + 1
+            kind, timestamp_ms = message.timestamp()
+            flow.note_read(topic, partition, offset, timestamp_ms, skips)
             headers = message.headers() or []
             path = provenance(headers)
-            kind, timestamp_ms = message.timestamp()
             previous = self._pending.get((topic, partition))
             self._pending[(topic, partition)] = (
                 offset + 1,
                 timestamp_ms if timestamp_ms > 0 else (previous[1] if previous else 0),
             )
             if target in path or (self.fault is not None and self.fault.should_drop(topic, timestamp_ms)):
-                if target in path:
-                    self.stats.skipped += 1
-                    SKIPPED.labels(*self._labels).inc()
-                else:
-                    self.stats.dropped += 1
-                    DROPPED.labels(source, target, topic).inc()
+                self._count_not_copied(topic, dropped=target not in path)
                 continue
             self._begin()
             target_partitions = self._target_partitions.get(topic, 0)

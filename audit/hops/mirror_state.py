@@ -15,6 +15,7 @@ from audit.contract.record import (
     AUDIT_TIME_HEADER,
     PROVENANCE_HEADER,
 )
+from audit.hops.retention import Skip
 
 SERVICE = "kaudit-mirror"
 
@@ -78,6 +79,13 @@ class PartitionFlow:
     last_progress: float = field(default_factory=time.monotonic)
     last_audit_time_ms: int | None = None  # Kafka timestamp of the last message acknowledged in order
     next_offset: int = -1  # the offset the next message read should have; a message past it skipped some
+
+    def note_read(self, topic: str, partition: int, offset: int, timestamp_ms: int, skips: list[Skip]) -> None:
+        """The next message read; one past the offset expected skipped some (commit markers, aborted
+        batches or a retention gap: `RetentionGaps.check` tells which)."""
+        if offset > self.next_offset >= 0:
+            skips.append(Skip(topic, partition, self.next_offset, (offset,), self.last_audit_time_ms, (timestamp_ms,)))
+        self.next_offset = offset + 1
 
     def acknowledge(self, offset: int, timestamp_ms: int) -> None:
         """Mark one offset done and move the committable position over every done offset before it.

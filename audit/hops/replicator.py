@@ -48,7 +48,7 @@ from audit.hops.mirror_state import (
 from audit.hops.mirror_topics import create_target_topics
 from audit.hops.retention import RetentionGaps, Skip, seek_past_deleted
 from audit.hops.runloop import run_hop
-from audit.io.clients import Admin, check_credentials, ensure_topics, group_caught_up
+from audit.io.clients import Admin, check_credentials, committed_offsets, ensure_topics, group_caught_up
 
 __all__ = ["MirrorOptions", "MirrorStats", "Replicator", "provenance"]
 
@@ -189,7 +189,7 @@ class Replicator:
     # -- rebalance -----------------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        committed = consumer.committed(partitions, timeout=self.options.client_timeout_s)
+        committed = committed_offsets(consumer, partitions, timeout_s=self.options.client_timeout_s)
         earliest = self._list_offsets(
             [(tp.topic, tp.partition) for tp in committed if tp.offset < 0], OffsetSpec.earliest()
         )
@@ -242,19 +242,7 @@ class Replicator:
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             flow = flows.get((topic, partition))
             if flow is not None:
-                if offset != flow.next_offset:
-                    if offset > flow.next_offset >= 0:
-                        skips.append(
-                            Skip(
-                                topic,
-                                partition,
-                                flow.next_offset,
-                                (offset,),
-                                flow.last_audit_time_ms,
-                                (message.timestamp()[1],),
-                            )
-                        )
-                flow.next_offset = offset + 1
+                flow.note_read(topic, partition, offset, message.timestamp()[1], skips)
             headers = message.headers() or []
             path = provenance(headers)
             if target in path or (self.fault is not None and self.fault.should_drop(topic, message.timestamp()[1])):
@@ -343,6 +331,10 @@ class Replicator:
             if flow is not None:
                 flow.sent.append(offset)
         self._acknowledge(topic, partition, offset, timestamp_ms)
+        self._count_not_copied(topic, dropped=dropped)
+
+    def _count_not_copied(self, topic: str, *, dropped: bool) -> None:
+        """One message dropped by the fault hook, or skipped because the target is on its path."""
         if dropped:
             self.stats.dropped += 1
             DROPPED.labels(self.options.source, self.options.target, topic).inc()

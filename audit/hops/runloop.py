@@ -8,9 +8,11 @@ the clients closed.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -48,6 +50,8 @@ def run_hop(
     try:
         hop.open()
         while not stop.is_set():
+            # A step inside a broker call that never returns would otherwise leave no trace of where.
+            faulthandler.dump_traceback_later(STUCK_STEP_S, repeat=True, file=sys.stderr)
             now = time.monotonic()
             if now >= next_refresh:
                 hop.refresh_topics()
@@ -57,9 +61,14 @@ def run_hop(
                 break
             if max_seconds is not None and time.monotonic() - started >= max_seconds:
                 break
+        faulthandler.cancel_dump_traceback_later()
         hop.finish()
     finally:
+        faulthandler.cancel_dump_traceback_later()
         hop.close()
+
+
+STUCK_STEP_S = 60.0  # a step (one batch, a flush, a rebalance) this long prints every thread's stack, each time
 
 
 DEFAULT_STOP_GRACE_S = 10.0
@@ -107,5 +116,6 @@ EXIT_FORCED = 143  # 128 + SIGTERM, what a shell reports for a process ended by 
 
 def _exit_late(grace_s: float) -> None:
     log.warning("stopping took longer than the grace period: exiting as a crash would", extra={"grace_s": grace_s})
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)  # where the step was stuck
     logging.shutdown()
     os._exit(EXIT_FORCED)

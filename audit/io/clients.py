@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_ADMIN_TIMEOUT_S = 30.0
+LATE_ANSWER_S = 5.0  # past its request timeout, how long an admin answer is still waited for
 
 
 def bootstrap_servers(settings: Settings, cluster_name: str) -> str:
@@ -89,14 +91,42 @@ def list_offsets(
         request_timeout=timeout_s,
     )
     offsets = {}
+    give_up_at = time.monotonic() + timeout_s + LATE_ANSWER_S
     for tp, future in futures.items():
         try:
-            offsets[(tp.topic, tp.partition)] = future.result().offset
+            # Bounded here as well as by the request timeout: no admin answer may hold a service's step for ever.
+            offsets[(tp.topic, tp.partition)] = future.result(max(0.0, give_up_at - time.monotonic())).offset
         except KafkaException as exc:  # a partition that just moved: left out this time
             log.warning(
                 "offset unknown", extra={"topic": tp.topic, "partition": tp.partition, "error": exc.args[0].str()}
             )
+        except concurrent.futures.TimeoutError:
+            log.warning("offset unknown", extra={"topic": tp.topic, "partition": tp.partition, "error": "no answer"})
     return offsets
+
+
+COMMITTED_ATTEMPT_S = 5.0
+
+
+def committed_offsets(
+    consumer: Consumer, partitions: list[TopicPartition], *, timeout_s: float, attempt_s: float = COMMITTED_ATTEMPT_S
+) -> list[TopicPartition]:
+    """The group's committed offsets of `partitions`, asked anew every `attempt_s` until `timeout_s`.
+
+    One request sent while a restarted broker was loading its group coordinator went unanswered for its
+    whole 30 s timeout, and the error, raised inside a rebalance callback, ended the service. A fresh
+    request after a few seconds is answered once the coordinator is back."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.committed(partitions, timeout=max(0.1, min(attempt_s, deadline - time.monotonic())))
+        except KafkaException as exc:
+            if time.monotonic() >= deadline:
+                raise KafkaClientError(
+                    f"the group coordinator did not answer committed offsets for {len(partitions)} partitions "
+                    f"in {timeout_s:.0f} s: {exc.args[0].str()}"
+                ) from exc
+            log.warning("committed offsets not answered; asking again", extra={"error": exc.args[0].str()})
 
 
 # Answers of a partition whose leader is being elected or moved (librdkafka does not flag them all retriable).

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from audit.contract.errors import HarnessError
 from audit.contract.record import iso
+from audit.contract.windows import window_start
 from audit.local.pipeline import TOPICS, DropPlan, PipelinePlan, create_topics, drop_window, mirror_args, start_services
 from audit.local.services import Supervisor, count_in_log, log_tail
 from audit.local.soak_check import render
@@ -37,6 +38,7 @@ from audit.local.soak_plan import (
     COMPACTED_CONFIG,
     COMPACTED_TOPIC,
     FAULT_KINDS,
+    GRACE_S,
     SPARK_RESTART_LIMIT_S,
     TOMBSTONE_EVERY,
     TRANSACTIONAL_TOPIC,
@@ -252,6 +254,7 @@ class Soak:
                 raise HarnessError("the producers did not finish 300 s after the load's end")
             self.watch_services()
             time.sleep(1.0)
+        self.log.load_ended_ms = time.time_ns() // 1_000_000
         for cluster in self.regional:
             service = self.supervisor.services[f"produce-{cluster}"]
             self.log.tally_producer(cluster, service.log_path.read_text(errors="replace"))
@@ -340,6 +343,7 @@ class Soak:
 
     def catch_up(self) -> None:
         """Stop the continuous services, run each to caught-up in data-flow order, then one final reconciliation."""
+        self.wait_last_window_past_grace()
         self.say("load over; every cluster up, services run to caught-up")
         for cluster in self.clusters:
             cluster.start()
@@ -370,6 +374,20 @@ class Soak:
         (self.soak_dir / "logs" / "final-reconcile.log").write_text(result.stdout + result.stderr)
         if result.returncode != 0:
             raise HarnessError(f"the final reconciliation failed (exit {result.returncode}): {result.stderr[-2000:]}")
+
+    def wait_last_window_past_grace(self) -> None:
+        """A caught-up service's status says watermark = now: the catch-up starts once the load's last window
+        is past its end and grace, so its statuses make every window final (invariant 7 requires it of the
+        transactional topic, whose last window may end seconds before the load does)."""
+        window_ms = WINDOW_MINUTES * 60_000
+        ready_ms = window_start(self.log.load_ended_ms, WINDOW_MINUTES) + window_ms + GRACE_S * 1000 + 1000
+        wait_s = (ready_ms - time.time_ns() // 1_000_000) / 1000
+        if wait_s <= 0:
+            return
+        self.say(f"waiting {wait_s:.0f} s for the load's last window to pass its {GRACE_S} s grace")
+        while time.time_ns() // 1_000_000 < ready_ms:
+            self.watch_services()
+            time.sleep(min(1.0, max(0.0, ready_ms / 1000 - time.time())))
 
     def _run_all(self, steps: dict[str, list[str]]) -> None:
         for name, args in steps.items():
@@ -418,7 +436,7 @@ class Soak:
         )
 
     def facts(self, completeness, truth, expect) -> dict:
-        from audit.local.soak_check import gap_totals
+        from audit.local.soak_check import gap_totals, injected_loss
         from audit.local.soak_recovery import summary
 
         kinds = Counter(done.fault.kind for done in self.log.faults)
@@ -438,11 +456,11 @@ class Soak:
             ],
             "malformed_records_injected": len(self.log.malformed_markers),
             "unplanned_exits": self.log.unplanned_exits,
-            "loss_injected": expect.drop_count,
+            "loss_injected": injected_loss(truth, expect),
             "loss_window": f"{expect.drop_logical_topic} {iso(expect.drop_window_ms, millis=False)}",
             "hub_messages": hub_truth,
             "origin_messages": origin_truth,
-            "duplicates_on_hub_true": max(0, hub_truth - origin_truth + expect.drop_count),
+            "duplicates_on_hub_true": max(0, hub_truth - origin_truth + injected_loss(truth, expect)),
             "reported_by_tier": gap_totals(completeness),
             "statuses": completeness["status"].value_counts().to_dict() if len(completeness) else {},
             "phases_s": self.log.phases_s,

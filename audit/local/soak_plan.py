@@ -78,6 +78,7 @@ class SoakLog:
     recoveries: list[Recovery] = field(default_factory=list)
     stops_s: dict[str, float] = field(default_factory=dict)  # service -> seconds from SIGTERM to its exit
     transactions: str = ""  # the transactional producer's last line: transactions, committed, aborted
+    load_ended_ms: int = 0  # wall clock when the last live producer finished
 
     def note_transactions(self, output: str) -> None:
         """Keep the summary line a `kaudit produce --transactional` run printed."""

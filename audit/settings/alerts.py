@@ -10,13 +10,25 @@ from pydantic import AfterValidator, PrivateAttr, StrictFloat, StrictInt, Strict
 
 from audit.settings.clusters import Secret
 from audit.settings.errors import invalid, show
-from audit.settings.fields import EmailAddress, Port, Positive, PositiveSeconds, SettingsModel, compiled, setting
+from audit.settings.fields import (
+    EmailAddress,
+    Port,
+    Positive,
+    PositiveSeconds,
+    Regexes,
+    SettingsModel,
+    compiled,
+    setting,
+)
 from audit.settings.ui import DEFAULT_UI_URL
 
 SMTP_SECURITY = ("starttls", "ssl", "none")
 DEFAULT_SMTP_HOST = "127.0.0.1"
 DEFAULT_SMTP_PORT = 8025  # the demo's SMTP server on loopback; 587 (starttls) or 465 (ssl) for a real relay
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+DEFAULT_DROP_FRACTION = 0.1
+DEFAULT_DROP_HISTORY_DAYS = 7
+MAX_DROP_HISTORY_DAYS = 28
 
 
 def _smtp_host(host: str) -> str:
@@ -35,6 +47,18 @@ def _at_least_one(count: int) -> int:
     if count < 1:
         raise invalid(f"{count} must be at least 1")
     return count
+
+
+def _fraction(value: float) -> float:
+    if not (math.isfinite(value) and 0 < value <= 1):
+        raise invalid(f"{value:g} is not a fraction above 0 and at most 1 (0.1 is 10 %)")
+    return value
+
+
+def _history_days(days: int) -> int:
+    if not 1 <= days <= MAX_DROP_HISTORY_DAYS:
+        raise invalid(f"{days} is not a number of days from 1 to {MAX_DROP_HISTORY_DAYS}")
+    return days
 
 
 def _seconds_or_zero(value: float) -> float:
@@ -126,6 +150,31 @@ class AlertSettings(SettingsModel):
     )
     lag_minutes: Positive = setting("a lag alert fires when a tier's watermark is this many minutes behind now", 30.0)
     lookback_hours: Positive = setting("how far back (by window start) final windows are checked", 48.0)
+    drop_fraction: Annotated[StrictFloat, AfterValidator(_fraction)] = setting(
+        "a final window whose reference count is below this fraction of the median of the same time of day over "
+        "the previous drop_history_days days is a drop alert (0.1: below 10 %)",
+        DEFAULT_DROP_FRACTION,
+    )
+    drop_history_days: Annotated[StrictInt, AfterValidator(_history_days)] = setting(
+        f"days of history the median of a drop alert is taken over (1 to {MAX_DROP_HISTORY_DAYS})",
+        DEFAULT_DROP_HISTORY_DAYS,
+    )
+    drop_exclude: Regexes = setting(
+        "regexes searched in the logical topic name (`dc1.orders`): matching topics get no drop alerts; "
+        '[".*"] turns them off',
+        (),
+    )
+
+    _drop_exclude: tuple[re.Pattern[str], ...] = PrivateAttr(default=())
+
+    @model_validator(mode="after")
+    def _compile_drop_exclude(self) -> AlertSettings:
+        self._drop_exclude = tuple(map(re.compile, self.drop_exclude))
+        return self
+
+    def drops_watched(self, logical_topic: str) -> bool:
+        """Whether traffic drops of `logical_topic` are alerted on: no drop_exclude regex matches it."""
+        return not any(pattern.search(logical_topic) for pattern in self._drop_exclude)
 
     def recipients(self, logical_topic: str) -> tuple[str, ...]:
         """The recipients of alerts about `logical_topic`: the first matching route's, else the default."""

@@ -9,7 +9,7 @@ from dash import Input, Output, State, callback, dcc, html
 
 from dashboards import figures, ids
 from dashboards.app import context, href
-from dashboards.data import latest_window, parse_time, restated_changes, time_range, topic_rows
+from dashboards.data import latest_window, parse_time, restated_changes, time_range, topic_rows, with_partition_losses
 from dashboards.pages.controls import range_and_search, table
 
 WINDOW_COLUMNS = [
@@ -19,6 +19,7 @@ WINDOW_COLUMNS = [
     "expected",
     "observed",
     "missing",
+    "missing_by_partition",
     "duplicated",
     "completeness_pct",
     "tier_watermark",
@@ -58,6 +59,7 @@ def layout(
 ) -> html.Div:
     topic, topics, selected, rows, counts, restated = load(topic, range, window)
     in_window = rows[rows["window_start"] == selected] if selected is not None and not rows.empty else rows.iloc[0:0]
+    in_window = with_partition_losses(in_window, counts)
     in_window = in_window.merge(restated, on=["window_start", "tier"], how="left")
     return html.Div(
         [

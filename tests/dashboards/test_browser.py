@@ -17,7 +17,7 @@ from dashboards.screenshots import recent_now
 pytestmark = pytest.mark.browser
 
 NOW = recent_now()
-LOSS_WINDOW = pd.Timestamp(window_starts(NOW, 24, 10)[8])  # DEMO_FAULTS: Loss("orders", "aggregate", 8, 40)
+LOSS_WINDOW = pd.Timestamp(window_starts(NOW, 24, 10)[8])  # DEMO_FAULTS: 40 lost (28 in partition 2, 12 in 0)
 CLUSTER_READS = pd.DataFrame(
     {
         "cluster": ["dc1", "dc2", "aggregate"],
@@ -139,6 +139,25 @@ def test_an_email_deep_link_opens_the_topic_and_window(ui):
         what="the window table",
     )
     assert "aggregate" in cells and "incomplete" in cells and "40" in cells
+
+
+def test_the_topic_page_names_the_partitions_that_lost_messages_and_how_many_each(ui):
+    base, driver = ui
+    driver.get(f"{base}/topic?topic=dc1.orders&window={LOSS_WINDOW:%Y-%m-%dT%H:%M}Z&tier=aggregate")
+    rows = wait(
+        lambda: driver.execute_script(
+            f"const table = document.querySelector('#{ids.WINDOW_TABLE}'); if (!table) return null;"
+            "const head = Array.from(table.querySelectorAll('th')).map(th => th.innerText.trim());"
+            "return Array.from(table.querySelectorAll('tr')).map(tr => Array.from(tr.querySelectorAll('td')))"
+            ".filter(tds => tds.length).map(tds => Object.fromEntries(tds.map((td, i) => [head[i], td.innerText])));"
+        ),
+        what="the window table",
+    )
+    by_tier = {row["tier"]: row for row in rows}
+    for tier in ("aggregate", "lake"):
+        assert by_tier[tier]["missing"] == "40"
+        assert by_tier[tier]["missing_by_partition"] == "28 in partition 2, 12 in partition 0"
+    assert by_tier["dc1"]["missing_by_partition"] == ""
 
 
 def test_the_deep_link_keeps_its_window_and_picking_another_topic_navigates(ui):

@@ -20,6 +20,7 @@ from dashboards.data import (
     overview_data,
     tier_health,
     time_range,
+    with_partition_losses,
 )
 from dashboards.sample import (
     Duplicate,
@@ -240,4 +241,17 @@ def test_restated_windows_are_starred_on_their_tier_with_every_change():
     )
     assert "restated" not in {
         t.name for t in figures.completeness_figure(rows, None, restated_changes(frames["restatements"].iloc[0:0])).data
+    }
+
+
+def test_the_window_rows_name_the_partitions_each_tier_is_short_in(frames):
+    window = frames["completeness"]["window_start"].drop_duplicates().sort_values().iloc[3]
+    completeness = frames["completeness"]
+    rows = completeness[(completeness["topic"] == "orders") & (completeness["window_start"] == window)]
+    shown = with_partition_losses(rows, frames["tier_counts"]).set_index("tier")["missing_by_partition"]
+    assert shown.to_dict() == {
+        "producer": "",
+        "dc1": "",
+        "aggregate": "40 in partition 0",
+        "lake": "40 in partition 0",
     }

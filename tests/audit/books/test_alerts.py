@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import email
+import logging
 import socket
+import statistics
 from datetime import UTC, datetime
 from email import policy
 
@@ -12,8 +14,19 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from audit.books.alerts import Alert, alert_id, lag_alerts, read_log, run_alerts, subject
+from audit.io.lake_read import read_frame
 from audit.settings import AlertRoute, AlertSettings, Settings, SmtpSettings
-from dashboards.sample import Duplicate, Lagging, Loss, SampleSpec, SendFailed, sample_frames, write_frames
+from dashboards.sample import (
+    Drop,
+    Duplicate,
+    Lagging,
+    Loss,
+    SampleSpec,
+    SendFailed,
+    sample_frames,
+    window_starts,
+    write_frames,
+)
 
 NOW = datetime(2025, 3, 4, 12, 3, tzinfo=UTC)
 UI = "http://ui.example:8050"
@@ -121,6 +134,28 @@ def test_a_seeded_loss_sends_exactly_one_email_with_the_windows_and_a_link(tmp_p
     assert len(inbox.messages) == 1
 
 
+def test_the_loss_email_names_the_partitions_that_lost_messages_beside_the_hop(tmp_path, smtp_server):
+    _controller, inbox, port = smtp_server
+    settings = settings_for(tmp_path, port)
+    seed(settings, Loss("orders", "aggregate", 3, 40, partition=2), Loss("orders", "aggregate", 3, 5, partition=0))
+    counts = read_frame(settings.lake_root, "tier_counts").query("topic == 'orders' and tier == 'aggregate'")
+    lost = counts[counts["window_start"] == pd.Timestamp(window_starts(NOW, 12, 10)[3])]
+    assert dict(lost["by_partition"].iloc[0]) == {0: 353, 1: 358, 2: 318}  # as the hops report by default
+
+    run_alerts(settings, now=NOW)
+
+    [message] = inbox.messages
+    text, html = body(message, "plain"), body(message, "html")
+    for tier in ("aggregate", "lake"):
+        assert f"tier: {tier} | window: 2025-03-04 10:40 UTC" in text
+        assert f"aggregate is short; {tier} misses 40 in partition 2, 5 in partition 0" in text
+        assert f"{tier} misses 40 in partition 2, 5 in partition 0" in html
+    assert "lost between dc1 -> aggregate (the replicator)" in text and "partition 1" not in text
+    causes = read_log(settings.lake_root).set_index("tier")["cause"]
+    assert causes["aggregate"].startswith("lost between dc1 -> aggregate (the replicator): ")
+    assert causes["aggregate"].endswith("aggregate misses 40 in partition 2, 5 in partition 0")
+
+
 def test_a_lagging_tier_gets_no_loss_email_and_one_lag_email(tmp_path, smtp_server):
     _controller, inbox, port = smtp_server
     settings = settings_for(tmp_path, port, lag_minutes=120)
@@ -206,6 +241,55 @@ def test_alerts_without_recipients_are_logged_as_failed(tmp_path, smtp_server):
     report = run_alerts(settings, now=NOW)
     assert (report.failed, report.exit_code, inbox.messages) == (3, 3, [])  # dc1, aggregate and lake are short
     assert set(read_log(settings.lake_root)["last_error"].str.slice(0, 13)) == {"no recipients"}
+
+
+WEEK = 7 * 144 + 12  # windows: 7 days of history before the last 12 (the last final one: WEEK - 3)
+
+
+def test_a_traffic_drop_to_5_percent_of_the_usual_sends_one_drop_email(tmp_path, smtp_server, caplog):
+    """Seven days of history on real Delta tables: 5 % of the usual fires, 50 % does not, nor a topic with no
+    traffic at that time before, nor a topic whose drop alerts are switched off."""
+    _controller, inbox, port = smtp_server
+    settings = settings_for(tmp_path, port, drop_exclude=(r"^dc1\.clicks$",))
+    last = WEEK - 3
+    frames = sample_frames(
+        SampleSpec(
+            now=NOW,
+            topics=("orders", "payments", "clicks"),
+            windows=WEEK,
+            faults=[Drop("orders", last, 0.05), Drop("payments", last, 0.5), Drop("clicks", last, 0.05)],
+        )
+    )
+    # A topic that is new today: no history, so its drop is no alert either.
+    new = sample_frames(SampleSpec(now=NOW, topics=("refunds",), faults=[Drop("refunds", 9, 0.05)]))
+    frames = {name: pd.concat([frames[name], new[name]], ignore_index=True) for name in frames}
+    write_frames(settings.lake_root, frames)
+    producer = frames["completeness"].query("topic == 'orders' and tier == 'producer'").set_index("window_start")
+    window = pd.Timestamp(window_starts(NOW, WEEK, 10)[last])
+    usual = statistics.median(producer.loc[window - pd.Timedelta(days=k), "expected"] for k in range(1, 8))
+    count = int(producer.loc[window, "expected"])
+    assert 0.04 < count / usual < 0.06
+
+    with caplog.at_level(logging.INFO, logger="audit.books.alerts"):
+        report = run_alerts(settings, now=NOW)
+
+    assert (report.new, report.emails, report.sent) == (1, 1, 1)
+    [message] = inbox.messages
+    pct = 100 * count / usual
+    assert (
+        subj(message)
+        == f"[kaudit] DROP dc1.orders at producer: {pct:.2f}% of the usual traffic in 2025-03-04 11:40 UTC"
+    )
+    assert message["To"] == "orders-oncall@example.com"  # routed like every other alert
+    text = body(message, "plain")
+    assert f"expected: {round(usual):,} | observed: {count:,}" in text
+    assert f"traffic dropped: producer counted {count:,} in this window, {pct:.1f}% of the median {usual:,.0f}" in text
+    assert f"{UI}/topic?topic=dc1.orders&window=2025-03-04T11%3A40Z&tier=producer" in text
+    [row] = read_log(settings.lake_root).itertuples()
+    assert (row.kind, row.status, row.state, row.tier) == ("drop", "drop", "sent", "producer")
+    recorded = [r for r in caplog.records if r.getMessage() == "alert recorded"]
+    assert [(r.kind, r.topic) for r in recorded] == [("drop", "dc1.orders")]
+    assert run_alerts(settings, now=NOW).new == 0 and len(inbox.messages) == 1  # deduplicated like the others
 
 
 # -- pure parts --------------------------------------------------------------------------------------

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 
 import pytest
 from confluent_kafka import Producer
 
+from audit.books.alert_rules import window_alerts
 from audit.books.reconcile import ReconcileReport, read_and_store, reconcile
 from audit.contract.record import PartitionStatus, count_record, encode, status_record
 from audit.contract.tables import AUDIT_RECORDS, AUDIT_REJECTS, COMPLETENESS, SOURCE_OFFSETS, TIER_COUNTS, TIER_STATUS
 from audit.contract.windows import window_start
 from audit.io import delta_io
 from audit.io.clients import ensure_topics
+from audit.io.lake_read import read_frame
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -192,6 +195,7 @@ def test_the_books_balance_per_topic_window_and_tier(spark, settings_factory):
 
     reference = {r["logical_topic"]: r["reference_tier"] for r in rows(spark, settings, COMPLETENESS)}
     assert reference == {"dc1.orders": "producer", "dc1.clicks": "dc1", "dc1.payments": "producer"}
+    assert_the_loss_alerts_name_the_partition_short(settings)
     producer_w1 = [
         r
         for r in rows(spark, settings, TIER_COUNTS)
@@ -216,6 +220,24 @@ def test_the_books_balance_per_topic_window_and_tier(spark, settings_factory):
     assert books[("dc1.orders", W2, "aggregate")] == ("incomplete", 80, 77, 3, 0), (
         "untouched windows keep their verdict"
     )
+
+
+def assert_the_loss_alerts_name_the_partition_short(settings) -> None:
+    """The alert rules over the Delta tables the reconciliation wrote (read as `kaudit alert` reads them):
+    W2 of orders lost 3 messages, all in partition 1, at the aggregate and so at the lake."""
+    lake = settings.lake_root
+    alerts = window_alerts(
+        read_frame(lake, "completeness"),
+        read_frame(lake, "tier_status"),
+        read_frame(lake, "tier_counts"),
+        now=datetime.fromtimestamp(NOW / 1000, UTC),
+        lag_minutes=30,
+    )
+    causes = {a.tier: a.cause for a in alerts if a.kind == "loss" and a.topic == "orders"}
+    assert set(causes) == {"aggregate", "lake"}, causes
+    assert causes["aggregate"].startswith("lost between dc1 -> aggregate (the replicator): ")
+    assert causes["aggregate"].endswith("aggregate is short; aggregate misses 3 in partition 1"), causes
+    assert causes["lake"].endswith("aggregate is short; lake misses 3 in partition 1"), causes
 
 
 def test_a_run_killed_after_storing_its_records_is_completed_by_the_next(spark, settings_factory):

@@ -1,8 +1,9 @@
 """Exactly-once replication on real brokers (`kaudit mirror --exactly-once`), the replicator run as a
 `kaudit` process: kill -9 of the replicator at random moments, kill -9 and restart of either broker,
 and a rebalance between two instances, all while a producer writes. Every source message carries a
-unique sequence; a read_committed reader of the target must see each one exactly once. The same
-kill -9 run in at-least-once mode must show duplicates: the check can fail."""
+unique sequence; a read_committed reader of the target must see each one exactly once, and the target's
+counter (`kaudit count`) must count per window exactly what the source's counter counts. The same kill -9
+run in at-least-once mode must show duplicates, in both checks: the checks can fail."""
 
 from __future__ import annotations
 
@@ -10,18 +11,19 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from audit.io.audit_log import counts_by_window, read_audit_topic
 from audit.io.clients import ensure_topics
 from audit.local.clusters import LocalClusters
 from audit.settings import ClusterSettings, Settings
 from tests.conftest import cache_dir, write_config
+from tests.traffic import SteadyProducer
 
 pytestmark = pytest.mark.kafka
 
@@ -29,36 +31,8 @@ PARTITIONS = 3
 DOWN_S = 8.0
 
 
-class SequenceProducer:
-    """Writes b"<run>-<sequence>" values, ~`rate` a second, idempotently (no duplicates at the source)."""
-
-    def __init__(self, bootstrap: str, topic: str, rate: int = 400) -> None:
-        self.producer = Producer(
-            {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "message.timeout.ms": 0}
-        )
-        self.topic, self.rate = topic, rate
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        sequence = 0
-        while not self.stopping.is_set():
-            for _ in range(self.rate // 20):
-                try:
-                    self.producer.produce(self.topic, value=b"%d" % sequence, partition=sequence % PARTITIONS)
-                    sequence += 1
-                except BufferError:
-                    break
-            self.producer.poll(0.05)
-
-    def __enter__(self) -> SequenceProducer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self.stopping.set()
-        self.thread.join(10)
-        self.producer.flush(120)
+def source_traffic(clusters: LocalClusters, topic: str) -> SteadyProducer:
+    return SteadyProducer(clusters["src"].bootstrap_servers, topic, partitions=PARTITIONS, rate=400)
 
 
 def read_all(bootstrap: str, topic: str, *, committed: bool) -> Counter:
@@ -129,10 +103,12 @@ class Mirror:
             cache_dir=cache_dir(),
         )
         self.config = write_config(settings, tmp_path / "kaudit.toml")
-        self.config.write_text(
-            self.config.read_text().replace("[[clusters]]", f'[topics]\ninclude = ["^{topic}$"]\n\n[[clusters]]', 1)
+        self.config.write_text(  # the topic at the source, and its copy (src.<topic>) at the target
+            self.config.read_text().replace(
+                "[[clusters]]", f'[topics]\ninclude = ["(^|\\\\.){topic}$"]\n\n[[clusters]]', 1
+            )
         )
-        self.tmp_path, self.mode, self.runs = tmp_path, mode, 0
+        self.tmp_path, self.mode, self.runs, self.clusters = tmp_path, mode, 0, clusters
 
     def start(self, *args: str, instance: str = "0") -> subprocess.Popen:
         self.runs += 1
@@ -145,14 +121,26 @@ class Mirror:
         process = self.start("--until-caught-up")
         assert process.wait(180) == 0, self.logs()
 
+    def counted(self, cluster: str) -> dict[tuple[str, int], int]:
+        """Messages per (topic at its origin, window) that `kaudit count --until-caught-up` counts on `cluster`."""
+        log = self.tmp_path / f"count-{cluster}.log"
+        with open(log, "w") as out:
+            command = [sys.executable, "-m", "audit.cli", "--config", str(self.config), "count", "--cluster", cluster]
+            done = subprocess.run([*command, "--until-caught-up"], stdout=out, stderr=out, timeout=180)
+        assert done.returncode == 0, log.read_text()[-3000:]
+        records, _rejects = read_audit_topic({"bootstrap.servers": self.clusters[cluster].bootstrap_servers}, "_audit")
+        counts = {(topic.removeprefix("src."), w): n for (topic, w), n in counts_by_window(records, cluster).items()}
+        assert counts, log.read_text()[-3000:]
+        return counts
+
     def logs(self) -> str:
         return "\n".join(p.read_text()[-2000:] for p in sorted(self.tmp_path.glob("mirror-*.log")))
 
 
-def kill9_run(tmp_path, clusters, topic, mode: str, kills: int = 5) -> tuple[int, int, int]:
+def kill9_run(tmp_path, clusters, topic, mode: str, kills: int = 5) -> tuple[int, int, int, Mirror]:
     mirror = Mirror(tmp_path, clusters, topic, mode)
     rng = random.Random()
-    with SequenceProducer(clusters["src"].bootstrap_servers, topic):
+    with source_traffic(clusters, topic):
         for _ in range(kills):
             process = mirror.start()
             time.sleep(rng.uniform(4.0, 9.0))
@@ -169,26 +157,29 @@ def kill9_run(tmp_path, clusters, topic, mode: str, kills: int = 5) -> tuple[int
         f"{mode}, replicator kill -9 x{kills}: {len(source)} source messages ({before} copied before the last run), "
         f"{lost} lost, {duplicates} duplicates"
     )
-    return len(source), lost, duplicates
+    return len(source), lost, duplicates, mirror
 
 
 def test_kill_9_of_the_replicator_5_times_leaves_no_loss_and_no_duplicates(tmp_path, clusters, topic):
-    sent, lost, duplicates = kill9_run(tmp_path, clusters, topic, "--exactly-once")
+    sent, lost, duplicates, mirror = kill9_run(tmp_path, clusters, topic, "--exactly-once")
     assert sent > 5000
     assert (lost, duplicates) == (0, 0)
+    assert mirror.counted("dst") == mirror.counted("src")
 
 
 def test_the_same_kills_at_least_once_duplicate(tmp_path, clusters, topic):
-    """The check above can fail: at least once, a kill -9 repeats what was copied since the last commit."""
-    sent, lost, duplicates = kill9_run(tmp_path, clusters, topic, "--no-exactly-once", kills=3)
+    """The checks above can fail: at least once, a kill -9 repeats what was copied since the last commit."""
+    sent, lost, duplicates, mirror = kill9_run(tmp_path, clusters, topic, "--no-exactly-once", kills=3)
     assert lost == 0
     assert duplicates > 0
+    at_target, at_source = mirror.counted("dst"), mirror.counted("src")
+    assert sum(at_target.values()) == sum(at_source.values()) + duplicates
 
 
 @pytest.mark.parametrize("crashed", ["src", "dst"])
 def test_a_broker_killed_and_back_leaves_no_loss_and_no_duplicates(tmp_path, clusters, topic, crashed):
     mirror = Mirror(tmp_path, clusters, topic, "--exactly-once")
-    with SequenceProducer(clusters["src"].bootstrap_servers, topic):
+    with source_traffic(clusters, topic):
         process = mirror.start()
         time.sleep(8)
         clusters[crashed].kill()
@@ -204,11 +195,12 @@ def test_a_broker_killed_and_back_leaves_no_loss_and_no_duplicates(tmp_path, clu
     lost, duplicates = compare(source, target)
     print(f"{crashed} broker kill -9, back after {DOWN_S:g} s: {len(source)} messages, {lost} lost, {duplicates} dup")
     assert (lost, duplicates) == (0, 0)
+    assert mirror.counted("dst") == mirror.counted("src")
 
 
 def test_a_rebalance_between_two_instances_leaves_no_loss_and_no_duplicates(tmp_path, clusters, topic):
     mirror = Mirror(tmp_path, clusters, topic, "--exactly-once")
-    with SequenceProducer(clusters["src"].bootstrap_servers, topic):
+    with source_traffic(clusters, topic):
         first = mirror.start(instance="a")
         time.sleep(8)
         second = mirror.start(instance="b")  # rebalance: the partitions are shared
@@ -228,6 +220,7 @@ def test_a_rebalance_between_two_instances_leaves_no_loss_and_no_duplicates(tmp_
     lost, duplicates = compare(source, target)
     print(f"rebalances between two instances: {len(source)} messages, {lost} lost, {duplicates} duplicates")
     assert (lost, duplicates) == (0, 0)
+    assert mirror.counted("dst") == mirror.counted("src")
 
 
 def test_status_records_lag_and_retention_gaps_work_in_exactly_once_mode(clusters, topic, unique_name):

@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from audit.io.clients import ensure_topics
 from audit.local.clusters import LocalClusters
 from audit.settings import ClusterSettings, Settings
 from tests.conftest import cache_dir, write_config
+from tests.traffic import SteadyProducer
 
 pytestmark = pytest.mark.kafka
 
@@ -25,35 +26,6 @@ RECOVERY_S = 30.0
 STOP_S = 15.0
 DOWN_S = 8.0
 TOPIC, PARTITIONS = "orders", 3
-
-
-class SteadyProducer:
-    """Produces ~100 messages a second until stopped; it rides out the broker's absence (no delivery timeout)."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.producer = Producer(
-            {"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 0, "linger.ms": 5}
-        )
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        sequence = 0
-        while not self.stopping.is_set():
-            try:
-                self.producer.produce(TOPIC, value=b"m%d" % sequence, partition=sequence % PARTITIONS)
-                sequence += 1
-            except BufferError:
-                pass
-            self.producer.poll(0.01)
-
-    def __enter__(self) -> SteadyProducer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self.stopping.set()
-        self.thread.join(10)
 
 
 class CommittedProbe:
@@ -140,7 +112,9 @@ def recovers_and_stops(process: subprocess.Popen, clusters: LocalClusters, crash
 
 @pytest.mark.parametrize("crashed", ["src"])
 def test_the_counter_commits_again_within_30_s_of_its_broker_and_stops_within_15_s(tmp_path, clusters, crashed):
-    with SteadyProducer(clusters["src"].bootstrap_servers):
+    with SteadyProducer(
+        clusters["src"].bootstrap_servers, TOPIC, partitions=PARTITIONS, rate=100, prefix=b"m", flush_s=0
+    ):
         process = start_service(tmp_path, clusters, "count", "--cluster", "src")
         recovery_s, stop_s = recovers_and_stops(
             process, clusters, crashed, "kaudit-counter-src", tmp_path / "count.log"
@@ -151,7 +125,9 @@ def test_the_counter_commits_again_within_30_s_of_its_broker_and_stops_within_15
 
 @pytest.mark.parametrize("crashed", ["src", "dst"])
 def test_the_replicator_commits_again_within_30_s_of_either_broker_and_stops_within_15_s(tmp_path, clusters, crashed):
-    with SteadyProducer(clusters["src"].bootstrap_servers):
+    with SteadyProducer(
+        clusters["src"].bootstrap_servers, TOPIC, partitions=PARTITIONS, rate=100, prefix=b"m", flush_s=0
+    ):
         process = start_service(tmp_path, clusters, "mirror", "--from", "src", "--to", "dst")
         recovery_s, stop_s = recovers_and_stops(
             process, clusters, crashed, "kaudit-mirror-src-dst", tmp_path / "mirror.log"
@@ -188,7 +164,9 @@ def test_the_lake_job_lands_again_within_30_s_of_its_broker_and_stops_within_15_
         except Exception as exc:  # noqa: BLE001 - reported by the assertions below
             failures.append(exc)
 
-    with SteadyProducer(clusters["src"].bootstrap_servers):
+    with SteadyProducer(
+        clusters["src"].bootstrap_servers, TOPIC, partitions=PARTITIONS, rate=100, prefix=b"m", flush_s=0
+    ):
         runner = threading.Thread(target=run)
         runner.start()
         assert wait_until(lambda: job.stats.rows > 0 or failures, 120) is not None and not failures, failures

@@ -145,6 +145,21 @@ def test_checker_fails_tables_that_disagree_with_the_truth(wrong, failing):
     assert any(name.startswith(failing) for name in failed), failed
 
 
+def test_a_drop_window_holding_fewer_messages_than_k_expects_them_all_lost():
+    # The hook drops the first K messages of its window; this one held 2, so K = 5 loses exactly 2.
+    fewer = dataclasses.replace(EXPECT, drop_count=5)
+    truth = {**TRUTH, ("dc1.orders", W, "dc1"): Counter({0: 2}), ("dc1.orders", W, "aggregate"): Counter()}
+    truth[("dc1.orders", W, "lake")] = Counter()
+    counts, rows, alerts, rejects = _tables(hub_count=0, lake_count=0)
+    counts.loc[counts["tier"].isin(["producer", "dc1"]), "count"] = 2
+    checks = {c.invariant: c for c in check_all(counts, rows, alerts, rejects, truth, fewer)}
+    assert checks["3"].ok, checks["3"].detail
+    assert "injected 2, all the window held" in checks["3"].detail
+    # ...and five reported where two were lost still fails
+    rows.loc[rows["tier"] == "aggregate", "missing"] = 5
+    assert not {c.invariant: c for c in check_all(counts, rows, alerts, rejects, truth, fewer)}["3"].ok
+
+
 def test_checker_fails_a_loss_alert_without_a_loss_and_an_unrejected_record():
     counts, rows, alerts, rejects = _tables()
     alerts = pd.concat(
@@ -156,11 +171,6 @@ def test_checker_fails_a_loss_alert_without_a_loss_and_an_unrejected_record():
 
 @pytest.mark.kafka
 @pytest.mark.spark
-# Open bug, found in the last runs of this session (seed 11, twice in a row, after the retention-gap and
-# exactly-once merges; it passed at the start of the session): the dc1 replicator's drop hook drops 10
-# messages of the loss window, yet the hub ends up lacking only 8 of them. The books report exactly what
-# the hub holds (missing 8, every other check passes), so the audit is right; what is wrong is the copy.
-@pytest.mark.open_bug
 @pytest.mark.timeout(960)  # ~5 min on 2 idle cores; 9 min measured with the machine shared 4 ways
 def test_short_soak_keeps_every_invariant(tmp_path: Path):
     state = tmp_path / "soak"

@@ -25,6 +25,13 @@ from audit.settings import AlertSettings, Settings, from_dict, load_settings
         ({"alerts": {"routes": [{"pattern": "x", "recipients": []}]}}, "alerts.routes[0].recipients"),
         ({"alerts": {"lag_minutes": 0}}, "alerts.lag_minutes"),
         ({"alerts": {"ui_url": "ftp://x"}}, "alerts.ui_url"),
+        ({"alerts": {"drop_fraction": 0}}, "alerts.drop_fraction"),
+        ({"alerts": {"drop_fraction": 1.5}}, "alerts.drop_fraction"),
+        ({"alerts": {"drop_fraction": "10%"}}, "alerts.drop_fraction"),
+        ({"alerts": {"drop_history_days": 0}}, "alerts.drop_history_days"),
+        ({"alerts": {"drop_history_days": 29}}, "alerts.drop_history_days"),
+        ({"alerts": {"drop_exclude": ["ok", "("]}}, "alerts.drop_exclude[1]"),
+        ({"alerts": {"drop_exlude": []}}, "alerts.drop_exlude"),
         ({"ui": {"auth_user": "admin"}}, "ui.auth_password"),
         ({"ui": {"port": 70000}}, "ui.port"),
         ({"ui": {"host": " "}}, "ui.host"),
@@ -88,3 +95,17 @@ def test_defaults_are_loopback_and_route_nowhere():
     settings = Settings.default()
     assert settings.ui.host == "127.0.0.1" and settings.smtp.host == "127.0.0.1"
     assert settings.alerts == AlertSettings() and settings.alerts.recipients("dc1.orders") == ()
+
+
+def test_drop_alerts_are_switched_off_per_topic_regex_and_the_fraction_comes_from_the_environment():
+    settings = load_settings(env={"KAUDIT_ALERTS_DROP_FRACTION": "0.25"})
+    assert settings.alerts.drop_fraction == 0.25 and settings.alerts.drop_history_days == 7
+    assert settings.alerts.drops_watched("dc1.orders")
+    alerts = from_dict({"alerts": {"drop_exclude": [r"^dc1\.clicks$", "backfill"]}}).alerts
+    assert [alerts.drops_watched(t) for t in ("dc1.clicks", "dc2.clicks", "dc1.backfill-x", "dc1.clicks2")] == [
+        False,
+        True,
+        False,
+        True,
+    ]
+    assert not from_dict({"alerts": {"drop_exclude": [".*"]}}).alerts.drops_watched("dc1.orders")
