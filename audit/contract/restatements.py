@@ -67,6 +67,9 @@ def restatements(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def restatements_of_batches(batches):
-    """`mapInPandas` form of `restatements`."""
+    """`mapInPandas` form of `restatements`: batches with none yield nothing (an empty slice of Spark's
+    Arrow-backed columns does not convert back)."""
     for frame in batches:
-        yield restatements(frame)
+        found = restatements(frame)
+        if len(found):
+            yield found

@@ -72,3 +72,11 @@ verdicts = st.tuples(
 def test_only_final_windows_whose_verdict_changed_are_restated(before, after, final):
     frame = pd.DataFrame([pair(before, after, final=final)])
     assert restated(frame).tolist() == [final and before != after]
+
+
+def test_the_batch_form_yields_only_batches_with_restatements():
+    from audit.contract.restatements import restatements_of_batches
+
+    same = pd.DataFrame([pair((1, 1, "complete"), (1, 1, "complete"))])
+    changed = pd.DataFrame([pair((1, 1, "complete"), (2, 1, "incomplete"))])
+    assert [len(frame) for frame in restatements_of_batches([same, changed, same])] == [1]
