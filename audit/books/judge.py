@@ -114,7 +114,7 @@ def update_completeness(
 
     Before merging the verdicts it appends the final windows they restate (`restatements`; `records`:
     the audit records the run read), after it refreshes the complete-through watermarks of their topics;
-    `done(step)` is told as each of the three is.
+    `done(step)` is told as each step is done.
     """
     from pyspark.sql import functions as F
 
@@ -179,11 +179,12 @@ def update_completeness(
         .withColumn("updated_at", F.current_timestamp())
         .withColumn("date", F.to_date("window_start"))
     ).localCheckpoint()
+    done("completeness judged")
     restated = store_restatements(spark, settings, current, result, records)
     done("restatements", restatements=restated)
     delta_io.upsert(spark, settings.lake_root, COMPLETENESS, result)
     judged = result.count()
-    done("completeness", windows=judged)
+    done("completeness stored", windows=judged)
     refresh_watermarks(spark, settings, result)
     done("completeness watermarks")
     return judged
