@@ -48,7 +48,8 @@ def add_command(commands) -> None:
     )
     parser.add_argument(
         "--exactly-once",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=False,
         help="run the replicators with --exactly-once and check that the hub holds no duplicate (default: at "
         "least once, whose duplicates after kills must be reported as over)",
     )
