@@ -319,6 +319,25 @@ def with_partition_losses(rows: pd.DataFrame, counts: pd.DataFrame) -> pd.DataFr
     )
 
 
+def restated_changes(restatements: pd.DataFrame) -> pd.DataFrame:
+    """Per restated (window, tier): its changes as text, oldest first (`incomplete -> complete, observed
+    1,106 -> 1,111`), joined by `; `: what the topic page shows beside the window's verdict."""
+    if restatements.empty:  # typed as the table is, so merging on window_start still works
+        return restatements[["window_start", "tier"]].assign(restated=pd.Series(dtype=object))
+    ordered = restatements.sort_values("restated_at")
+    text = (
+        ordered["before_status"]
+        + " -> "
+        + ordered["after_status"]
+        + ", observed "
+        + ordered["before_observed"].map("{:,}".format)
+        + " -> "
+        + ordered["after_observed"].map("{:,}".format)
+    )
+    changes = ordered.assign(restated=text).groupby(["window_start", "tier"], sort=True)["restated"].agg("; ".join)
+    return changes.reset_index()
+
+
 def status_history(records: pd.DataFrame, window: TimeRange, search: str | None = None) -> pd.DataFrame:
     """Status records in the range, with how far behind each watermark was when emitted (minutes)."""
     if records.empty:

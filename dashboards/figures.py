@@ -128,11 +128,35 @@ def correlation_figure(counts: pd.DataFrame, selected: pd.Timestamp | None = Non
     return _by_tier(counts, "count", "Messages per window: producer vs each tier", "messages", selected=selected)
 
 
-def completeness_figure(rows: pd.DataFrame, selected: pd.Timestamp | None = None) -> go.Figure:
-    """Completeness % per tier and window; windows not final for every tier yet are shaded (in flight)."""
+def completeness_figure(
+    rows: pd.DataFrame, selected: pd.Timestamp | None = None, restated: pd.DataFrame | None = None
+) -> go.Figure:
+    """Completeness % per tier and window; windows not final for every tier yet are shaded (in flight),
+    restated windows (`restated_changes`) marked with a star on their tier's line."""
     figure = _by_tier(rows, "completeness_pct", "Completeness per tier (%)", "% of expected", selected=selected)
     shade_windows_in_flight(figure, rows)
+    mark_restated(figure, rows, restated)
     return figure
+
+
+def mark_restated(figure: go.Figure, rows: pd.DataFrame, restated: pd.DataFrame | None) -> None:
+    """A trace `restated`: a star on each restated window's tier, its changes in the hover text."""
+    if restated is None or restated.empty or rows.empty:
+        return
+    points = restated.merge(rows[["window_start", "tier", "completeness_pct"]], on=["window_start", "tier"])
+    if points.empty:
+        return
+    figure.add_trace(
+        go.Scatter(
+            x=points["window_start"],
+            y=points["completeness_pct"],
+            name="restated",
+            mode="markers",
+            marker=dict(symbol="star", size=14, color="#9467bd", line=dict(width=1, color="#333333")),
+            customdata=points["tier"] + ": " + points["restated"],
+            hovertemplate="%{x|%Y-%m-%d %H:%M} UTC<br>restated at %{customdata}<extra></extra>",
+        )
+    )
 
 
 def shade_windows_in_flight(figure: go.Figure, rows: pd.DataFrame) -> None:

@@ -18,6 +18,8 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pandas as pd
 
+from audit.contract.complete_through import watermark_frame
+from audit.contract.restatements import restatements
 from audit.contract.tables import TABLES, arrow_schema, arrow_table, table_path
 
 DEFAULT_TIERS = ("producer", "dc1", "aggregate", "lake")
@@ -82,6 +84,17 @@ class SendFailed:
     topic: str
     window: int
     count: int
+
+
+@dataclass(frozen=True)
+class Restated:
+    """Window `window` of `topic` was final at `tier` with `late` messages fewer, then they were counted late:
+    a restatement from that verdict to the one the window holds now."""
+
+    topic: str
+    tier: str
+    window: int
+    late: int
 
 
 @dataclass
@@ -224,14 +237,60 @@ def sample_frames(spec: SampleSpec | None = None, /, **kwargs) -> dict[str, pd.D
                     updated_at=now,
                 )
             )
+    completeness_frame = pd.DataFrame(completeness)
     return {
-        "completeness": pd.DataFrame(completeness),
+        "completeness": completeness_frame,
         "tier_counts": pd.DataFrame(counts),
         "tier_status": pd.DataFrame(status),
         "audit_records": status_history(
             spec, starts[0], watermark_of={(f.topic, f.tier): f for f in spec.faults if isinstance(f, Lagging)}
         ),
+        "completeness_watermarks": sample_watermarks(completeness_frame, now=now),
+        "restatements": sample_restatements(completeness_frame, spec, starts),
     }
+
+
+def sample_watermarks(completeness: pd.DataFrame, *, now: datetime) -> pd.DataFrame:
+    """`completeness_watermarks` of the sample's completeness rows, by the reconciliation's rule."""
+    judged = completeness[completeness["tier"] != completeness["reference_tier"]]
+    marks = [watermark_frame(group) for _, group in judged.groupby(["origin_cluster", "topic", "tier"], sort=False)]
+    return pd.concat(marks, ignore_index=True).assign(updated_at=now) if marks else pd.DataFrame()
+
+
+def sample_restatements(completeness: pd.DataFrame, spec: SampleSpec, starts: list[datetime]) -> pd.DataFrame:
+    """A restatement per `Restated` fault: the window's verdict with the late messages not yet counted, to now."""
+    pairs = []
+    for fault in (f for f in spec.faults if isinstance(f, Restated)):
+        [after] = completeness[
+            (completeness["topic"] == fault.topic)
+            & (completeness["tier"] == fault.tier)
+            & (completeness["window_start"] == starts[fault.window])
+        ].to_dict("records")
+        before_observed = after["observed"] - fault.late
+        before_status = "complete" if before_observed == after["expected"] else "incomplete"
+        pairs.append(
+            {
+                **{name: after[name] for name in ("origin_cluster", "topic", "logical_topic", "window_start")},
+                **{name: after[name] for name in ("window_minutes", "tier", "reference_tier")},
+                "before_final": True,
+                "before_updated_at": after["window_end"] + timedelta(seconds=spec.grace_s),
+                "before_expected": after["expected"],
+                "before_observed": before_observed,
+                "before_status": before_status,
+                "after_expected": after["expected"],
+                "after_observed": after["observed"],
+                "after_status": after["status"],
+                "after_final": after["final"],
+            }
+        )
+    if not pairs:
+        return pd.DataFrame()
+    rows = restatements(pd.DataFrame(pairs))
+    return rows.drop(columns="reference_tier").assign(
+        record_ids=[[f"sample-late-{i}"] for i in range(len(rows))],
+        restated_at=spec.now - timedelta(minutes=1),
+        date=[start.date() for start in rows["window_start"]],
+    )
 
 
 def _reporter(tier: str, origin: str) -> str:
@@ -383,6 +442,7 @@ DEMO_FAULTS = (
     Lagging("clicks", "lake", behind_minutes=45, lag=5200),
     SendFailed("orders", 8, 3),
     NoWatermark("refunds", "lake"),
+    Restated("payments", "aggregate", 6, 5),
 )
 
 

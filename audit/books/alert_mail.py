@@ -90,6 +90,8 @@ INTROS = {
     "over": "These windows are final and hold more messages than the reference tier (duplicates):",
     "recovery": "These windows, alerted on before, are complete now:",
     "lag": "These tiers are behind (their windows are not final yet, so no loss is reported for them):",
+    "restated": "These windows, alerted on before, changed again after they were final (late counts, a replay "
+    "or a recount):",
     "drop": "These final windows hold far fewer messages than the same time of day usually does: traffic "
     "dropped before the first counting point, which completeness cannot show (100 % of nothing is 100 %). "
     "expected is the median of the same time of day over the previous days, observed the window's count:",

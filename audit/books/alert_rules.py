@@ -1,7 +1,8 @@
 """Which alerts a state of the books calls for: pure functions of the completeness, status and log frames.
 
 Loss and over only for windows FINAL for the tier, recovery for a window alerted on that is now
-complete, lag for a tier whose watermark is too old; each with the likely cause."""
+complete, lag for a tier whose watermark is too old, restated for a window that flips between complete
+and incomplete (or over) again after its alert was sent; each with the likely cause."""
 
 from __future__ import annotations
 
@@ -20,7 +21,15 @@ if TYPE_CHECKING:
     pass
 
 ALERTING_STATUS = {"incomplete": "loss", "over": "over"}
-KIND_TITLES = {"loss": "LOSS", "over": "DUPLICATES", "recovery": "RECOVERED", "lag": "LAG", "drop": "DROP"}
+KIND_TITLES = {
+    "loss": "LOSS",
+    "over": "DUPLICATES",
+    "recovery": "RECOVERED",
+    "lag": "LAG",
+    "drop": "DROP",
+    "restated": "RESTATED",
+}
+RESTATED = "restated"
 WINDOW_FORMAT = "%Y-%m-%d %H:%M UTC"
 
 
@@ -47,7 +56,11 @@ class Alert:
 
     @property
     def alert_id(self) -> str:
-        return alert_id(self.kind, self.origin_cluster, self.topic, self.window_start, self.tier, self.status)
+        # A window can be restated again and again: each restatement, named in the cause, is its own alert.
+        occurrence = self.cause if self.kind == RESTATED else ""
+        return alert_id(
+            self.kind, self.origin_cluster, self.topic, self.window_start, self.tier, self.status, occurrence
+        )
 
     @classmethod
     def of_row(cls, row, *, kind: str, status: str, cause: str) -> Alert:
@@ -68,14 +81,18 @@ class Alert:
         )
 
 
-def alert_id(kind: str, origin_cluster: str, topic: str, window_start: datetime, tier: str, status: str) -> str:
-    """Deterministic id of an alert: the same window, tier, kind and status always give the same id."""
+def alert_id(
+    kind: str, origin_cluster: str, topic: str, window_start: datetime, tier: str, status: str, occurrence: str = ""
+) -> str:
+    """Deterministic id of an alert: the same window, tier, kind and status (and occurrence, for alerts a
+    window can have more than once) always give the same id."""
     moment = (
         pd.Timestamp(window_start).tz_convert("UTC")
         if pd.Timestamp(window_start).tzinfo
         else pd.Timestamp(window_start).tz_localize("UTC")
     )
-    text = "|".join((kind, origin_cluster, topic, moment.strftime("%Y-%m-%dT%H:%M:%SZ"), tier, status))
+    parts = (kind, origin_cluster, topic, moment.strftime("%Y-%m-%dT%H:%M:%SZ"), tier, status)
+    text = "|".join((*parts, occurrence) if occurrence else parts)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -143,6 +160,51 @@ def recovery_alerts(completeness: pd.DataFrame, log_frame: pd.DataFrame) -> list
         Alert.of_row(row, kind="recovery", status="complete", cause="the window is complete now")
         for row in recovered.itertuples(index=False)
     ]
+
+
+def restatement_alerts(restatements: pd.DataFrame, log_frame: pd.DataFrame) -> list[Alert]:
+    """A restated alert for each restatement that flips a window between complete and incomplete (or over)
+    once the alert of its new verdict is in the log already: that loss, over or recovery alert was decided
+    before, so its id cannot fire again, and without this one the flip would go unsaid."""
+    if restatements is None or restatements.empty or log_frame.empty:
+        return []
+    before, after = restatements["before_status"], restatements["after_status"]
+    alerting = list(ALERTING_STATUS)
+    flips = restatements[
+        ((before == "complete") & after.isin(alerting)) | (before.isin(alerting) & (after == "complete"))
+    ]
+    created = dict(zip(log_frame["alert_id"], log_frame["created_at"], strict=True))
+    alerts = []
+    for row in flips.itertuples(index=False):
+        earlier_kind = ALERTING_STATUS.get(row.after_status, "recovery")
+        earlier = created.get(
+            alert_id(earlier_kind, row.origin_cluster, row.topic, row.window_start, row.tier, row.after_status)
+        )
+        if earlier is None or not earlier < row.restated_at:
+            continue  # the loss, over or recovery alert of the new verdict says it (or said it after this)
+        expected, observed = as_int(row.after_expected) or 0, as_int(row.after_observed) or 0
+        alerts.append(
+            Alert(
+                kind=RESTATED,
+                origin_cluster=row.origin_cluster,
+                topic=row.topic,
+                window_start=row.window_start,
+                tier=row.tier,
+                status=row.after_status,
+                expected=expected,
+                observed=observed,
+                missing=max(expected - observed, 0),
+                duplicated=max(observed - expected, 0),
+                completeness_pct=100.0 * observed / expected if expected else None,
+                cause=(
+                    f"restated {row.before_status} -> {row.after_status} at "
+                    f"{pd.Timestamp(row.restated_at).strftime(WINDOW_FORMAT)}: expected "
+                    f"{as_int(row.before_expected) or 0:,} -> {expected:,}, observed "
+                    f"{as_int(row.before_observed) or 0:,} -> {observed:,} (restatement {row.restatement_id})"
+                ),
+            )
+        )
+    return alerts
 
 
 def lag_alerts(

@@ -4,7 +4,8 @@ One run (`run_alerts`, `kaudit alert`, or the reconciliation's continuous mode a
   1. read completeness, tier_status and tier_counts (deltalake, no JVM) and the `alerts` log;
   2. decide the alerts (pure functions below): loss/over for windows FINAL for the tier, recovery for
      a window alerted on that is now complete, lag for a tier whose watermark is too old, drop for a final
-     window whose reference count fell far below that time of day's usual (traffic_drops.py);
+     window whose reference count fell far below that time of day's usual (traffic_drops.py), restated
+     for a window that flips between complete and incomplete again after its alert (`restatements`);
   3. record every new alert as `pending` in the log BEFORE sending (so a crash or an SMTP outage loses
      nothing), keyed by a deterministic id so a rerun finds it and never records it twice;
   4. send one email per (kind, recipients) holding all its pending alerts, retried with backoff;
@@ -39,6 +40,7 @@ from audit.books.alert_rules import (
     alert_id,
     lag_alerts,
     recovery_alerts,
+    restatement_alerts,
     window_alerts,
     window_key,
 )
@@ -58,6 +60,7 @@ __all__ = [
     "lag_alerts",
     "read_log",
     "recovery_alerts",
+    "restatement_alerts",
     "run_alerts",
     "subject",
     "upsert_log",
@@ -205,6 +208,7 @@ def run_alerts(
             retention_gaps=retention_gaps,
         ),
         *recovery_alerts(completeness, log_frame),
+        *restatement_alerts(read_frame(lake, "restatements", since=since), log_frame),
         *lag_alerts(
             tier_status,
             now=now,

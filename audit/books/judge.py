@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
     from audit.settings import Settings
 
+from audit.books.complete_through import refresh_watermarks
+from audit.books.restatements import store_restatements
 from audit.books.tier_tables import WINDOW_KEY
 
 log = logging.getLogger(__name__)
@@ -105,8 +107,15 @@ JUDGED_COLUMNS = {
 JUDGED_DDL = ", ".join(f"{name} {kind}" for name, kind in JUDGED_COLUMNS.items())
 
 
-def update_completeness(spark: SparkSession, settings: Settings, touched, *, now_ms: int) -> int:
-    """Judge every touched window and every window not yet final; returns how many rows were judged."""
+def update_completeness(
+    spark: SparkSession, settings: Settings, touched, *, now_ms: int, records=None, done=lambda step, **fields: None
+) -> int:
+    """Judge every touched window and every window not yet final; returns how many rows were judged.
+
+    Before merging the verdicts it appends the final windows they restate (`restatements`; `records`:
+    the audit records the run read), after it refreshes the complete-through watermarks of their topics;
+    `done(step)` is told as each step is done.
+    """
     from pyspark.sql import functions as F
 
     paths = tier_paths(spark, settings)
@@ -170,8 +179,15 @@ def update_completeness(spark: SparkSession, settings: Settings, touched, *, now
         .withColumn("updated_at", F.current_timestamp())
         .withColumn("date", F.to_date("window_start"))
     ).localCheckpoint()
+    done("completeness judged")
+    restated = store_restatements(spark, settings, current, result, records)
+    done("restatements", restatements=restated)
     delta_io.upsert(spark, settings.lake_root, COMPLETENESS, result)
-    return result.count()
+    judged = result.count()
+    done("completeness stored", windows=judged)
+    refresh_watermarks(spark, settings, result)
+    done("completeness watermarks")
+    return judged
 
 
 def _windows_missing_a_tier(current, paths):

@@ -9,7 +9,8 @@ One run (`reconcile(spark, settings)`):
    (a record read twice, from two clusters or two runs, counts once);
 3. re-sums `tier_counts` for the windows that received records, refreshes each reporter's newest
    partition status and from it `tier_status`, and re-judges `completeness` for those windows and
-   for every window not yet final (audit/contract/completeness.py holds the rules);
+   for every window not yet final (audit/contract/completeness.py holds the rules), appends the
+   final windows whose verdict changed to `restatements` and refreshes `completeness_watermarks`;
 4. stores the offsets it read up to. A crash before that step only makes the next run read the
    same messages again, which the record_id and offset keys absorb.
 """
@@ -27,7 +28,9 @@ from audit.contract.tables import (
     AUDIT_REJECTS,
     CLUSTER_READS,
     COMPLETENESS,
+    COMPLETENESS_WATERMARKS,
     PARTITION_STATUS,
+    RESTATEMENTS,
     RETENTION_GAPS,
     SOURCE_OFFSETS,
     TIER_COUNTS,
@@ -190,6 +193,8 @@ def read_and_store(
             SOURCE_OFFSETS.name,
             CLUSTER_READS.name,
             RETENTION_GAPS.name,
+            COMPLETENESS_WATERMARKS.name,
+            RESTATEMENTS.name,
         ),
     )
     step.done("tables ready")
@@ -221,8 +226,7 @@ def reconcile(spark: SparkSession, settings: Settings, *, now_ms: int | None = N
         step.done("tier_status")
     if touched is None:
         touched = spark.createDataFrame([], "origin_cluster STRING, topic STRING, window_start TIMESTAMP")
-    report.windows = update_completeness(spark, settings, touched, now_ms=now_ms)
-    step.done("completeness", windows=report.windows)
+    report.windows = update_completeness(spark, settings, touched, now_ms=now_ms, records=records, done=step.done)
     store_offsets(spark, settings, sources)
     step.done("offsets stored")
     report.seconds = time.monotonic() - began

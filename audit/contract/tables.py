@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from audit.contract.arrow import arrow_schema, arrow_table, arrow_type  # noqa: F401 (re-exported: the tables' one import)
+
 
 @dataclass(frozen=True)
 class Column:
@@ -219,14 +221,18 @@ ALERTS = Table(
         _c(
             "alert_id",
             "STRING",
-            "sha256 of kind, origin_cluster, topic, window_start, tier and status: a rerun "
-            "finds the same id and sends nothing new",
+            "sha256 of kind, origin_cluster, topic, window_start, tier and status (restated alerts: and "
+            "the cause, which names the restatement): a rerun finds the same id and sends nothing new",
         ),
-        _c("kind", "STRING", "loss | over | recovery | lag | drop"),
+        _c("kind", "STRING", "loss | over | recovery | lag | drop | restated"),
         *LOGICAL_TOPIC,
         _c("window_start", "TIMESTAMP", "the window alerted on (lag: the window holding the tier's watermark)"),
         _c("tier", "STRING", "tier the alert is about"),
-        _c("status", "STRING", "the completeness status alerted on (lag alerts: lagging; drop alerts: drop)"),
+        _c(
+            "status",
+            "STRING",
+            "the completeness status alerted on (lag alerts: lagging; drop alerts: drop; restated: the status after)",
+        ),
         _c("expected", "BIGINT", "the reference tier's count (drop: its median at that time of day over the history)"),
         _c("observed", "BIGINT", "the tier's count"),
         _c("missing", "BIGINT", "messages short"),
@@ -285,6 +291,66 @@ CLUSTER_READS = Table(
     ),
 )
 
+COMPLETENESS_WATERMARKS = Table(
+    name="completeness_watermarks",
+    doc="Per logical topic and tier: the time up to which every window is final and complete, and the first "
+    "window after it that is not. Refreshed by every reconciliation run. Restrict a lake query to "
+    "`window_start < complete_through` to read only windows the books have closed (see the pattern below).",
+    key=("origin_cluster", "topic", "tier"),
+    columns=(
+        *LOGICAL_TOPIC,
+        _c("tier", "STRING", "counting point (every tier but the topic's reference tier)"),
+        _c(
+            "complete_through",
+            "TIMESTAMP",
+            "end of the last window up to which every window of the topic is final and complete at this tier; "
+            "null while its first window is not. Windows without traffic have no row and do not hold it back",
+        ),
+        _c(
+            "first_open_window",
+            "TIMESTAMP",
+            "start of the first window after complete_through that is not final or not complete (null: none)",
+        ),
+        _c("first_open_status", "STRING", "that window's status: incomplete | over | lagging | pending"),
+        _c("updated_at", "TIMESTAMP", "when a reconciliation run last changed this row"),
+    ),
+)
+
+RESTATEMENTS = Table(
+    name="restatements",
+    doc="Append-only: every change to the verdict of a window that was already final (late counts, a replay, "
+    "a counter's recount), with the verdict before and after and the audit records behind it.",
+    key=("restatement_id",),
+    partition_by=("date",),
+    columns=(
+        _c(
+            "restatement_id",
+            "STRING",
+            "sha256 of the window, tier, the verdict before (and when it was written) and after: a rerun "
+            "records a restatement once",
+        ),
+        *LOGICAL_TOPIC,
+        *WINDOW,
+        _c("tier", "STRING", "counting point"),
+        _c("before_expected", "BIGINT", "the reference tier's count before"),
+        _c("before_observed", "BIGINT", "this tier's count before"),
+        _c("before_status", "STRING", "status before (final: complete, incomplete or over)"),
+        _c("before_updated_at", "TIMESTAMP", "when the verdict before was written"),
+        _c("after_expected", "BIGINT", "the reference tier's count after"),
+        _c("after_observed", "BIGINT", "this tier's count after"),
+        _c("after_status", "STRING", "status after"),
+        _c("after_final", "BOOLEAN", "still final after (false: a tier's watermark went back)"),
+        _c(
+            "record_ids",
+            "ARRAY<STRING>",
+            "count records of this tier and the reference tier for the window read by the run that restated "
+            "it: what the reconciliation knows of the cause (empty: only a watermark moved)",
+        ),
+        _c("restated_at", "TIMESTAMP", "when the reconciliation run recorded it"),
+        _c("date", "DATE", "UTC date of window_start: the partition column"),
+    ),
+)
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (
@@ -297,6 +363,8 @@ TABLES: dict[str, Table] = {
         ALERTS,
         CLUSTER_READS,
         RETENTION_GAPS,
+        COMPLETENESS_WATERMARKS,
+        RESTATEMENTS,
     )
 }
 
@@ -346,101 +414,28 @@ def table_path(lake_path: str | Path, name: str) -> str:
     return f"{str(lake_path).rstrip('/')}/{name}"
 
 
-# -- pyarrow schemas (for readers and writers without a JVM: deltalake, the UI, test fixtures) --------
+# The analyst's pattern for lake queries, documented in docs/tables.md (and used by notebooks/).
+COMPLETE_WINDOWS_SQL = """## Reading only complete windows
 
-_ARROW_SCALARS = {
-    "STRING": "string",
-    "BIGINT": "int64",
-    "INT": "int32",
-    "DOUBLE": "float64",
-    "BOOLEAN": "bool_",
-    "DATE": "date32",
-    "BINARY": "binary",
-}
+`completeness_watermarks.complete_through` is the end of the last window up to which every window of a
+topic is final and complete at a tier. A query of the lake's `bronze` table restricted to the windows
+before it reads only data the books have closed: no window still in flight, none with a known loss or
+duplicates. With the default prefix naming the lake's topic is the logical topic (`dc1.orders`):
 
+```sql
+SELECT b.*
+FROM bronze AS b
+JOIN completeness_watermarks AS w
+  ON w.logical_topic = b.topic AND w.tier = 'lake'
+WHERE b.window_start < w.complete_through        -- windows are aligned: the whole window is before it
+  AND b.date <= to_date(w.complete_through)      -- lets Delta skip the newer date partitions
+```
 
-def arrow_type(spark_type: str):
-    """The pyarrow type of a Spark SQL type name as written in this module (TIMESTAMP: UTC, microseconds)."""
-    import pyarrow as pa
-
-    text = spark_type.strip()
-    upper = text.upper()
-    if upper in _ARROW_SCALARS:
-        return getattr(pa, _ARROW_SCALARS[upper])()
-    if upper == "TIMESTAMP":
-        return pa.timestamp("us", tz="UTC")
-    inner = _inside(text)
-    if upper.startswith("ARRAY<"):
-        return pa.list_(arrow_type(inner))
-    if upper.startswith("MAP<"):
-        key, value = _split_top(inner)
-        return pa.map_(arrow_type(key), arrow_type(value))
-    if upper.startswith("STRUCT<"):
-        members = []
-        for part in _split_top(inner):
-            name, _, member_type = part.partition(":")
-            if not member_type:
-                raise ValueError(f"struct member {part!r} of {spark_type!r} has no ': TYPE'")
-            members.append(pa.field(name.strip().strip("`"), arrow_type(member_type)))
-        return pa.struct(members)
-    raise ValueError(f"unknown Spark type {spark_type!r}")
-
-
-def _inside(text: str) -> str:
-    start, end = text.find("<"), text.rfind(">")
-    if start < 0 or end < start:
-        raise ValueError(f"unknown Spark type {text!r}")
-    return text[start + 1 : end]
-
-
-def _split_top(text: str) -> list[str]:
-    """`a, b<c, d>, e` split at the commas outside angle brackets."""
-    parts: list[str] = []
-    current: list[str] = []
-    depth = 0
-    for char in text:
-        depth += (char == "<") - (char == ">")
-        if char == "," and depth == 0:
-            parts.append("".join(current).strip())
-            current = []
-        else:
-            current.append(char)
-    parts.append("".join(current).strip())
-    return parts
-
-
-def arrow_schema(table: Table):
-    """The pyarrow schema of `table`, columns in declaration order, every column nullable as in Spark."""
-    import pyarrow as pa
-
-    return pa.schema([pa.field(c.name, arrow_type(c.type), nullable=True) for c in table.columns])
-
-
-def arrow_table(table: Table, rows):
-    """`rows` (a pandas DataFrame or a list of dicts) as a pyarrow Table of `table`'s exact schema.
-
-    Absent columns are null; a column the table does not have is a KeyError naming it.
-    """
-    import pandas as pd
-    import pyarrow as pa
-
-    schema = arrow_schema(table)
-    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
-    unknown = set(frame.columns) - set(schema.names)
-    if unknown:
-        raise KeyError(f"{table.name} has no column(s) {', '.join(sorted(unknown))}")
-    arrays = []
-    for column in schema:
-        if column.name in frame.columns and len(frame):
-            values = frame[column.name]
-            if pa.types.is_timestamp(column.type):
-                values = pd.to_datetime(values, utc=True)
-            elif pa.types.is_integer(column.type) and values.dtype == object:
-                values = values.astype("Int64")
-            arrays.append(pa.array(values, type=column.type, from_pandas=True))
-        else:
-            arrays.append(pa.nulls(len(frame), type=column.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
+A topic without a row, or with `complete_through` null, has no closed window yet: the inner join leaves
+it out. `first_open_window` and `first_open_status` say what holds the watermark back. In Python,
+`audit.books.complete_through.complete_through(spark, "dc1.orders", "lake")` returns the same time.
+A window that changes after it was final (late counts, a replay, a recount) is recorded in
+`restatements` and moves the watermark back if it is no longer complete."""
 
 
 def markdown() -> str:
@@ -472,6 +467,7 @@ def markdown() -> str:
         ]
         lines += [f"| `{c.name}` | {c.type.replace('|', '/')} | {c.doc.replace('|', '/')} |" for c in table.columns]
         lines.append("")
+    lines += COMPLETE_WINDOWS_SQL.splitlines() + [""]
     from audit.contract import completeness
 
     rules = completeness.__doc__.split("The rules, in order (see docs/tables.md):")[1].strip()

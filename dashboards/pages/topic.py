@@ -9,7 +9,7 @@ from dash import Input, Output, State, callback, dcc, html
 
 from dashboards import figures, ids
 from dashboards.app import context, href
-from dashboards.data import latest_window, parse_time, time_range, topic_rows, with_partition_losses
+from dashboards.data import latest_window, parse_time, restated_changes, time_range, topic_rows, with_partition_losses
 from dashboards.pages.controls import range_and_search, table
 
 WINDOW_COLUMNS = [
@@ -24,6 +24,7 @@ WINDOW_COLUMNS = [
     "completeness_pct",
     "tier_watermark",
     "latency_p99_ms",
+    "restated",
 ]
 
 
@@ -44,7 +45,8 @@ def load(topic: str | None, range_key: str | None, window: str | None):
     rows, counts = topic_rows(completeness, topic, span), topic_rows(counts, topic, span)
     if not counts.empty and not rows.empty:  # data-flow order for the counts' legend too
         counts = counts.merge(rows[["tier", "tier_order"]].drop_duplicates("tier"), on="tier", how="left")
-    return topic, topics, selected, rows, counts
+    restated = restated_changes(topic_rows(lake.frame("restatements"), topic, span))
+    return topic, topics, selected, rows, counts, restated
 
 
 def layout(
@@ -55,9 +57,10 @@ def layout(
     tier: str | None = None,
     **_other,
 ) -> html.Div:
-    topic, topics, selected, rows, counts = load(topic, range, window)
+    topic, topics, selected, rows, counts, restated = load(topic, range, window)
     in_window = rows[rows["window_start"] == selected] if selected is not None and not rows.empty else rows.iloc[0:0]
     in_window = with_partition_losses(in_window, counts)
+    in_window = in_window.merge(restated, on=["window_start", "tier"], how="left")
     return html.Div(
         [
             html.H2(f"Topic {topic or '(none)'}"),
@@ -84,7 +87,7 @@ def layout(
                 else []
             ),
             dcc.Graph(id=ids.CORRELATION, figure=figures.correlation_figure(counts, selected)),
-            dcc.Graph(id=ids.COMPLETENESS, figure=figures.completeness_figure(rows, selected)),
+            dcc.Graph(id=ids.COMPLETENESS, figure=figures.completeness_figure(rows, selected, restated)),
             dcc.Graph(id=ids.MISSING, figure=figures.missing_figure(rows, selected)),
             dcc.Graph(id=ids.LATENCY, figure=figures.latency_figure(counts)),
         ]

@@ -239,3 +239,21 @@ def test_the_topic_page_shades_the_windows_not_final_yet(ui):
         what="shaded windows on the completeness graph",
     )
     assert shaded >= 5
+
+
+def test_the_topic_page_marks_a_restated_window(ui):
+    """DEMO_FAULTS: Restated("payments", "aggregate", 6, 5): final with 5 messages short, then counted late."""
+    base, driver = ui
+    restated = pd.Timestamp(window_starts(NOW, 24, 10)[6])
+    driver.get(f"{base}/topic?topic=dc1.payments&window={restated:%Y-%m-%dT%H:%M}Z&range=6h")
+    traces = wait(lambda: plot_data(driver, ids.COMPLETENESS), what="the completeness graph")
+    [star] = [t for t in traces if t["name"] == "restated"]
+    assert [pd.Timestamp(x).tz_localize("UTC") for x in star["x"]] == [restated]
+    assert star["customdata"][0].startswith("aggregate: incomplete -> complete, observed ")
+    cells = wait(
+        lambda: driver.execute_script(
+            f"return Array.from(document.querySelectorAll('#{ids.WINDOW_TABLE} td')).map(td => td.innerText)"
+        ),
+        what="the window table",
+    )
+    assert any(cell.startswith("incomplete -> complete, observed ") for cell in cells), cells

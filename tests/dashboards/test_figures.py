@@ -205,6 +205,45 @@ def test_the_completeness_graph_shades_the_windows_not_final_yet(frames):
     assert {pd.Timestamp(x) for x in shaded} == {pd.Timestamp(w) for w in open_windows.index[~open_windows]}
 
 
+def test_restated_windows_are_starred_on_their_tier_with_every_change():
+    from dashboards.data import restated_changes
+    from dashboards.sample import Restated, window_starts
+
+    frames = sample_frames(SampleSpec(now=NOW, faults=[Loss("orders", "lake", 4, 3), Restated("orders", "lake", 4, 9)]))
+    [row] = frames["restatements"].to_dict("records")
+    assert (row["before_status"], row["after_status"], row["before_observed"] - row["after_observed"]) == (
+        "incomplete",
+        "incomplete",
+        -9,
+    )
+    again = {
+        **row,
+        "before_status": "incomplete",
+        "after_status": "complete",
+        "restated_at": row["restated_at"] + pd.Timedelta(minutes=1),
+    }
+    changes = restated_changes(pd.DataFrame([again, row]))
+    window = pd.Timestamp(window_starts(NOW, 12, 10)[4])
+    assert changes["window_start"].tolist() == [window] and changes["tier"].tolist() == ["lake"]
+    observed = f"{row['before_observed']:,} -> {row['after_observed']:,}"
+    assert (
+        changes["restated"].iloc[0]
+        == f"incomplete -> incomplete, observed {observed}; incomplete -> complete, observed {observed}"
+    )
+
+    rows = frames["completeness"].query("topic == 'orders'")
+    figure = figures.completeness_figure(rows, None, changes)
+    [star] = [trace for trace in figure.data if trace.name == "restated"]
+    assert [pd.Timestamp(x, tz="UTC") for x in star.x] == [window]
+    assert (
+        list(star.y)
+        == rows.query("tier == 'lake'").set_index("window_start").loc[[window], "completeness_pct"].tolist()
+    )
+    assert "restated" not in {
+        t.name for t in figures.completeness_figure(rows, None, restated_changes(frames["restatements"].iloc[0:0])).data
+    }
+
+
 def test_the_window_rows_name_the_partitions_each_tier_is_short_in(frames):
     window = frames["completeness"]["window_start"].drop_duplicates().sort_values().iloc[3]
     completeness = frames["completeness"]

@@ -13,6 +13,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 
 from dashboards.sample import Duplicate, Lagging, Loss, sample_frames, write_frames
@@ -27,7 +28,19 @@ LOST_TOPIC, LOST_TIER, LOST_COUNT = "payments", "aggregate", 37
 FAULTS = [Loss(LOST_TOPIC, LOST_TIER, 3, LOST_COUNT), Duplicate("orders", "lake", 5, 9),
           Lagging("clicks", "lake", behind_minutes=45, lag=5200)]
 
+BRONZE_PER_WINDOW = 2
+
 pytestmark = pytest.mark.spark
+
+
+def bronze(completeness):
+    """BRONZE_PER_WINDOW lake messages in every window of every topic (the lake's topic is the logical topic)."""
+    windows = completeness[["logical_topic", "window_start"]].drop_duplicates()
+    return pd.DataFrame([
+        dict(topic=w.logical_topic, partition=0, offset=i, value=b"m", timestamp=w.window_start, timestamp_type=0,
+             audit_time=w.window_start, window_start=w.window_start, batch_id=0, date=w.window_start.date())
+        for i, w in enumerate(windows.itertuples(index=False)) for _ in range(BRONZE_PER_WINDOW)
+    ])
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +48,14 @@ def executed(tmp_path_factory):
     """(completed process, executed notebook) of one run over sample tables."""
     work = tmp_path_factory.mktemp("notebook")
     lake = work / "lake"
-    write_frames(str(lake), sample_frames(now=datetime.now(timezone.utc), topics=("orders", "payments", "clicks"),
-                                          faults=FAULTS))
+    frames = sample_frames(now=datetime.now(timezone.utc), topics=("orders", "payments", "clicks"), faults=FAULTS)
+    write_frames(str(lake), {**frames, "bronze": bronze(frames["completeness"])})
     output = work / "completeness.executed.ipynb"
     env = {key: value for key, value in os.environ.items() if not key.startswith("KAUDIT_")}
     env.update(KAUDIT_LAKE_PATH=str(lake), KAUDIT_STATE_DIR=str(work / "state"), KAUDIT_CACHE_DIR=str(cache_dir()),
-               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               # the kernel imports this checkout, not whichever one the venv's editable install names
+               PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, str(RUNNER), str(NOTEBOOK), str(output), "--cwd", str(work)],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=540)
     executed_nb = nbformat.read(output, as_version=4) if output.exists() else None
@@ -125,6 +140,23 @@ def test_chart_cells_draw_a_plotly_figure(executed, tag):
     figures = [output.data["application/vnd.plotly.v1+json"] for output in tagged(nb, tag).outputs
                if "application/vnd.plotly.v1+json" in output.get("data", {})]
     assert len(figures) == 1 and figures[0]["data"], f"cell {tag!r} drew no figure"
+
+
+def test_complete_windows_stop_before_the_first_open_problem_at_the_lake(executed):
+    _, nb = executed
+    marks = {(row["logical_topic"], row["tier"]): row for row in table_rows(tagged(nb, "complete-through"))}
+    lost = marks[(f"dc1.{LOST_TOPIC}", "lake")]
+    assert lost["first_open_status"] == "incomplete", lost  # window 3 lost 37 on the way into the aggregate
+    assert marks[("dc1.orders", "lake")]["first_open_status"] == "over", "window 5 holds 9 duplicates at the lake"
+    assert marks[("dc1.clicks", "lake")]["first_open_status"] == "lagging"
+    assert marks[(f"dc1.{LOST_TOPIC}", "dc1")]["first_open_status"] in ("pending", "lagging"), "only in flight"
+
+    bronze_rows = {row["topic"]: row for row in table_rows(tagged(nb, "complete-bronze"))}
+    # payments: windows 0-2 before the lost window 3; orders: 0-4 before the duplicated window 5.
+    assert (bronze_rows[f"dc1.{LOST_TOPIC}"]["windows"], bronze_rows["dc1.orders"]["windows"]) == ("3", "5")
+    assert bronze_rows["dc1.orders"]["messages"] == str(5 * BRONZE_PER_WINDOW)
+    for topic, row in bronze_rows.items():
+        assert pd.Timestamp(row["last_window"]) < pd.Timestamp(marks[(topic, "lake")]["complete_through"])
 
 
 def test_committed_without_outputs():

@@ -390,3 +390,60 @@ def test_kaudit_alert_exits_3_while_smtp_is_down_and_0_once_sent(tmp_path, smtp_
     assert back.returncode == 0, back.stderr
     assert "0 new, 1 email(s) sent carrying 1 alert(s), 0 pending" in back.stdout
     assert len(inbox.messages) == 1
+
+
+def restate(settings: Settings, frames, topic: str, tier: str, window: int, before: str, at: pd.Timestamp) -> None:
+    """Append a restatement of the (topic, tier, window) completeness row of `frames`: from `before` to what it holds."""
+    from audit.contract.restatements import restatements
+    from dashboards.sample import write_table
+
+    [row] = frames["completeness"].query("topic == @topic and tier == @tier").iloc[[window]].to_dict("records")
+    change = {
+        **{name: row[name] for name in ("origin_cluster", "topic", "logical_topic", "window_start", "window_minutes")},
+        **{name: row[name] for name in ("tier", "reference_tier")},
+        "before_final": True,
+        "before_updated_at": at - pd.Timedelta(minutes=1),
+        "before_expected": row["expected"],
+        "before_observed": row["expected"] if before == "complete" else row["expected"] - 5,
+        "before_status": before,
+        "after_expected": row["expected"],
+        "after_observed": row["observed"],
+        "after_status": row["status"],
+        "after_final": True,
+    }
+    rows = restatements(pd.DataFrame([change])).drop(columns="reference_tier")
+    rows = rows.assign(record_ids=[["late:1"]], restated_at=at, date=row["window_start"].date())
+    write_table(settings.lake_root, "restatements", rows)
+
+
+def test_a_window_that_flips_again_after_its_emails_sends_one_restated_email_per_flip(tmp_path, smtp_server):
+    _controller, inbox, port = smtp_server
+    settings = settings_for(tmp_path, port)
+    minutes = [pd.Timestamp(NOW) + pd.Timedelta(minutes=m) for m in range(8)]
+    seed(settings, Loss("payments", "lake", 2, 5))
+    run_alerts(settings, now=minutes[0])  # the loss email
+    frames = seed(settings)  # late counts fill the window: the recovery says so, no restated email
+    restate(settings, frames, "payments", "lake", 2, "incomplete", minutes[1])
+    run_alerts(settings, now=minutes[2])
+    assert [subj(m).split()[1] for m in inbox.messages] == ["LOSS", "RECOVERED"]
+
+    frames = seed(settings, Loss("payments", "lake", 2, 5))  # a recount: short again, the loss alert is known
+    restate(settings, frames, "payments", "lake", 2, "complete", minutes[3])
+    report = run_alerts(settings, now=minutes[4])
+    assert (report.new, report.emails) == (1, 1)
+    again = inbox.messages[-1]
+    assert subj(again).startswith("[kaudit] RESTATED dc1.payments at lake: ") and "in 2025-03-04 10:30 UTC" in subj(
+        again
+    )
+    text = body(again, "plain")
+    assert "changed again after they were final" in text and "missing: 5" in text
+    assert "restated complete -> incomplete at 2025-03-04 12:06 UTC" in text
+    assert run_alerts(settings, now=minutes[5]).new == 0 and len(inbox.messages) == 3
+
+    frames = seed(settings)  # and back: the recovery was sent already, so a restated email says it
+    restate(settings, frames, "payments", "lake", 2, "incomplete", minutes[6])
+    assert run_alerts(settings, now=minutes[7]).emails == 1
+    assert "restated incomplete -> complete" in body(inbox.messages[-1], "plain")
+    kinds = read_log(settings.lake_root).groupby("kind")["state"].agg(list).to_dict()
+    assert kinds == {"loss": ["sent"], "recovery": ["sent"], "restated": ["sent", "sent"]}
+    assert run_alerts(settings, now=minutes[7]).new == 0 and len(inbox.messages) == 4

@@ -1,0 +1,75 @@
+"""Restatements: a window whose verdict was final and changed afterwards (late counts, a replay, a recount).
+
+Pure (pandas, no Spark): the reconciliation applies `restatements` to the windows it re-judged, joined
+to their previous verdict, through `mapInPandas`; the tests call it directly. A row is a restatement
+when the window was final before and its expected count, observed count or status is not the same
+after. Its id is derived from the window, the tier and both verdicts, including when the one before
+was written, so a run that is repeated after a crash records each restatement once, and a window
+that changes back and forth records every change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pandas as pd
+
+VERDICT = ("expected", "observed", "status")
+RESTATEMENT_COLUMNS = {
+    "restatement_id": "STRING",
+    "origin_cluster": "STRING",
+    "topic": "STRING",
+    "logical_topic": "STRING",
+    "window_start": "TIMESTAMP",
+    "window_minutes": "INT",
+    "tier": "STRING",
+    "reference_tier": "STRING",
+    "before_expected": "BIGINT",
+    "before_observed": "BIGINT",
+    "before_status": "STRING",
+    "before_updated_at": "TIMESTAMP",
+    "after_expected": "BIGINT",
+    "after_observed": "BIGINT",
+    "after_status": "STRING",
+    "after_final": "BOOLEAN",
+}
+RESTATEMENT_DDL = ", ".join(f"{name} {kind}" for name, kind in RESTATEMENT_COLUMNS.items())
+
+
+def restated(frame: pd.DataFrame) -> np.ndarray:
+    """Which rows (previous verdict as `before_*`, new one as `after_*`) restate a final window."""
+    was_final = frame["before_final"].fillna(False).astype(bool).to_numpy()
+    changed = np.zeros(len(frame), dtype=bool)
+    for name in VERDICT:
+        before, after = frame[f"before_{name}"], frame[f"after_{name}"]
+        changed |= ~((before == after) | (before.isna() & after.isna())).to_numpy()
+    return was_final & changed
+
+
+def _utc_text(moment) -> str:
+    stamp = pd.Timestamp(moment)
+    return (stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")).isoformat()
+
+
+def restatement_id(row) -> str:
+    """Deterministic id of one restatement (a row of `restatements`' input)."""
+    parts = [row.origin_cluster, row.topic, _utc_text(row.window_start), row.tier, _utc_text(row.before_updated_at)]
+    parts += [str(getattr(row, f"{side}_{name}")) for side in ("before", "after") for name in VERDICT]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+def restatements(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `frame` that restate a final window, with their id, in `RESTATEMENT_COLUMNS`."""
+    rows = frame[restated(frame)].copy()
+    rows["restatement_id"] = [restatement_id(row) for row in rows.itertuples(index=False)]
+    return rows[list(RESTATEMENT_COLUMNS)]
+
+
+def restatements_of_batches(batches):
+    """`mapInPandas` form of `restatements`: batches with none yield nothing (an empty slice of Spark's
+    Arrow-backed columns does not convert back)."""
+    for frame in batches:
+        found = restatements(frame)
+        if len(found):
+            yield found
