@@ -47,12 +47,16 @@ def run_hop(
 ) -> None:
     started = time.monotonic()
     next_refresh = started
+    armed_at = -STUCK_REARM_S
     try:
         hop.open()
         while not stop.is_set():
-            # A step inside a broker call that never returns would otherwise leave no trace of where.
-            faulthandler.dump_traceback_later(STUCK_STEP_S, repeat=True, file=sys.stderr)
             now = time.monotonic()
+            # A step inside a broker call that never returns would otherwise leave no trace of where. Each
+            # arming starts a watchdog thread, so it is renewed every STUCK_REARM_S, not every step (a batch).
+            if now - armed_at >= STUCK_REARM_S:
+                faulthandler.dump_traceback_later(STUCK_STEP_S, repeat=True, file=sys.stderr)
+                armed_at = now
             if now >= next_refresh:
                 hop.refresh_topics()
                 next_refresh = now + hop.topic_refresh_s
@@ -68,7 +72,8 @@ def run_hop(
         hop.close()
 
 
-STUCK_STEP_S = 60.0  # a step (one batch, a flush, a rebalance) this long prints every thread's stack, each time
+STUCK_STEP_S = 60.0  # no step started for this long: every thread's stack is printed, and again each time
+STUCK_REARM_S = 10.0  # so a step stuck 50-60 s is the shortest that prints
 
 
 DEFAULT_STOP_GRACE_S = 10.0
