@@ -35,7 +35,7 @@ $(VENV)/.installed: pyproject.toml
 
 # The counter's native batch loop and the audited producer's delivery counting (C, built in place with the venv's setuptools and the system C
 # compiler); rebuilt only when their source changes. Without them both count in pure Python.
-$(NATIVE): audit/hops/_fastcount.c producers/_fastaudit.c native/latency_floors.h native/build.py | $(VENV)/.installed
+$(NATIVE): audit/hops/_fastcount.c producers/_fastaudit.c native/latency_floors.h native/rdkafka_abi.h native/build.py | $(VENV)/.installed
 	$(PY) native/build.py
 	mkdir -p $(dir $@) && touch $@
 

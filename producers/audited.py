@@ -1,11 +1,16 @@
 """The audited producer: confluent-kafka's Producer, plus the producer tier's counts.
 
 It keeps the wrapped producer's interface and behaviour and adds three things only:
-- the audit time: the message timestamp (now, unless given) and the same value in the
-  `kaudit-time` header, so topics that use LogAppendTime still carry it;
-- counting in the delivery callback: only what the broker acknowledged counts, failures count as
-  `send_failed`. The callback is the native `_fastaudit` one when built (no Python code per delivery
-  report), else a Python closure; both count the same;
+- the audit time: the message timestamp (now, unless given) and, where the topic uses LogAppendTime
+  (the broker replaces the timestamp there), the same value in the `kaudit-time` header. A topic's
+  messages carry the header until an acknowledgement shows that the topic keeps CreateTime, and
+  again from the first one that shows LogAppendTime: on CreateTime topics it is redundant, and
+  librdkafka spends about as much CPU on a header as on the rest of a small message;
+- counting on acknowledgement: only what the broker acknowledged counts, failures count as
+  `send_failed`. With the native `_fastaudit` built, produce() itself is native (it calls librdkafka
+  on confluent-kafka's own client) and a librdkafka interceptor counts each acknowledgement in C: no
+  Python code and no Python object per message. Without it (or with `KAUDIT_PURE_PYTHON=1`), a
+  Python delivery callback per message counts the same;
 - emission: every `flush_interval_s` (checked inside produce/poll, no extra thread) and on
   flush/close, one count record per (topic, window) into the audit topic of the same cluster.
 
@@ -22,10 +27,11 @@ import os
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, KafkaException, Producer
 from prometheus_client import Counter
 
 from audit.contract.errors import KafkaClientError
@@ -50,20 +56,38 @@ DeliveryCallback = Callable[[KafkaError | None, Any], None]
 PURE_PYTHON_ENV = "KAUDIT_PURE_PYTHON"
 
 
-def _native_tally_type() -> Any:
-    """The native delivery tally type (`producers/_fastaudit.c`), or None when it is not built or
-    `KAUDIT_PURE_PYTHON=1`: the Python closures then count the same."""
+def _native_module() -> Any:
+    """The native produce path (`producers/_fastaudit.c`), or None when it is not built, cannot find
+    confluent-kafka's librdkafka, or `KAUDIT_PURE_PYTHON=1`: the Python closures then count the same."""
     if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
         return None
     try:
         from producers import _fastaudit  # type: ignore[attr-defined]
     except ImportError:
         return None
-    _fastaudit.configure(LATENCY_FLOORS)
-    return _fastaudit.Tally
+    problem = _fastaudit.librdkafka_problem()
+    if problem is not None:
+        log.warning("native produce path off, counting in Python", extra={"reason": problem})
+        return None
+    _fastaudit.configure(LATENCY_FLOORS, AUDIT_TIME_HEADER)
+    return _fastaudit
 
 
-native_tally_type = _native_tally_type()
+native_module = _native_module()
+
+
+def produce_error(code: int) -> Exception:
+    """The exception confluent-kafka's produce() raises for a librdkafka error code."""
+    error = KafkaError(code)
+    if code == KafkaError._QUEUE_FULL:
+        return BufferError(error.str())
+    return KafkaException(KafkaError(code, f"Unable to produce message: {error.str()}"))
+
+
+def with_plugin(config: Mapping[str, Any], library: str) -> dict[str, Any]:
+    """`config` with `library` added to librdkafka's plugin.library.paths (';'-separated)."""
+    paths = [path for path in str(config.get("plugin.library.paths") or "").split(";") if path]
+    return {**config, "plugin.library.paths": ";".join([*paths, library] if library not in paths else paths)}
 
 
 class AuditedProducer:
@@ -92,12 +116,38 @@ class AuditedProducer:
         self._create_lock = threading.Lock()
         self._emit_lock = threading.Lock()
         self._tally = Tally(window_minutes)
-        self._native = native_tally_type(window_minutes * 60_000) if native_tally_type is not None else None
+        self._create_time_topics: set[str] = set()  # the Python path's; the native one keeps its own
+        self._native = native_module.Tally(window_minutes * 60_000) if native_module is not None else None
         self._sequence = itertools.count(1)
         self._unacked: dict[str, bytes] = {}  # record id -> encoded audit record awaiting its ack
         self._in_flight: set[str] = set()
         self._next_emit = time.monotonic() + flush_interval_s
         self._closed = False
+        if self._native is not None:
+            self._bind_native()
+
+    def _bind_native(self) -> None:
+        """Produce through the native path: `self.produce` becomes the native one, on a client made now
+        with the interceptor that counts acknowledgements."""
+        self._config = with_plugin(self._config, native_module.__file__)
+        native = self._native
+        owner = weakref.ref(self)  # not self.emit: the Tally would keep this producer alive until a GC pass
+
+        def emit_if_alive() -> None:
+            audited = owner()
+            if audited is not None:
+                audited.emit()
+
+        native.bind(
+            self.producer,
+            self._config.get("on_delivery"),
+            emit_if_alive,
+            produce_error,
+            BUFFER_FULL_RETRIES,
+            BUFFER_FULL_WAIT_S,
+        )
+        native.next_emit = self._next_emit
+        self.produce = native.produce  # type: ignore[method-assign]
 
     # -- the wrapped producer ------------------------------------------------------------------
 
@@ -123,16 +173,10 @@ class AuditedProducer:
     ) -> None:
         """Produce like confluent-kafka, stamping the audit time and counting the delivery."""
         audit_time_ms = timestamp or time.time_ns() // 1_000_000
-        stamp = (AUDIT_TIME_HEADER, b"%d" % audit_time_ms)
-        if headers:
-            stamped = [*(headers.items() if isinstance(headers, Mapping) else headers), stamp]
-        else:
-            stamped = [stamp]
-        user_callback = on_delivery or callback
-        if self._native is not None:
-            delivered = self._native.delivery(topic, audit_time_ms, user_callback)
-        else:
-            delivered = self._delivery_closure(topic, audit_time_ms, user_callback)
+        stamped = [*(headers.items() if isinstance(headers, Mapping) else headers)] if headers else []
+        if topic not in self._create_time_topics:
+            stamped.append((AUDIT_TIME_HEADER, b"%d" % audit_time_ms))
+        delivered = self._delivery_closure(topic, audit_time_ms, on_delivery or callback)
         try:
             (self._producer or self.producer).produce(
                 topic,
@@ -141,18 +185,18 @@ class AuditedProducer:
                 partition=partition,
                 on_delivery=delivered,
                 timestamp=audit_time_ms,
-                headers=stamped,
+                headers=stamped or None,
             )
         except BufferError:
-            self._produce_with_retry(topic, value, key, partition, delivered, audit_time_ms, stamped)
+            self._produce_with_retry(topic, value, key, partition, delivered, audit_time_ms, stamped or None)
         if time.monotonic() >= self._next_emit:
             self.emit()
 
     def _delivery_closure(
         self, topic: str, audit_time_ms: int, user_callback: DeliveryCallback | None
     ) -> DeliveryCallback:
-        """The pure-Python delivery callback (when the native one is not built)."""
-        tally = self._tally
+        """The pure-Python delivery callback (when the native produce path is off)."""
+        tally, create_time_topics = self._tally, self._create_time_topics
 
         # A closure per message, because a failed delivery report carries neither the timestamp
         # nor the headers, and a failure must still land in its message's window.
@@ -166,6 +210,10 @@ class AuditedProducer:
                     partition=msg.partition(),
                     latency_ms=time.time_ns() // 1_000_000 - audit_time_ms,
                 )
+                if msg.timestamp()[0] == TIMESTAMP_CREATE_TIME:
+                    create_time_topics.add(topic)
+                else:
+                    create_time_topics.discard(topic)
             else:
                 tally.fail(topic, audit_time_ms)
             if user_callback is not None:
@@ -238,6 +286,8 @@ class AuditedProducer:
         """Turn the counts since the last emission into audit records and send them (plus retries)."""
         with self._emit_lock:
             self._next_emit = time.monotonic() + self.flush_interval_s
+            if self._native is not None:
+                self._native.next_emit = self._next_emit
             for (topic, window_start_ms), tally in sorted(self._drain().items()):
                 rid = record_id(self.instance_id, next(self._sequence))
                 record = count_record(

@@ -16,7 +16,7 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture
 def delivery_counting(request, monkeypatch):
     if request.param == "python":
-        monkeypatch.setattr(audited, "native_tally_type", None)
-    elif audited.native_tally_type is None:
+        monkeypatch.setattr(audited, "native_module", None)
+    elif audited.native_module is None:
         pytest.skip("the native delivery counting is not built here")
     return request.param

@@ -75,6 +75,43 @@ def test_stamps_the_audit_time_header_and_calls_the_users_callback(local_cluster
     assert message.timestamp()[1] == 1_700_000_123_456
 
 
+def audit_time_headers(bootstrap: str, topic: str, group: str, expected: int) -> list[bytes | None]:
+    """The `kaudit-time` header of each message of `topic` (None where absent), in offset order."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    found = []
+    deadline = time.monotonic() + 30
+    while len(found) < expected and time.monotonic() < deadline:
+        for message in consumer.consume(500, 1):
+            found.append((message.offset(), dict(message.headers() or []).get(AUDIT_TIME_HEADER)))
+    consumer.close()
+    assert len(found) == expected
+    return [header for _offset, header in sorted(found)]
+
+
+def test_the_audit_time_header_goes_where_the_topic_uses_log_append_time(local_clusters, topic_factory, unique_name):
+    """DESIGN: the header is the audit time where a topic uses LogAppendTime; on CreateTime topics the
+    timestamp is, and the producer stops stamping once an acknowledgement shows the topic keeps it."""
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    log_append = topic_factory("dc1", partitions=1, config={"message.timestamp.type": "LogAppendTime"})
+    create_time = topic_factory("dc1", partitions=1)
+    audit_topic = topic_factory("dc1")
+    with producer_for(bootstrap, audit_topic) as producer:
+        for batch in range(3):
+            for i in range(5):
+                for topic in (log_append, create_time):
+                    producer.produce(topic, value=b"v", timestamp=1_700_000_000_000 + batch * WINDOW_MS + i)
+            producer.flush(10)  # acknowledged: the producer now knows each topic's timestamp type
+
+    stamped = audit_time_headers(bootstrap, log_append, unique_name("g"), 15)
+    assert stamped == [b"%d" % (1_700_000_000_000 + b * WINDOW_MS + i) for b in range(3) for i in range(5)]
+    plain = audit_time_headers(bootstrap, create_time, unique_name("g"), 15)
+    assert plain[5:] == [None] * 10, "a CreateTime topic needs no header once its first acknowledgement came"
+    counts = counts_by_window(records_of(bootstrap, audit_topic), "producer")
+    for topic in (log_append, create_time):
+        assert [counts[(topic, 1_699_999_800_000 + b * WINDOW_MS)] for b in range(3)] == [5, 5, 5]
+
+
 def test_failed_sends_count_as_send_failed_not_as_count(local_clusters, topic_factory):
     bootstrap = local_clusters["dc1"].bootstrap_servers
     good, audit_topic = topic_factory("dc1"), topic_factory("dc1")
