@@ -48,7 +48,14 @@ from audit.hops.counter_state import (
 )
 from audit.hops.retention import RetentionGaps, Skip, seek_past_deleted, skips_in_batch
 from audit.hops.runloop import run_hop
-from audit.io.clients import Admin, check_credentials, committed_offsets, ensure_topics, group_caught_up
+from audit.io.clients import (
+    Admin,
+    begin_transaction,
+    check_credentials,
+    committed_offsets,
+    ensure_topics,
+    group_caught_up,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -393,7 +400,7 @@ class ClusterCounter:
             return True
         producer = self.producer
         try:
-            producer.begin_transaction()
+            begin_transaction(producer, self.options.transaction_call_timeout_s)
             for record in records:
                 producer.produce(self.options.audit_topic, key=record.topic.encode(), value=encode(record))
             if offsets:
@@ -461,6 +468,10 @@ class ClusterCounter:
                 code=error.code(),
             )
         if error.fatal():
+            if error.code() == KafkaError._TIMED_OUT:
+                # begin_transaction never returned: the producer is stuck inside librdkafka. It stays with
+                # the thread that waits on it (destroying it would wait too); init of the next one fences it.
+                self._producer = None
             self._producer_broken = True
         elif error.txn_requires_abort() or open_transaction:
             try:

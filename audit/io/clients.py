@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -153,6 +154,34 @@ def watermarks(
             if not moving or time.monotonic() >= deadline:
                 raise
             time.sleep(0.2)
+
+
+def begin_transaction(producer, timeout_s: float) -> None:
+    """producer.begin_transaction(), but never waiting more than `timeout_s`.
+
+    librdkafka waits for its own main thread without a time limit there (no timeout argument), and
+    after a broker restart that thread was once seen never to answer: the counter then hung for good
+    (soak, invariant 8). Past `timeout_s` this raises a retriable-looking KafkaException (_TIMED_OUT)
+    whose `fatal()` is true, so the caller replaces the producer; the stuck call is left behind in a
+    daemon thread, holding the old producer."""
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            producer.begin_transaction()
+        except BaseException as exc:  # handed to the caller
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=call, name="begin-transaction", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise KafkaException(
+            KafkaError(KafkaError._TIMED_OUT, f"begin_transaction did not return within {timeout_s:.0f} s", fatal=True)
+        )
+    if failure:
+        raise failure[0]
 
 
 ADMIN_RENEW_EVERY_S = 15.0

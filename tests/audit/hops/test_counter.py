@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import signal
@@ -123,6 +124,49 @@ def test_counts_every_message_once_per_topic_and_window(local_clusters, topic_fa
     assert stats.counted == 30_000
     assert counted(bootstrap, audit_topic) == dict(expected)
     assert len({window for _topic, window in expected}) >= 5
+
+
+class HangingOnce:
+    """A transactional producer whose first begin_transaction never returns, as librdkafka's was once
+    seen to after a broker restart; everything else goes to the real producer."""
+
+    released = threading.Event()
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+
+    def begin_transaction(self) -> None:
+        self.released.wait()
+
+    def __getattr__(self, name: str):
+        return getattr(self._producer, name)
+
+
+def test_a_begin_transaction_that_never_returns_costs_a_new_producer_not_the_counter(
+    local_clusters, topic_factory, unique_name
+):
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    prefix = unique_name("hang")
+    topic = topic_factory("dc1", partitions=2, name=f"{prefix}-t")
+    audit_topic = topic_factory("dc1", partitions=1, name=f"{prefix}-audit")
+    expected = produce_plain(bootstrap, [topic], 500, windows=2, partitions=2)
+    counter = counter_for(bootstrap, audit_topic, prefix)
+    counter.options = dataclasses.replace(counter.options, transaction_call_timeout_s=5.0)
+    made = []
+
+    def new_producer(real=counter._new_producer):
+        made.append(real())
+        return HangingOnce(made[-1]) if len(made) == 1 else made[-1]
+
+    counter._new_producer = new_producer
+    try:
+        stats = counter.run(until_caught_up=True, max_seconds=60)
+    finally:
+        HangingOnce.released.set()
+
+    assert len(made) == 2, "the stuck producer was replaced"
+    assert stats.aborts >= 1 and stats.counted >= 500
+    assert counted(bootstrap, audit_topic) == dict(expected)
 
 
 def test_status_records_report_positions_lag_and_watermark(local_clusters, topic_factory, unique_name):

@@ -1,6 +1,14 @@
-"""Kafka client helpers against a broker that is not there."""
+"""Kafka client helpers against a broker that is not there, or a client that never answers."""
 
 from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from audit.io.clients import begin_transaction
 
 
 def test_the_admin_client_is_renewed_after_an_unanswered_query_at_most_once_per_interval():
@@ -40,3 +48,43 @@ def test_committed_offsets_are_asked_again_until_the_timeout_then_the_error_name
     assert 1.9 <= time.monotonic() - began < 5
     asked_again = [r for r in caplog.records if r.getMessage() == "committed offsets not answered; asking again"]
     assert len(asked_again) >= 2, "each unanswered attempt is followed by a fresh request"
+
+
+class Stuck:
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def begin_transaction(self) -> None:
+        self.release.wait()
+
+
+class Refusing:
+    def begin_transaction(self) -> None:
+        raise KafkaException(KafkaError(KafkaError._STATE, "not ready"))
+
+
+class Fine:
+    began = 0
+
+    def begin_transaction(self) -> None:
+        self.began += 1
+
+
+def test_a_call_that_never_returns_raises_a_fatal_timeout_in_time():
+    stuck = Stuck()
+    began = time.monotonic()
+    with pytest.raises(KafkaException) as raised:
+        begin_transaction(stuck, 0.3)
+    stuck.release.set()
+    assert time.monotonic() - began < 2
+    error = raised.value.args[0]
+    assert error.code() == KafkaError._TIMED_OUT and error.fatal()
+    assert "did not return within" in error.str()
+
+
+def test_the_producers_own_error_passes_through_and_a_normal_call_returns():
+    with pytest.raises(KafkaException, match="not ready"):
+        begin_transaction(Refusing(), 5)
+    fine = Fine()
+    begin_transaction(fine, 5)
+    assert fine.began == 1
