@@ -49,12 +49,14 @@ from audit.hops.counter_state import (
 from audit.hops.retention import RetentionGaps, Skip, seek_past_deleted, skips_in_batch
 from audit.hops.runloop import run_hop
 from audit.io.clients import (
+    LATE_ANSWER_S,
     Admin,
-    begin_transaction,
+    bounded,
     check_credentials,
     committed_offsets,
     ensure_topics,
     group_caught_up,
+    is_stuck,
 )
 
 log = logging.getLogger(__name__)
@@ -162,10 +164,13 @@ class ClusterCounter:
             return True
         if self._producer is not None:
             self._producer.purge()
-        self._producer = self._new_producer()
+        self._producer = producer = self._new_producer()
         try:
-            self._producer.init_transactions(self.options.transaction_call_timeout_s)
+            timeout_s = self.options.transaction_call_timeout_s
+            self._bounded(lambda: producer.init_transactions(timeout_s), "init_transactions")
         except KafkaException as exc:
+            if is_stuck(exc.args[0]):
+                self._producer = None
             log.warning(
                 "transactional producer not ready yet",
                 extra={"cluster": self.options.cluster, "error": exc.args[0].str()},
@@ -400,12 +405,15 @@ class ClusterCounter:
             return True
         producer = self.producer
         try:
-            begin_transaction(producer, self.options.transaction_call_timeout_s)
+            self._bounded(producer.begin_transaction, "begin_transaction")
             for record in records:
                 producer.produce(self.options.audit_topic, key=record.topic.encode(), value=encode(record))
             if offsets:
-                producer.send_offsets_to_transaction(
-                    offsets, self.consumer.consumer_group_metadata(), self.options.transaction_call_timeout_s
+                group = self.consumer.consumer_group_metadata()
+                timeout_s = self.options.transaction_call_timeout_s
+                self._bounded(
+                    lambda: producer.send_offsets_to_transaction(offsets, group, timeout_s),
+                    "send_offsets_to_transaction",
                 )
         except KafkaException as exc:  # nothing was committed: the open transaction must be aborted, whatever the error
             self._abort(exc.args[0], open_transaction=True)
@@ -438,10 +446,15 @@ class ClusterCounter:
                 progress.position = tp.offset
         self._check_skips(skips)
 
+    def _bounded(self, call, what: str):
+        """A transactional call given its own timeout plus LATE_ANSWER_S to return (`clients.bounded`)."""
+        return bounded(call, self.options.transaction_call_timeout_s + LATE_ANSWER_S, what)
+
     def _commit_transaction(self) -> None:
+        producer, timeout_s = self.producer, self.options.transaction_call_timeout_s
         for attempt in range(3):
             try:
-                self.producer.commit_transaction(self.options.transaction_call_timeout_s)
+                self._bounded(lambda: producer.commit_transaction(timeout_s), "commit_transaction")
                 return
             except KafkaException as exc:
                 # Retriable (e.g. a timed-out request): the same commit may simply be repeated.
@@ -468,15 +481,18 @@ class ClusterCounter:
                 code=error.code(),
             )
         if error.fatal():
-            if error.code() == KafkaError._TIMED_OUT:
-                # begin_transaction never returned: the producer is stuck inside librdkafka. It stays with
-                # the thread that waits on it (destroying it would wait too); init of the next one fences it.
+            if is_stuck(error):
+                # The producer is stuck inside librdkafka. It stays with the thread that waits on it
+                # (destroying it would wait too); the init of the next one fences it.
                 self._producer = None
             self._producer_broken = True
         elif error.txn_requires_abort() or open_transaction:
             try:
-                self.producer.abort_transaction(self.options.transaction_call_timeout_s)
+                producer, timeout_s = self.producer, self.options.transaction_call_timeout_s
+                self._bounded(lambda: producer.abort_transaction(timeout_s), "abort_transaction")
             except KafkaException as exc:  # the broker is still away, or refuses: a new producer settles it
+                if is_stuck(exc.args[0]):
+                    self._producer = None
                 log.warning(
                     "abort failed; the producer is renewed at the next flush",
                     extra={"cluster": self.options.cluster, "error": exc.args[0].str()},

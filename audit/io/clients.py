@@ -6,7 +6,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -156,32 +156,41 @@ def watermarks(
             time.sleep(0.2)
 
 
-def begin_transaction(producer, timeout_s: float) -> None:
-    """producer.begin_transaction(), but never waiting more than `timeout_s`.
+def bounded(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """call(), but never waiting more than `timeout_s` for it to return.
 
-    librdkafka waits for its own main thread without a time limit there (no timeout argument), and
-    after a broker restart that thread was once seen never to answer: the counter then hung for good
-    (soak, invariant 8). Past `timeout_s` this raises a retriable-looking KafkaException (_TIMED_OUT)
-    whose `fatal()` is true, so the caller replaces the producer; the stuck call is left behind in a
-    daemon thread, holding the old producer."""
+    For a transactional producer's calls: librdkafka waits on its own main thread there, without a time
+    limit in begin_transaction, and after a broker restart it was seen never to answer, in
+    begin_transaction and in send_offsets_to_transaction despite its timeout (librdkafka #5511: a
+    coordinator cached after its broker was decommissioned): the counter hung for good (soak, invariant
+    8). Past `timeout_s` this raises a KafkaException (_TIMED_OUT, fatal) naming `what`, so the caller
+    replaces the producer; the stuck call stays behind in a daemon thread, which keeps the old producer
+    referenced: destroying it would wait on the same thread."""
     done = threading.Event()
+    outcome: list[Any] = []
     failure: list[BaseException] = []
 
-    def call() -> None:
+    def run() -> None:
         try:
-            producer.begin_transaction()
+            outcome.append(call())
         except BaseException as exc:  # handed to the caller
             failure.append(exc)
         finally:
             done.set()
 
-    threading.Thread(target=call, name="begin-transaction", daemon=True).start()
+    threading.Thread(target=run, name=what, daemon=True).start()
     if not done.wait(timeout_s):
         raise KafkaException(
-            KafkaError(KafkaError._TIMED_OUT, f"begin_transaction did not return within {timeout_s:.0f} s", fatal=True)
+            KafkaError(KafkaError._TIMED_OUT, f"{what} did not return within {timeout_s:.0f} s", fatal=True)
         )
     if failure:
         raise failure[0]
+    return outcome[0]
+
+
+def is_stuck(error: KafkaError) -> bool:
+    """The error `bounded` raises: the producer is stuck inside librdkafka and must be left alone."""
+    return error.code() == KafkaError._TIMED_OUT and error.fatal()
 
 
 ADMIN_RENEW_EVERY_S = 15.0

@@ -127,23 +127,21 @@ def test_counts_every_message_once_per_topic_and_window(local_clusters, topic_fa
 
 
 class HangingOnce:
-    """A transactional producer whose first begin_transaction never returns, as librdkafka's was once
-    seen to after a broker restart; everything else goes to the real producer."""
+    """A transactional producer one of whose calls never returns, as librdkafka's begin_transaction and
+    send_offsets_to_transaction were seen to after a broker restart; the rest goes to the real one."""
 
-    released = threading.Event()
-
-    def __init__(self, producer: Producer) -> None:
-        self._producer = producer
-
-    def begin_transaction(self) -> None:
-        self.released.wait()
+    def __init__(self, producer: Producer, stuck_call: str, released: threading.Event) -> None:
+        self._producer, self._stuck_call, self.released = producer, stuck_call, released
 
     def __getattr__(self, name: str):
+        if name == self._stuck_call:
+            return lambda *args: self.released.wait()
         return getattr(self._producer, name)
 
 
-def test_a_begin_transaction_that_never_returns_costs_a_new_producer_not_the_counter(
-    local_clusters, topic_factory, unique_name
+@pytest.mark.parametrize("stuck_call", ["begin_transaction", "send_offsets_to_transaction"])
+def test_a_transactional_call_that_never_returns_costs_a_new_producer_not_the_counter(
+    local_clusters, topic_factory, unique_name, stuck_call
 ):
     bootstrap = local_clusters["dc1"].bootstrap_servers
     prefix = unique_name("hang")
@@ -151,18 +149,18 @@ def test_a_begin_transaction_that_never_returns_costs_a_new_producer_not_the_cou
     audit_topic = topic_factory("dc1", partitions=1, name=f"{prefix}-audit")
     expected = produce_plain(bootstrap, [topic], 500, windows=2, partitions=2)
     counter = counter_for(bootstrap, audit_topic, prefix)
-    counter.options = dataclasses.replace(counter.options, transaction_call_timeout_s=5.0)
-    made = []
+    counter.options = dataclasses.replace(counter.options, transaction_call_timeout_s=3.0)
+    made, released = [], threading.Event()
 
     def new_producer(real=counter._new_producer):
         made.append(real())
-        return HangingOnce(made[-1]) if len(made) == 1 else made[-1]
+        return HangingOnce(made[-1], stuck_call, released) if len(made) == 1 else made[-1]
 
     counter._new_producer = new_producer
     try:
-        stats = counter.run(until_caught_up=True, max_seconds=60)
+        stats = counter.run(until_caught_up=True, max_seconds=90)
     finally:
-        HangingOnce.released.set()
+        released.set()
 
     assert len(made) == 2, "the stuck producer was replaced"
     assert stats.aborts >= 1 and stats.counted >= 500

@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from audit.io.clients import begin_transaction
+from audit.io.clients import bounded, is_stuck
 
 
 def test_the_admin_client_is_renewed_after_an_unanswered_query_at_most_once_per_interval():
@@ -74,17 +74,17 @@ def test_a_call_that_never_returns_raises_a_fatal_timeout_in_time():
     stuck = Stuck()
     began = time.monotonic()
     with pytest.raises(KafkaException) as raised:
-        begin_transaction(stuck, 0.3)
+        bounded(stuck.begin_transaction, 0.3, "begin_transaction")
     stuck.release.set()
     assert time.monotonic() - began < 2
     error = raised.value.args[0]
-    assert error.code() == KafkaError._TIMED_OUT and error.fatal()
+    assert error.code() == KafkaError._TIMED_OUT and error.fatal() and is_stuck(error)
     assert "did not return within" in error.str()
 
 
 def test_the_producers_own_error_passes_through_and_a_normal_call_returns():
     with pytest.raises(KafkaException, match="not ready"):
-        begin_transaction(Refusing(), 5)
+        bounded(Refusing().begin_transaction, 5, "begin_transaction")
     fine = Fine()
-    begin_transaction(fine, 5)
+    assert bounded(fine.begin_transaction, 5, "begin_transaction") is None
     assert fine.began == 1
