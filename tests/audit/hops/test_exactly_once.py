@@ -143,13 +143,37 @@ class Mirror:
         return "\n".join(p.read_text()[-2000:] for p in sorted(self.tmp_path.glob("mirror-*.log")))
 
 
+def committed_by_the_mirror(clusters: LocalClusters, topic: str) -> int:
+    """Source offsets of `topic` the replicators' group has committed, summed (in exactly-once mode:
+    committed with the copies' transactions)."""
+    watcher = Consumer({"bootstrap.servers": clusters["src"].bootstrap_servers, "group.id": "kaudit-mirror-src-dst"})
+    try:
+        partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        return sum(max(tp.offset, 0) for tp in watcher.committed(partitions, timeout=30))
+    finally:
+        watcher.close()
+
+
+def wait_for_a_commit(mirror: Mirror, process: subprocess.Popen, since: int, timeout_s: float = 90.0) -> None:
+    """Until the running replicator has committed past `since`. A restarted one first waits out its
+    killed predecessor's session (10 s) in the group, a fresh cluster's transaction coordinator may take
+    seconds to load: a kill at a fixed delay after the start could hit a process that never copied."""
+    deadline = time.monotonic() + timeout_s
+    while committed_by_the_mirror(mirror.clusters, mirror.topic) <= since:
+        assert process.poll() is None, mirror.logs()
+        assert time.monotonic() < deadline, f"no commit in {timeout_s:.0f} s\n{mirror.logs()}"
+        time.sleep(0.5)
+
+
 def kill9_run(tmp_path, clusters, topic, mode: str, kills: int = 5) -> tuple[int, int, int, Mirror]:
     mirror = Mirror(tmp_path, clusters, topic, mode)
     rng = random.Random()
     with source_traffic(clusters, topic):
         for _ in range(kills):
+            since = committed_by_the_mirror(clusters, topic)
             process = mirror.start()
-            time.sleep(rng.uniform(4.0, 9.0))
+            wait_for_a_commit(mirror, process, since)
+            time.sleep(rng.uniform(0.5, 4.0))  # the kill lands somewhere in the copying that follows
             assert process.poll() is None, mirror.logs()
             process.send_signal(signal.SIGKILL)
             process.wait(10)
