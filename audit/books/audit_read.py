@@ -69,20 +69,31 @@ def audit_sources(
     return sources
 
 
-def store_cluster_reads(spark: SparkSession, settings: Settings, unreachable: dict[str, str], now_ms: int) -> None:
-    """One `cluster_reads` row per configured cluster, rewritten only when its state changes."""
+def store_cluster_reads(
+    spark: SparkSession,
+    settings: Settings,
+    unreachable: dict[str, str],
+    now_ms: int,
+    known: dict[str, tuple[bool, str | None]] | None = None,
+) -> dict[str, tuple[bool, str | None]]:
+    """One `cluster_reads` row per configured cluster, rewritten only when its state changes.
+
+    `known`: the stored states when the caller remembers them (else they are read); returns the
+    states stored now, cluster -> (reachable, error)."""
     from pyspark.sql import functions as F
 
     states = {name: (name not in unreachable, unreachable.get(name)) for name in settings.cluster_names}
-    stored = delta_io.read_table(spark, settings.lake_root, CLUSTER_READS.name).collect()
-    known = {row.cluster: (row.reachable, row.error) for row in stored}
+    if known is None:
+        stored = delta_io.read_table(spark, settings.lake_root, CLUSTER_READS.name).collect()
+        known = {row.cluster: (row.reachable, row.error) for row in stored}
     changed = [(name, *state) for name, state in states.items() if known.get(name) != state]
     if not changed:
-        return
+        return states
     rows = spark.createDataFrame(changed, "cluster STRING, reachable BOOLEAN, error STRING").withColumn(
         "since", F.timestamp_millis(F.lit(now_ms))
     )
     delta_io.upsert(spark, settings.lake_root, CLUSTER_READS, rows, ignore=())
+    return states
 
 
 def _audit_source(settings: Settings, cluster: str, stored, timeout_s: float) -> AuditSource:
@@ -157,13 +168,20 @@ def stored_offsets(spark: SparkSession, settings: Settings) -> dict[tuple[str, s
     return {(row.cluster, row.topic, row.partition): row.next_offset for row in rows}
 
 
+def offsets_read_up_to(sources: list[AuditSource]) -> dict[tuple[str, str, int], int]:
+    """(cluster, topic, partition) -> the next offset to read, as `store_offsets` stores it."""
+    return {
+        (source.cluster, topic, partition): end
+        for source in sources
+        for (topic, partition), (_start, end) in source.ranges.items()
+    }
+
+
 def store_offsets(spark: SparkSession, settings: Settings, sources: list[AuditSource]) -> None:
     from pyspark.sql import functions as F
 
     rows = [
-        (source.cluster, topic, partition, end)
-        for source in sources
-        for (topic, partition), (_start, end) in source.ranges.items()
+        (cluster, topic, partition, end) for (cluster, topic, partition), end in offsets_read_up_to(sources).items()
     ]
     if not rows:
         return

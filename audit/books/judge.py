@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from audit.contract.completeness import classify, threshold_for
+from audit.contract.completeness import PENDING, classify, threshold_for
 from audit.contract.names import PRODUCER_TIER
 from audit.contract.tables import (
     COMPLETENESS,
@@ -107,10 +107,20 @@ JUDGED_COLUMNS = {
 JUDGED_DDL = ", ".join(f"{name} {kind}" for name, kind in JUDGED_COLUMNS.items())
 
 
+@dataclass(frozen=True)
+class Judgement:
+    """What a judge step did: rows judged, and when the first pending verdict may turn by time alone."""
+
+    windows: int
+    # The earliest window end + grace of a pending row: before it, with no new record, no verdict can
+    # change (pending -> lagging is the only change time makes). None: no row is pending.
+    next_due_ms: int | None
+
+
 def update_completeness(
     spark: SparkSession, settings: Settings, touched, *, now_ms: int, records=None, done=lambda step, **fields: None
-) -> int:
-    """Judge every touched window and every window not yet final; returns how many rows were judged.
+) -> Judgement:
+    """Judge every touched window and every window not yet final.
 
     Before merging the verdicts it appends the final windows they restate (`restatements`; `records`:
     the audit records the run read), after it refreshes the complete-through watermarks of their topics;
@@ -120,7 +130,7 @@ def update_completeness(
 
     paths = tier_paths(spark, settings)
     if paths is None:
-        return 0
+        return Judgement(windows=0, next_due_ms=None)
     current = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
     open_windows = current.where(~F.col("final") | F.col("status").isin("pending", "lagging")).select(*WINDOW_KEY)
     windows = (
@@ -148,7 +158,7 @@ def update_completeness(
         F.col("by_partition").alias("expected_by_partition"),
         F.col("window_minutes").alias("reference_window_minutes"),
     )
-    minutes = settings.window_minutes
+    minutes, grace_ms = settings.window_minutes, int(settings.grace_s * 1000)
     rows = (
         grid.join(observed, [*WINDOW_KEY, "tier"], "left")
         .join(expected, [*WINDOW_KEY, "reference_tier"], "left")
@@ -171,7 +181,7 @@ def update_completeness(
         "tier_watermark_ms",
         "threshold_pct",
         "latency_p99_ms",
-    ).mapInPandas(_Judge(now_ms=now_ms, grace_ms=int(settings.grace_s * 1000)), JUDGED_DDL)
+    ).mapInPandas(_Judge(now_ms=now_ms, grace_ms=grace_ms), JUDGED_DDL)
     result = (
         judged.withColumn("logical_topic", F.concat_ws(".", "origin_cluster", "topic"))
         .withColumn("window_end", F.timestamp_millis("window_end_ms"))
@@ -183,11 +193,12 @@ def update_completeness(
     restated = store_restatements(spark, settings, current, result, records)
     done("restatements", restatements=restated)
     delta_io.upsert(spark, settings.lake_root, COMPLETENESS, result)
-    judged = result.count()
+    pending_end = F.when(F.col("status") == PENDING, F.col("window_end_ms"))
+    judged, first_pending_end = result.agg(F.count("*"), F.min(pending_end)).first()
     done("completeness stored", windows=judged)
     refresh_watermarks(spark, settings, result)
     done("completeness watermarks")
-    return judged
+    return Judgement(judged, None if first_pending_end is None else first_pending_end + grace_ms)
 
 
 def _windows_missing_a_tier(current, paths):

@@ -13,6 +13,11 @@ One run (`reconcile(spark, settings)`):
    final windows whose verdict changed to `restatements` and refreshes `completeness_watermarks`;
 4. stores the offsets it read up to. A crash before that step only makes the next run read the
    same messages again, which the record_id and offset keys absorb.
+
+A long-lived session (`kaudit reconcile --continuous`) passes a `RunMemory` from run to run: the
+offsets and cluster states it stored, and when the first pending window turns due. A run that reads
+nothing new before that moment cannot change a verdict and skips step 3; a new process starts with an
+empty memory and does every step, so a restart gives the same tables.
 """
 
 from __future__ import annotations
@@ -46,12 +51,13 @@ if TYPE_CHECKING:
 
 from audit.books.audit_read import (
     audit_sources,
+    offsets_read_up_to,
     read_new_messages,
     store_cluster_reads,
     store_offsets,
     stored_offsets,
 )
-from audit.books.judge import update_completeness
+from audit.books.judge import Judgement, update_completeness
 from audit.books.retention_gaps import store_retention_gaps
 from audit.books.tier_tables import update_tier_counts, update_tier_status
 
@@ -66,15 +72,31 @@ class ReconcileReport:
     windows: int = 0
     unreachable: dict[str, str] = field(default_factory=dict)  # cluster -> error
     seconds: float = 0.0
+    quiet: bool = False  # nothing new and no window due: nothing judged
 
     def line(self) -> str:
+        judged = "nothing new, no window due, none judged" if self.quiet else f"{self.windows:,} windows judged"
         text = (
             f"read {self.read:,} audit messages: {self.records:,} new records, {self.rejects:,} rejected; "
-            f"{self.windows:,} windows judged in {self.seconds:.1f} s"
+            f"{judged} in {self.seconds:.1f} s"
         )
         if self.unreachable:
             text += "; UNREACHABLE: " + ", ".join(f"{c} ({e})" for c, e in self.unreachable.items())
         return text
+
+
+@dataclass
+class RunMemory:
+    """What one session remembers of its last successful run (see the module doc); empty: nothing yet."""
+
+    offsets: dict[tuple[str, str, int], int] | None = None  # as stored in source_offsets
+    cluster_states: dict[str, tuple[bool, str | None]] | None = None  # as stored in cluster_reads
+    judged: bool = False  # the last run judged, so `next_due_ms` holds
+    next_due_ms: int | None = None  # see audit.books.judge.Judgement
+
+    def is_quiet(self, read: int, now_ms: int) -> bool:
+        """True when a run that read `read` messages at `now_ms` cannot change a verdict."""
+        return read == 0 and self.judged and (self.next_due_ms is None or now_ms < self.next_due_ms)
 
 
 # -- 2. checked records and rejects --------------------------------------------------------------
@@ -175,11 +197,19 @@ class _Steps:
 
 
 def read_and_store(
-    spark: SparkSession, settings: Settings, report: ReconcileReport, *, now_ms: int, step: _Steps | None = None
+    spark: SparkSession,
+    settings: Settings,
+    report: ReconcileReport,
+    *,
+    now_ms: int,
+    step: _Steps | None = None,
+    memory: RunMemory | None = None,
 ):
     """The first steps of a run: read every audit topic from the stored offsets, check each message,
-    store records and rejects. Returns (sources, the valid records read or None when nothing was new)."""
+    store records and rejects. Returns (sources, the valid records read or None when nothing was new);
+    `memory` is given the offsets and cluster states as they are stored now."""
     step = step or _Steps()
+    memory = memory or RunMemory()
     delta_io.ensure_tables(
         spark,
         settings.lake_root,
@@ -198,8 +228,10 @@ def read_and_store(
         ),
     )
     step.done("tables ready")
-    sources = audit_sources(settings, stored_offsets(spark, settings), unreachable=report.unreachable)
-    store_cluster_reads(spark, settings, report.unreachable, now_ms)
+    if memory.offsets is None:
+        memory.offsets = stored_offsets(spark, settings)
+    sources = audit_sources(settings, memory.offsets, unreachable=report.unreachable)
+    memory.cluster_states = store_cluster_reads(spark, settings, report.unreachable, now_ms, memory.cluster_states)
     report.read = sum(source.pending for source in sources)
     step.done("offsets", messages=report.read)
     messages = read_new_messages(spark, settings, sources)
@@ -211,24 +243,29 @@ def read_and_store(
     return sources, records
 
 
-def reconcile(spark: SparkSession, settings: Settings, *, now_ms: int | None = None) -> ReconcileReport:
-    """One reconciliation run over everything new since the last one (see the module doc)."""
+def reconcile(
+    spark: SparkSession, settings: Settings, *, now_ms: int | None = None, memory: RunMemory | None = None
+) -> ReconcileReport:
+    """One reconciliation run over everything new since the last one (see the module doc).
+
+    `memory`: the session's memory of its previous runs, updated by this one; on an error it must be
+    dropped (a new, empty one makes the next run do every step)."""
     began = time.monotonic()
     now_ms = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+    memory = memory if memory is not None else RunMemory()
     report = ReconcileReport()
     step = _Steps()
-    sources, records = read_and_store(spark, settings, report, now_ms=now_ms, step=step)
-    touched = None
-    if records is not None:
-        touched = update_tier_counts(spark, settings, records)
-        step.done("tier_counts")
-        update_tier_status(spark, settings, records)
-        step.done("tier_status")
-    if touched is None:
-        touched = spark.createDataFrame([], "origin_cluster STRING, topic STRING, window_start TIMESTAMP")
-    report.windows = update_completeness(spark, settings, touched, now_ms=now_ms, records=records, done=step.done)
-    store_offsets(spark, settings, sources)
-    step.done("offsets stored")
+    sources, records = read_and_store(spark, settings, report, now_ms=now_ms, step=step, memory=memory)
+    if records is None and memory.is_quiet(report.read, now_ms):
+        report.quiet = True
+        step.done("nothing new and no window due: not judged", next_due_ms=memory.next_due_ms)
+    else:
+        judgement = _judge(spark, settings, records, now_ms, step)
+        report.windows = judgement.windows
+        store_offsets(spark, settings, sources)
+        step.done("offsets stored")
+        memory.offsets = {**memory.offsets, **offsets_read_up_to(sources)}
+        memory.judged, memory.next_due_ms = True, judgement.next_due_ms
     report.seconds = time.monotonic() - began
     log.info(
         "reconciled",
@@ -237,8 +274,22 @@ def reconcile(spark: SparkSession, settings: Settings, *, now_ms: int | None = N
             "records": report.records,
             "rejects": report.rejects,
             "windows": report.windows,
+            "quiet": report.quiet,
             "seconds": round(report.seconds, 1),
             "unreachable": ",".join(report.unreachable) or None,
         },
     )
     return report
+
+
+def _judge(spark: SparkSession, settings: Settings, records, now_ms: int, step: _Steps) -> Judgement:
+    """Step 3: the tier tables from the records read (None: nothing new), then completeness."""
+    touched = None
+    if records is not None:
+        touched = update_tier_counts(spark, settings, records)
+        step.done("tier_counts")
+        update_tier_status(spark, settings, records)
+        step.done("tier_status")
+    if touched is None:
+        touched = spark.createDataFrame([], "origin_cluster STRING, topic STRING, window_start TIMESTAMP")
+    return update_completeness(spark, settings, touched, now_ms=now_ms, records=records, done=step.done)

@@ -93,16 +93,16 @@ def run_lake(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_reconcile(args: argparse.Namespace, settings: Settings) -> int:
-    from audit.books.reconcile import reconcile
+    from audit.books.reconcile import RunMemory, reconcile
 
     spark = _spark(settings, "kaudit-reconcile")
     stop = threading.Event()
     stop_on_signals(stop.set)
-    runs, failed = 0, False
+    runs, failed, memory = 0, False, RunMemory()
     while True:
         runs += 1
         try:
-            report = reconcile(spark, settings)
+            report = reconcile(spark, settings, memory=memory)
             print(report.line(), flush=True)
             failed = bool(report.unreachable)
         except Exception as exc:
@@ -111,7 +111,7 @@ def run_reconcile(args: argparse.Namespace, settings: Settings) -> int:
             # A run is idempotent and the next one reads from the stored offsets: a run that failed
             # (a broker gone mid-read, say) is simply done again, never the end of the service.
             log.error("reconcile run failed; next run in interval_s", extra={"error": str(exc)[:500], "run": runs})
-            failed = True
+            failed, memory = True, RunMemory()  # what it remembered may be half done: the next run does all
         if args.continuous and not args.no_alerts:
             _alerts(settings)
         if not args.continuous or (args.max_runs and runs >= args.max_runs) or stop.wait(args.interval_s):

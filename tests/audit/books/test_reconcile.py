@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from audit.books.alert_rules import window_alerts
-from audit.books.reconcile import ReconcileReport, read_and_store, reconcile
+from audit.books.reconcile import ReconcileReport, RunMemory, read_and_store, reconcile
 from audit.contract.record import PartitionStatus, count_record, encode, status_record
 from audit.contract.tables import AUDIT_RECORDS, AUDIT_REJECTS, COMPLETENESS, SOURCE_OFFSETS, TIER_COUNTS, TIER_STATUS
 from audit.contract.windows import window_start
@@ -398,6 +398,35 @@ def test_reconciling_twice_or_from_scratch_leaves_identical_tables(spark, settin
     assert replay.read > 0 and replay.records == 0 and replay.rejects == 1
     assert {t.name: rows(spark, settings, t, drop=()) for t in tables} == first
     assert len(rows(spark, settings, AUDIT_REJECTS)) == 1
+
+
+def test_a_session_skips_the_judging_while_nothing_is_new_and_no_window_is_due(spark, settings_factory):
+    """--continuous: a run that reads nothing new before the first pending window turns due leaves every
+    table as it is, and skips the judging; time alone turns that window, and a new process (empty
+    memory) finds the same tables. (A new record ends the quiet: tests/audit/books/test_run_memory.py.)"""
+    settings = settings_factory()
+    writer = AuditWriter(settings)
+    seed_books(writer)
+    tables = (TIER_COUNTS, TIER_STATUS, COMPLETENESS)
+    due = W1 + 10 * MINUTE + int(settings.grace_s * 1000)  # payments W1: pending (its replicator lags) until then
+    memory = RunMemory()
+
+    first = reconcile(spark, settings, now_ms=due - 60_000, memory=memory)
+    assert not first.quiet and memory.next_due_ms == due
+    assert completeness(spark, settings)[("dc1.payments", W1, "aggregate")][0] == "pending"
+    books = {t.name: rows(spark, settings, t, drop=()) for t in tables}
+
+    quiet = reconcile(spark, settings, now_ms=due - 1, memory=memory)
+    assert quiet.quiet and quiet.windows == 0 and "none judged" in quiet.line()
+    assert {t.name: rows(spark, settings, t, drop=()) for t in tables} == books
+
+    turned = reconcile(spark, settings, now_ms=due, memory=memory)
+    assert not turned.quiet and turned.windows > 0, "the window turned due: judged although nothing is new"
+    assert completeness(spark, settings)[("dc1.payments", W1, "aggregate")][0] == "lagging"
+    assert memory.next_due_ms is None, "nothing is pending any more"
+    books = {t.name: rows(spark, settings, t, drop=()) for t in tables}
+    assert reconcile(spark, settings, now_ms=due + 1).windows > 0, "a new process does every step"
+    assert {t.name: rows(spark, settings, t, drop=()) for t in tables} == books, "and finds the same tables"
 
 
 def test_a_cluster_never_started_is_reported_and_the_others_still_balance(spark, settings_factory):
