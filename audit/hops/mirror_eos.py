@@ -30,7 +30,7 @@ from confluent_kafka.admin import OffsetSpec
 from audit.hops.mirror_state import COPIED, ERRORS, PartitionFlow, copy_headers, provenance
 from audit.hops.replicator import Replicator
 from audit.hops.retention import Skip
-from audit.io.clients import committed_offsets, ensure_topics
+from audit.io.clients import LATE_ANSWER_S, bounded, committed_offsets, ensure_topics, is_stuck
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,17 @@ class ExactlyOnceReplicator(Replicator):
     def open(self) -> None:
         super().open()
         self._producer.flush(0)  # the base producer is never used: replaced by a transactional one
-        self._producer = Producer(
+        ensure_topics(
+            self.target_config,
+            {OFFSETS_TOPIC: 1},
+            topic_configs={OFFSETS_TOPIC: OFFSETS_TOPIC_CONFIG},
+            timeout_s=self.options.client_timeout_s,
+        )
+        self._start_producer()
+        log.info("exactly-once mode", extra={"target": self.options.target, "transactional_id": self.transactional_id})
+
+    def _new_producer(self) -> Producer:
+        return Producer(
             {
                 **self.target_config,
                 "transactional.id": self.transactional_id,
@@ -114,14 +124,21 @@ class ExactlyOnceReplicator(Replicator):
                 "linger.ms": self.options.linger_ms,
             }
         )
-        ensure_topics(
-            self.target_config,
-            {OFFSETS_TOPIC: 1},
-            topic_configs={OFFSETS_TOPIC: OFFSETS_TOPIC_CONFIG},
-            timeout_s=self.options.client_timeout_s,
+
+    def _start_producer(self) -> None:
+        """A new transactional producer; its init fences every earlier one with the same id (a stuck
+        one left to its thread included) and aborts the transaction that one left open."""
+        self._producer = producer = self._new_producer()
+        timeout_s = self.options.client_timeout_s
+        self._retry(
+            "init_transactions",
+            lambda: self._bounded(lambda: producer.init_transactions(timeout_s), "init_transactions"),
         )
-        self._retry("init_transactions", lambda: self._producer.init_transactions(self.options.client_timeout_s))
-        log.info("exactly-once mode", extra={"target": self.options.target, "transactional_id": self.transactional_id})
+
+    def _bounded(self, call, what: str):
+        """A transactional call given the client timeout plus LATE_ANSWER_S to return (`clients.bounded`):
+        librdkafka was seen never to answer some of them after a broker restart (librdkafka #5511)."""
+        return bounded(call, self.options.client_timeout_s + LATE_ANSWER_S, f"{what} ({self.transactional_id})")
 
     def _retry(self, what: str, call) -> None:
         while True:
@@ -191,7 +208,8 @@ class ExactlyOnceReplicator(Replicator):
             if target in path or (self.fault is not None and self.fault.should_drop(topic, timestamp_ms)):
                 self._count_not_copied(topic, dropped=target not in path)
                 continue
-            self._begin()
+            if not self._begin():
+                return
             target_partitions = self._target_partitions.get(topic, 0)
             if not self._produce(
                 self.naming.target_topic(source, topic),
@@ -209,24 +227,51 @@ class ExactlyOnceReplicator(Replicator):
     def _interval(self) -> float:
         return min(self.options.commit_interval_s, 1.0)
 
-    def _begin(self) -> None:
-        if not self._in_transaction:
-            self._producer.begin_transaction()
-            self._in_transaction = True
-            self._transaction_started = time.monotonic()
+    def _begin(self) -> bool:
+        """Open a transaction unless one is open. False when the producer was stuck and was replaced: the
+        consumer is back at the committed positions, so the messages in hand are read again."""
+        if self._in_transaction:
+            return True
+        try:
+            self._bounded(self._producer.begin_transaction, "begin_transaction")
+        except KafkaException as exc:
+            if not is_stuck(exc.args[0]):
+                raise
+            self._replace_stuck_producer(exc.args[0])
+            return False
+        self._in_transaction = True
+        self._transaction_started = time.monotonic()
+        return True
+
+    def _replace_stuck_producer(self, error: KafkaError) -> None:
+        log.warning(
+            "transactional producer stuck; a new one takes over and what the old one left open is aborted",
+            extra={**self._log_extra(), "error": error.str()},
+        )
+        self._in_transaction = False  # the stuck producer is not asked to abort: the new one's init does
+        self._start_producer()
+        self._abort()
 
     def _commit_transaction(self) -> bool:
         """Write the pending positions and commit them with the copies; False when aborted."""
         if not self._pending:
             return True
-        self._begin()
+        if not self._begin():
+            return False
         group = self.options.group
         for (topic, partition), (position, _) in self._pending.items():
             value = json.dumps({"offset": position, "instance": self.instance_id}).encode()
             self._produce(OFFSETS_TOPIC, value, offset_key(group, topic, partition), None, 0, -1, None)
+        producer, timeout_s = self._producer, self.options.client_timeout_s
         try:
-            self._retry("commit_transaction", lambda: self._producer.commit_transaction(self.options.client_timeout_s))
+            self._retry(
+                "commit_transaction",
+                lambda: self._bounded(lambda: producer.commit_transaction(timeout_s), "commit_transaction"),
+            )
         except KafkaException as exc:
+            if is_stuck(exc.args[0]):
+                self._replace_stuck_producer(exc.args[0])
+                return False
             if exc.args[0].fatal():
                 raise
             self._abort()
@@ -257,12 +302,16 @@ class ExactlyOnceReplicator(Replicator):
         ERRORS.labels(*self._labels).inc()
         log.warning("transaction aborted; copying again from the committed positions", extra=self._log_extra())
         if self._in_transaction:
+            producer, timeout_s = self._producer, self.options.client_timeout_s
             try:
                 self._retry(
-                    "abort_transaction", lambda: self._producer.abort_transaction(self.options.client_timeout_s)
+                    "abort_transaction",
+                    lambda: self._bounded(lambda: producer.abort_transaction(timeout_s), "abort_transaction"),
                 )
             except KafkaException as exc:
-                if exc.args[0].fatal() or not self._stop.is_set():
+                if is_stuck(exc.args[0]):
+                    self._start_producer()  # its init aborts what the stuck one left open
+                elif exc.args[0].fatal() or not self._stop.is_set():
                     raise
         self._in_transaction = False
         self._pending.clear()

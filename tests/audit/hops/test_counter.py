@@ -138,6 +138,9 @@ class HangingOnce:
             return lambda *args: self.released.wait()
         return getattr(self._producer, name)
 
+    def __len__(self) -> int:  # messages in the queue: looked up on the type, so not through __getattr__
+        return len(self._producer)
+
 
 @pytest.mark.parametrize("stuck_call", ["begin_transaction", "send_offsets_to_transaction"])
 def test_a_transactional_call_that_never_returns_costs_a_new_producer_not_the_counter(

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from audit.io.audit_log import counts_by_window, read_audit_topic
-from audit.io.clients import ensure_topics
+from audit.io.clients import committed_offsets, ensure_topics
 from audit.local.clusters import LocalClusters
 from audit.settings import ClusterSettings, Settings
 from tests.conftest import cache_dir, write_config
@@ -145,11 +145,11 @@ class Mirror:
 
 def committed_by_the_mirror(clusters: LocalClusters, topic: str) -> int:
     """Source offsets of `topic` the replicators' group has committed, summed (in exactly-once mode:
-    committed with the copies' transactions)."""
+    committed with the copies' transactions); asked again while a fresh cluster loads its coordinator."""
     watcher = Consumer({"bootstrap.servers": clusters["src"].bootstrap_servers, "group.id": "kaudit-mirror-src-dst"})
     try:
         partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        return sum(max(tp.offset, 0) for tp in watcher.committed(partitions, timeout=30))
+        return sum(max(tp.offset, 0) for tp in committed_offsets(watcher, partitions, timeout_s=60))
     finally:
         watcher.close()
 
@@ -283,3 +283,46 @@ def test_status_records_lag_and_retention_gaps_work_in_exactly_once_mode(cluster
     assert reported_gaps(src, options.audit_topic, "aggregate") == {(0, 100, 130)}
     target = read_all(dst, f"dc1.{topic}", committed=True)
     assert sum(target.values()) == len(target) == 120
+
+
+@pytest.mark.parametrize("stuck_call", ["begin_transaction", "commit_transaction"])
+def test_a_transactional_call_that_never_returns_costs_a_new_producer_not_the_replicator(
+    clusters, topic, unique_name, stuck_call
+):
+    """librdkafka was seen never to return from a transactional call after a broker restart (#5511). Past
+    the client timeout the replicator leaves that producer to its thread and starts a new one, whose init
+    aborts what the stuck one left open: everything is copied, exactly once."""
+    import dataclasses
+    import threading
+
+    from audit.contract.naming import PrefixNaming
+    from audit.hops.mirror_eos import ExactlyOnceReplicator
+    from tests.audit.hops.test_counter import HangingOnce
+    from tests.audit.hops.test_replicator import options_for, produce
+
+    src, dst = clusters["src"].bootstrap_servers, clusters["dst"].bootstrap_servers
+    options = dataclasses.replace(options_for(unique_name), client_timeout_s=5.0)
+    mirror = ExactlyOnceReplicator(
+        {"bootstrap.servers": src},
+        {"bootstrap.servers": dst},
+        options,
+        PrefixNaming(frozenset({"dc1", "aggregate"})),
+        lambda t: t == topic,
+    )
+    made, released = [], threading.Event()
+
+    def new_producer(real=mirror._new_producer):
+        made.append(real())
+        return HangingOnce(made[-1], stuck_call, released) if len(made) == 1 else made[-1]
+
+    mirror._new_producer = new_producer
+    produce(src, topic, 300, partitions=PARTITIONS)
+    try:
+        stats = mirror.run(until_caught_up=True, max_seconds=90)
+    finally:
+        released.set()
+
+    assert len(made) == 2, "the stuck producer was replaced"
+    assert mirror.aborts >= 1 and stats.lag == 0
+    target = read_all(dst, f"dc1.{topic}", committed=True)
+    assert sum(target.values()) == len(target) == 300, "each message exactly once"
