@@ -89,6 +89,10 @@ class ClusterCounter:
         self._producer: Producer | None = None
         self._admin: Admin | None = None
         self._producer_broken = False  # a fatal error: renewed before the next transaction
+        self._initializing = False  # the renewed producer's init has not finished: retried on the same one
+        # Producers dropped in the middle of a call (stuck, or an init not finished): a late answer of
+        # theirs may still fence the current producer, once each; see `_abort`.
+        self._left_behind = 0
         self.native = True  # count with the native loop when it is built (tests turn it off to compare)
         self.retention = RetentionGaps(
             lambda topic, partition, n: RETENTION_SKIPPED.labels(options.cluster, topic, str(partition)).inc(n),
@@ -162,23 +166,35 @@ class ClusterCounter:
         aborts whatever it left open. False while the coordinator does not answer yet: try next flush."""
         if not self._producer_broken:
             return True
-        if self._producer is not None:
-            self._producer.purge()
-        self._producer = producer = self._new_producer()
+        producer = self._producer
+        if producer is None or not self._initializing:
+            if producer is not None:
+                producer.purge()
+            self._producer = producer = self._new_producer()
+            self._initializing = True
+        # An init that timed out is resumed on the same producer ("retry call to resume"): a second
+        # producer's init would race the first one's, and whichever the coordinator answers last fences
+        # the other (seen after a broker restart: the counter took itself for another instance).
+        timeout_s = self.options.transaction_call_timeout_s
         try:
-            timeout_s = self.options.transaction_call_timeout_s
             self._bounded(lambda: producer.init_transactions(timeout_s), "init_transactions")
         except KafkaException as exc:
-            if is_stuck(exc.args[0]):
-                self._producer = None
+            if is_stuck(exc.args[0]) or exc.args[0].fatal():
+                self._leave_behind()
             log.warning(
                 "transactional producer not ready yet",
                 extra={"cluster": self.options.cluster, "error": exc.args[0].str()},
             )
             return False
-        self._producer_broken = False
+        self._initializing = self._producer_broken = False
         log.info("transactional producer renewed", extra={"cluster": self.options.cluster})
         return True
+
+    def _leave_behind(self) -> None:
+        """Drop the producer without waiting on it: it is stuck inside librdkafka (destroying it would wait
+        too) or its init did not finish. The next one's init fences it."""
+        self._producer, self._initializing = None, False
+        self._left_behind += 1
 
     def stop(self) -> None:
         """Ask the run loop to flush and return (safe from a signal handler or another thread)."""
@@ -473,7 +489,15 @@ class ClusterCounter:
             "transaction aborted; recounting from the last commit",
             extra={"cluster": self.options.cluster, "error": error.str(), "code": error.code()},
         )
-        if error.code() in FENCED:
+        if error.code() in FENCED and self._left_behind:
+            # A producer this counter dropped mid-call was answered late and fenced the current one:
+            # renewed again, once per producer left behind; a fence beyond that is another instance.
+            self._left_behind -= 1
+            log.warning(
+                "fenced by a producer this counter left behind; renewing", extra={"cluster": self.options.cluster}
+            )
+            self._producer_broken = True
+        elif error.code() in FENCED:
             raise KafkaClientError(
                 f"counter {self.options.cluster}: slot {self.options.instance} was taken over by another instance "
                 f"with transactional id {self.options.transactional_id} ({error.str()}); give each instance its own "
@@ -482,9 +506,7 @@ class ClusterCounter:
             )
         if error.fatal():
             if is_stuck(error):
-                # The producer is stuck inside librdkafka. It stays with the thread that waits on it
-                # (destroying it would wait too); the init of the next one fences it.
-                self._producer = None
+                self._leave_behind()  # it stays with the thread that waits on it
             self._producer_broken = True
         elif error.txn_requires_abort() or open_transaction:
             try:
@@ -492,7 +514,7 @@ class ClusterCounter:
                 self._bounded(lambda: producer.abort_transaction(timeout_s), "abort_transaction")
             except KafkaException as exc:  # the broker is still away, or refuses: a new producer settles it
                 if is_stuck(exc.args[0]):
-                    self._producer = None
+                    self._leave_behind()
                 log.warning(
                     "abort failed; the producer is renewed at the next flush",
                     extra={"cluster": self.options.cluster, "error": exc.args[0].str()},

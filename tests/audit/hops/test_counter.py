@@ -170,6 +170,53 @@ def test_a_transactional_call_that_never_returns_costs_a_new_producer_not_the_co
     assert counted(bootstrap, audit_topic) == dict(expected)
 
 
+class InitTimesOutOnce:
+    """A producer whose first init_transactions gives up at once, as librdkafka's does while a restarted
+    coordinator loads ("retry call to resume"); its InitProducerId request goes on in the background."""
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer, self.inits = producer, 0
+
+    def init_transactions(self, timeout_s: float) -> None:
+        self.inits += 1
+        self._producer.init_transactions(0.001 if self.inits == 1 else timeout_s)
+
+    def __getattr__(self, name: str):
+        return getattr(self._producer, name)
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+
+def test_a_renewal_whose_init_timed_out_resumes_on_the_same_producer(local_clusters, topic_factory, unique_name):
+    """A second producer would race the first one's pending init, and the later answer fences the other:
+    after a broker restart the counter took its own renewal for another instance and exited."""
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    prefix = unique_name("renew")
+    topic = topic_factory("dc1", partitions=2, name=f"{prefix}-t")
+    audit_topic = topic_factory("dc1", partitions=1, name=f"{prefix}-audit")
+    expected = produce_plain(bootstrap, [topic], 500, windows=2, partitions=2)
+    counter = counter_for(bootstrap, audit_topic, prefix)
+    counter.options = dataclasses.replace(counter.options, transaction_call_timeout_s=3.0)
+    made, released = [], threading.Event()
+
+    def new_producer(real=counter._new_producer):
+        made.append(real())
+        if len(made) == 1:
+            return HangingOnce(made[-1], "send_offsets_to_transaction", released)  # forces a renewal
+        return InitTimesOutOnce(made[-1]) if len(made) == 2 else made[-1]
+
+    counter._new_producer = new_producer
+    try:
+        stats = counter.run(until_caught_up=True, max_seconds=90)
+    finally:
+        released.set()
+
+    assert len(made) == 2, "the renewal's init was resumed, not raced by a third producer"
+    assert stats.counted >= 500
+    assert counted(bootstrap, audit_topic) == dict(expected)
+
+
 def test_status_records_report_positions_lag_and_watermark(local_clusters, topic_factory, unique_name):
     bootstrap = local_clusters["dc1"].bootstrap_servers
     prefix = unique_name("status")
