@@ -62,12 +62,14 @@ def add_command(commands) -> None:
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (default: off)")
     fault = parser.add_argument_group("fault injection (tests and demos only; never in production)")
     fault.add_argument("--drop-topics", help="regex of source topics to drop messages from")
-    fault.add_argument("--drop-count", type=int, help="drop exactly this many messages")
+    fault.add_argument("--drop-count", type=int, help="drop exactly this many messages (in each --drop-window)")
     fault.add_argument("--drop-fraction", type=float, help="drop this fraction of messages")
     fault.add_argument(
         "--drop-window",
+        action="append",
+        default=[],
         help="drop only messages whose timestamp is in the window starting at this "
-        "UTC time (e.g. 2026-11-23T10:20:00Z)",
+        "UTC time (e.g. 2026-11-23T10:20:00Z); repeat it for several windows",
     )
     fault.add_argument(
         "--pause-after-s", type=float, help="stop copying this many seconds after start (a stall on purpose)"
@@ -83,12 +85,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     source, target = settings.cluster(args.source).name, settings.cluster(args.target).name
     fault = None
     if args.drop_topics:
-        window = _window_start_ms(args.drop_window, settings.window_minutes) if args.drop_window else None
         fault = DropFault(
             args.drop_topics,
             count=args.drop_count,
             fraction=args.drop_fraction or 0.0,
-            window_start_ms=window,
+            windows_ms=tuple(_window_start_ms(text, settings.window_minutes) for text in args.drop_window),
             window_minutes=settings.window_minutes,
         )
     pause = PauseFault(args.pause_after_s, args.pause_for_s) if args.pause_after_s is not None else None

@@ -1,6 +1,7 @@
 """Fault injection for tests and the demo: off unless asked for, and loud when on.
 
-A `DropFault` makes the replicator lose a known number of messages (optionally of one window only),
+A `DropFault` makes the replicator lose a known number of messages (optionally in chosen windows only,
+that number in each),
 so the reconciliation can be checked to report exactly that loss; a `PauseFault` makes it stop
 copying for a while, so a stall must show as lag and never as loss.
 """
@@ -16,15 +17,17 @@ from audit.contract.errors import ConfigError
 
 @dataclass
 class DropFault:
-    """Drop exactly `count` messages (or a `fraction` of them) of the topics matching `topics`."""
+    """Drop exactly `count` messages (or a `fraction` of them) of the topics matching `topics`; with
+    `windows_ms`, only messages whose timestamp falls in one of those windows, `count` in each."""
 
     topics: str  # regex on source topic names
     count: int | None = None
     fraction: float = 0.0
     seed: int = 0
-    window_start_ms: int | None = None  # only messages whose timestamp falls in this window
+    windows_ms: tuple[int, ...] = ()  # window starts; empty: every message may be dropped
     window_minutes: int = 10
     dropped: int = 0
+    _dropped_by_window: dict[int | None, int] = field(default_factory=dict, init=False, repr=False)
     _pattern: re.Pattern = field(init=False, repr=False)
     _rng: random.Random = field(init=False, repr=False)
 
@@ -44,21 +47,31 @@ class DropFault:
     def should_drop(self, topic: str, timestamp_ms: int = 0) -> bool:
         if not self._pattern.search(topic):
             return False
-        if self.window_start_ms is not None and not (
-            self.window_start_ms <= timestamp_ms < self.window_start_ms + self.window_minutes * 60_000
-        ):
+        window = self._window_of(timestamp_ms)
+        if self.windows_ms and window is None:
             return False
         if self.count is not None:
-            drop = self.dropped < self.count
+            drop = self._dropped_by_window.get(window, 0) < self.count
         else:
             drop = self._rng.random() < self.fraction
+        self._dropped_by_window[window] = self._dropped_by_window.get(window, 0) + drop
         self.dropped += drop
         return drop
 
+    def _window_of(self, timestamp_ms: int) -> int | None:
+        """The chosen window holding `timestamp_ms`, or None."""
+        width = self.window_minutes * 60_000
+        return next((start for start in self.windows_ms if start <= timestamp_ms < start + width), None)
+
     def describe(self) -> str:
         amount = f"exactly {self.count}" if self.count is not None else f"{self.fraction:.1%}"
-        window = f" in the window starting at {self.window_start_ms} ms" if self.window_start_ms is not None else ""
-        return f"drop {amount} of the messages of topics matching {self.topics!r}{window}"
+        if len(self.windows_ms) == 1:
+            amount += f" in the window starting at {self.windows_ms[0]} ms"
+        elif self.windows_ms:
+            amount += (
+                f" in each of {len(self.windows_ms)} windows starting at {', '.join(map(str, self.windows_ms))} ms"
+            )
+        return f"drop {amount} of the messages of topics matching {self.topics!r}"
 
 
 @dataclass

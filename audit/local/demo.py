@@ -28,13 +28,13 @@ from audit.local.pipeline import (
     StallPlan,
     backfill,
     create_topics,
+    default_config_with,
     drop_window,
     hub_and_spokes,
     start_live_traffic,
     start_services,
 )
 from audit.local.services import Supervisor, stop_leftovers
-from audit.settings import EXAMPLE_CONFIG
 
 if TYPE_CHECKING:
     from audit.settings import Settings
@@ -46,11 +46,12 @@ DEMO_ROUTE = '{ pattern = "orders", recipients = ["orders-team@example.com", "ka
 
 def write_demo_config(settings: Settings) -> Path:
     """The built-in default, with absolute paths and alert recipients for the local mailbox."""
-    template = EXAMPLE_CONFIG.read_text()
-    text = (
-        template.replace('state_dir = ".kaudit"', f'state_dir = "{Path(settings.state_dir).resolve()}"')
-        .replace("default_recipients = []", f"default_recipients = {DEMO_RECIPIENTS}")
-        .replace("routes = []", f"routes = [{DEMO_ROUTE}]")
+    text = default_config_with(
+        [
+            ('state_dir = ".kaudit"', f'state_dir = "{Path(settings.state_dir).resolve()}"'),
+            ("default_recipients = []", f"default_recipients = {DEMO_RECIPIENTS}"),
+            ("routes = []", f"routes = [{DEMO_ROUTE}]"),
+        ]
     )
     path = Path(settings.state_dir) / "demo.toml"
     path.parent.mkdir(parents=True, exist_ok=True)

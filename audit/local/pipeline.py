@@ -9,7 +9,7 @@ reconciliation (which sends the alert emails) and the UI.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -29,12 +29,18 @@ PARTITIONS = 6
 
 @dataclass(frozen=True)
 class DropPlan:
-    """Exactly `count` messages of `topic` in the window starting at `window_start_ms`, lost between `cluster` and the hub."""
+    """Exactly `count` messages of `topic` in the window starting at `window_start_ms` (and as many in
+    each of `later_windows_ms`), lost between `cluster` and the hub."""
 
     cluster: str
     topic: str
     window_start_ms: int
     count: int
+    later_windows_ms: tuple[int, ...] = ()
+
+    @property
+    def windows_ms(self) -> tuple[int, ...]:
+        return (self.window_start_ms, *self.later_windows_ms)
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,18 @@ class PipelinePlan:
     reconcile_interval_s: float = 30.0
     with_ui: bool = True
     exactly_once: bool = False  # replicators in exactly-once mode (target transactions)
+
+
+def default_config_with(replacements: Sequence[tuple[str, str]]) -> str:
+    """The built-in default's text with each (old, new) replaced; an `old` no longer in it is named."""
+    from audit.settings import EXAMPLE_CONFIG
+
+    text = EXAMPLE_CONFIG.read_text()
+    for old, new in replacements:
+        if old not in text:
+            raise HarnessError(f"{old!r} is not in {EXAMPLE_CONFIG.name} any more: update the caller")
+        text = text.replace(old, new)
+    return text
 
 
 def hub_and_spokes(settings: Settings) -> tuple[tuple[str, ...], str]:
@@ -126,8 +144,9 @@ def mirror_args(plan: PipelinePlan, cluster: str) -> list[str]:
         "10",
     ]
     if plan.drop and plan.drop.cluster == cluster:
-        window = datetime.fromtimestamp(plan.drop.window_start_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        args += ["--drop-topics", f"^{plan.drop.topic}$", "--drop-count", str(plan.drop.count), "--drop-window", window]
+        args += ["--drop-topics", f"^{plan.drop.topic}$", "--drop-count", str(plan.drop.count)]
+        for start_ms in plan.drop.windows_ms:
+            args += ["--drop-window", datetime.fromtimestamp(start_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")]
     if plan.stall and plan.stall.cluster == cluster:
         args += ["--pause-after-s", str(plan.stall.after_s), "--pause-for-s", str(plan.stall.for_s)]
     if plan.exactly_once:

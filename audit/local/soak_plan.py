@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from audit.contract.errors import HarnessError
+from audit.local.pipeline import default_config_with
 from audit.local.services import stop_leftovers
-from audit.settings import EXAMPLE_CONFIG, Settings
+from audit.settings import Settings
 
 if TYPE_CHECKING:
     pass
@@ -121,17 +122,15 @@ def fault_schedule(
 
 def write_soak_config(settings: Settings, soak_dir: Path) -> Path:
     """The built-in default with the soak's folder, 1-minute windows, a 60 s grace and 5 s flushes."""
-    text = EXAMPLE_CONFIG.read_text()
-    for old, new in (
-        ('state_dir = ".kaudit"', f'state_dir = "{soak_dir.resolve()}"'),
-        ('cache_dir = "~/.cache/kafka-audit"', f'cache_dir = "{Path(settings.cache_dir).expanduser().resolve()}"'),
-        ("window_minutes = 10", f"window_minutes = {WINDOW_MINUTES}"),
-        ("grace_s = 300", f"grace_s = {GRACE_S}"),
-        ("flush_interval_s = 10", "flush_interval_s = 5"),
-    ):
-        if old not in text:
-            raise HarnessError(f"soak config: {old!r} not found in default.toml; update write_soak_config")
-        text = text.replace(old, new)
+    text = default_config_with(
+        [
+            ('state_dir = ".kaudit"', f'state_dir = "{soak_dir.resolve()}"'),
+            ('cache_dir = "~/.cache/kafka-audit"', f'cache_dir = "{Path(settings.cache_dir).expanduser().resolve()}"'),
+            ("window_minutes = 10", f"window_minutes = {WINDOW_MINUTES}"),
+            ("grace_s = 300", f"grace_s = {GRACE_S}"),
+            ("flush_interval_s = 10", "flush_interval_s = 5"),
+        ]
+    )
     path = soak_dir / "soak.toml"
     path.write_text(text)
     return path

@@ -17,10 +17,19 @@ def test_drop_exactly_n_of_matching_topics_only():
 
 
 def test_drop_only_inside_the_chosen_window():
-    fault = DropFault("orders", count=2, window_start_ms=WINDOW)
+    fault = DropFault("orders", count=2, windows_ms=(WINDOW,))
     times = [WINDOW - 1, WINDOW, WINDOW + 599_999, WINDOW + 600_000, WINDOW + 10]
     assert [fault.should_drop("orders", t) for t in times] == [False, True, True, False, False]
     assert "window" in fault.describe()
+
+
+def test_drop_count_applies_to_each_chosen_window():
+    later = WINDOW + 1_200_000  # a window apart: the one between is not chosen
+    fault = DropFault("orders", count=2, windows_ms=(WINDOW, later))
+    times = [WINDOW, later, WINDOW + 600_000, WINDOW + 1, later + 5, WINDOW + 2, later + 9, later + 599_999]
+    assert [fault.should_drop("orders", t) for t in times] == [True, True, False, True, True, False, False, False]
+    assert fault.dropped == 4
+    assert "each of 2 windows" in fault.describe()
 
 
 def test_pause_covers_its_interval_only():
