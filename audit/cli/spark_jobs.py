@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from prometheus_client import start_http_server
@@ -61,7 +62,8 @@ def add_command(commands) -> None:
         type=float,
         default=10.0,
         help="seconds between the end of a run and the start of the next with --continuous (default 10; a run "
-        "that finds nothing new and no window due costs well under a second)",
+        "that finds nothing new and no window due costs well under a second); sooner when a pending window "
+        "turns due: the next run then starts one flush interval after that moment",
     )
     reconcile.add_argument("--max-runs", type=int, help="with --continuous: stop after this many runs")
     reconcile.add_argument("--no-alerts", action="store_true", help="with --continuous: do not send alert emails")
@@ -118,7 +120,10 @@ def run_reconcile(args: argparse.Namespace, settings: Settings) -> int:
             failed, memory = True, RunMemory()  # what it remembered may be half done: the next run does all
         if args.continuous and not args.no_alerts:
             _alerts(settings)
-        if not args.continuous or (args.max_runs and runs >= args.max_runs) or stop.wait(args.interval_s):
+        if not args.continuous or (args.max_runs and runs >= args.max_runs):
+            break
+        status_delay_ms = int((settings.flush_interval_s + 1) * 1000)
+        if stop.wait(memory.seconds_to_next_run(args.interval_s, time.time_ns() // 1_000_000, status_delay_ms)):
             break
     return 1 if failed else 0
 

@@ -1,4 +1,4 @@
-"""When a reconcile session may skip the judging: the rule of `RunMemory.is_quiet`, without Spark."""
+"""When a reconcile session may skip the judging (`RunMemory.is_quiet`) and when it runs next, without Spark."""
 
 from __future__ import annotations
 
@@ -26,3 +26,21 @@ def test_nothing_read_is_quiet_exactly_until_the_first_pending_window_turns_due(
 
 def test_nothing_pending_and_nothing_read_is_quiet():
     assert RunMemory(judged=True, next_due_ms=None).is_quiet(0, NOW)
+
+
+INTERVAL_S, DELAY_MS = 10.0, 6_000
+
+
+@given(due=st.none() | st.integers(NOW - 10**7, NOW + 10**7))
+def test_the_next_run_waits_the_interval_unless_a_window_turns_due_sooner(due):
+    wait = RunMemory(judged=True, next_due_ms=due).seconds_to_next_run(INTERVAL_S, NOW, DELAY_MS)
+    assert 0 <= wait <= INTERVAL_S
+    if due is None or due + DELAY_MS >= NOW + INTERVAL_S * 1000:
+        assert wait == INTERVAL_S
+    else:  # starts one status delay after the window turns due, at once if that moment has passed
+        assert wait == max(0.0, (due + DELAY_MS - NOW) / 1000)
+
+
+def test_a_window_due_in_3_s_brings_the_next_run_to_9_s_and_a_memory_that_never_judged_waits_the_interval():
+    assert RunMemory(judged=True, next_due_ms=NOW + 3_000).seconds_to_next_run(INTERVAL_S, NOW, DELAY_MS) == 9.0
+    assert RunMemory(judged=False, next_due_ms=NOW + 3_000).seconds_to_next_run(INTERVAL_S, NOW, DELAY_MS) == INTERVAL_S
