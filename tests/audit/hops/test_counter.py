@@ -142,12 +142,12 @@ class HangingOnce:
         return len(self._producer)
 
 
-@pytest.mark.parametrize("stuck_call", ["begin_transaction", "send_offsets_to_transaction"])
-def test_a_transactional_call_that_never_returns_costs_a_new_producer_not_the_counter(
-    local_clusters, topic_factory, unique_name, stuck_call
-):
+def count_with_producers(local_clusters, topic_factory, unique_name, name: str, wrap):
+    """Count 500 messages with each producer the counter makes passed through `wrap(number, producer,
+    released)` (`released` lets a stuck call return at the end). Returns the stats, the producers made,
+    and the counts in the audit topic beside the expected ones."""
     bootstrap = local_clusters["dc1"].bootstrap_servers
-    prefix = unique_name("hang")
+    prefix = unique_name(name)
     topic = topic_factory("dc1", partitions=2, name=f"{prefix}-t")
     audit_topic = topic_factory("dc1", partitions=1, name=f"{prefix}-audit")
     expected = produce_plain(bootstrap, [topic], 500, windows=2, partitions=2)
@@ -157,17 +157,30 @@ def test_a_transactional_call_that_never_returns_costs_a_new_producer_not_the_co
 
     def new_producer(real=counter._new_producer):
         made.append(real())
-        return HangingOnce(made[-1], stuck_call, released) if len(made) == 1 else made[-1]
+        return wrap(len(made), made[-1], released)
 
     counter._new_producer = new_producer
     try:
         stats = counter.run(until_caught_up=True, max_seconds=90)
     finally:
         released.set()
+    return stats, made, counted(bootstrap, audit_topic), dict(expected)
+
+
+@pytest.mark.parametrize("stuck_call", ["begin_transaction", "send_offsets_to_transaction"])
+def test_a_transactional_call_that_never_returns_costs_a_new_producer_not_the_counter(
+    local_clusters, topic_factory, unique_name, stuck_call
+):
+    def first_hangs(number, producer, released):
+        return HangingOnce(producer, stuck_call, released) if number == 1 else producer
+
+    stats, made, counts, expected = count_with_producers(
+        local_clusters, topic_factory, unique_name, "hang", first_hangs
+    )
 
     assert len(made) == 2, "the stuck producer was replaced"
     assert stats.aborts >= 1 and stats.counted >= 500
-    assert counted(bootstrap, audit_topic) == dict(expected)
+    assert counts == expected
 
 
 class InitTimesOutOnce:
@@ -191,30 +204,19 @@ class InitTimesOutOnce:
 def test_a_renewal_whose_init_timed_out_resumes_on_the_same_producer(local_clusters, topic_factory, unique_name):
     """A second producer would race the first one's pending init, and the later answer fences the other:
     after a broker restart the counter took its own renewal for another instance and exited."""
-    bootstrap = local_clusters["dc1"].bootstrap_servers
-    prefix = unique_name("renew")
-    topic = topic_factory("dc1", partitions=2, name=f"{prefix}-t")
-    audit_topic = topic_factory("dc1", partitions=1, name=f"{prefix}-audit")
-    expected = produce_plain(bootstrap, [topic], 500, windows=2, partitions=2)
-    counter = counter_for(bootstrap, audit_topic, prefix)
-    counter.options = dataclasses.replace(counter.options, transaction_call_timeout_s=3.0)
-    made, released = [], threading.Event()
 
-    def new_producer(real=counter._new_producer):
-        made.append(real())
-        if len(made) == 1:
-            return HangingOnce(made[-1], "send_offsets_to_transaction", released)  # forces a renewal
-        return InitTimesOutOnce(made[-1]) if len(made) == 2 else made[-1]
+    def renewal_init_times_out(number, producer, released):
+        if number == 1:
+            return HangingOnce(producer, "send_offsets_to_transaction", released)  # forces a renewal
+        return InitTimesOutOnce(producer) if number == 2 else producer
 
-    counter._new_producer = new_producer
-    try:
-        stats = counter.run(until_caught_up=True, max_seconds=90)
-    finally:
-        released.set()
+    stats, made, counts, expected = count_with_producers(
+        local_clusters, topic_factory, unique_name, "renew", renewal_init_times_out
+    )
 
     assert len(made) == 2, "the renewal's init was resumed, not raced by a third producer"
     assert stats.counted >= 500
-    assert counted(bootstrap, audit_topic) == dict(expected)
+    assert counts == expected
 
 
 def test_status_records_report_positions_lag_and_watermark(local_clusters, topic_factory, unique_name):
