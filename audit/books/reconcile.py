@@ -27,7 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from audit.books.record_check import CHECKED_DDL, RecordChecker
+from audit.books.record_check import CHECKED_COLUMNS, CHECKED_DDL, SOURCE_COLUMNS, RecordChecker
+from audit.books.record_columns import FAST, checked_natively
 from audit.contract.tables import (
     AUDIT_RECORDS,
     AUDIT_REJECTS,
@@ -112,11 +113,23 @@ class RunMemory:
 # -- 2. checked records and rejects --------------------------------------------------------------
 
 
-def check_messages(messages, checker: RecordChecker):
-    """The checker's rows, typed as the tables want them (times as TIMESTAMP, nested fields parsed)."""
+def check_messages(messages, checker: RecordChecker, *, native: bool = True):
+    """The checker's rows, typed as the tables want them (times as TIMESTAMP, nested fields parsed).
+
+    `native`: records written the canonical way are checked by Spark's own JSON reader and column
+    expressions (audit/books/record_columns.py), the rest in Python; False checks all in Python."""
     from pyspark.sql import functions as F
 
-    checked = messages.mapInPandas(checker.check_batches, CHECKED_DDL)
+    if native:
+        natively = checked_natively(messages, checker).localCheckpoint()  # read and parsed once
+        rest = natively.where(~F.col(FAST)).select(*SOURCE_COLUMNS)
+        checked = (
+            natively.where(F.col(FAST))
+            .select(*CHECKED_COLUMNS)
+            .unionByName(rest.mapInPandas(checker.check_batches, CHECKED_DDL))
+        )
+    else:
+        checked = messages.mapInPandas(checker.check_batches, CHECKED_DDL)
     at = F.timestamp_millis
     partitions_type = (
         "ARRAY<STRUCT<partition: INT, position: BIGINT, end_offset: BIGINT, lag: BIGINT, last_audit_time_ms: BIGINT>>"

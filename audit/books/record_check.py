@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from audit.contract.naming import naming_policy
-from audit.contract.record import MAX_COUNT, AuditRecord, Kind, parse
+from audit.contract.record import MAX_COUNT, MAX_OFFSET, AuditRecord, Kind, parse
 
 if TYPE_CHECKING:
     from audit.settings import Settings
@@ -134,7 +134,9 @@ class RecordChecker:
             "read_from_offset": offset,
         }
         record, reason = parse(value)
-        if record is None:
+        if record is not None and reason is None:
+            reason = _sum_reason(record)
+        if record is None or reason is not None:
             row.update(
                 reason=reason,
                 raw=_text(value),
@@ -276,6 +278,14 @@ def _bounds(kwargs: dict) -> str:
 def _describe(value) -> str:
     text = repr(value.item() if hasattr(value, "item") else value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _sum_reason(record: AuditRecord) -> str | None:
+    """Why a record the contract accepts cannot be stored: a status whose partitions' lags sum past int64."""
+    lag = sum(p.lag for p in record.partitions)
+    if lag > MAX_OFFSET:
+        return f"partitions: the lags sum to {lag}, over the largest Kafka offset {MAX_OFFSET}"
+    return None
 
 
 def _text(value: bytes | None) -> str | None:

@@ -115,3 +115,13 @@ def test_each_kind_of_bad_record_is_rejected_with_a_reason_and_the_rest_pass(val
     assert out["raw"].iloc[1] == value.decode("utf-8", errors="replace") and out["raw_bytes"].iloc[1] == len(value)
     assert pd.isna(out["reason"].iloc[2]) and out["record_id"].iloc[2] == "ok-1:2"
     assert out["read_from_offset"].tolist() == [0, 1, 2]
+
+
+def test_a_status_whose_lags_sum_past_int64_is_rejected_not_a_crash():
+    partitions = [PartitionStatus(p, 0, 2**63 - 1, 2**63 - 1) for p in (0, 1)]
+    value = encode(status_record(record_id="m-1:9", tier="dc1", cluster="dc1", topic="orders", partitions=partitions))
+    out = check(good(), value)
+    assert pd.isna(out["reason"].iloc[0])
+    assert out["reason"].iloc[1] == (
+        f"partitions: the lags sum to {2 * (2**63 - 1)}, over the largest Kafka offset {2**63 - 1}"
+    )
