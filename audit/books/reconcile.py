@@ -193,7 +193,8 @@ def store_records_and_rejects(
     report.records = new_records.count()
     report.rejects = rejects.count()
     step.done("records deduplicated", records=report.records, rejects=report.rejects)
-    delta_io.insert_new(spark, settings.lake_root, AUDIT_RECORDS, new_records)
+    if report.records:  # new by the join above: appended, not merged (a second look at the same keys)
+        delta_io.append(settings.lake_root, AUDIT_RECORDS, new_records)
     if report.rejects:
         delta_io.insert_new(spark, settings.lake_root, AUDIT_REJECTS, rejects, prune=False)
         for row in rejects.select("read_from_cluster", "read_from_offset", "reason").limit(5).collect():

@@ -8,6 +8,7 @@ column really changed, which keeps `updated_at` (and the table's history) quiet 
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ log = logging.getLogger(__name__)
 
 # Created without deletion vectors, so the `deltalake` reader of the UI and alerts reads them as-is.
 TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
+CREATING_THREADS = 4
 
 
 def spark_schema(table: Table):
@@ -68,9 +70,15 @@ def _remove_interrupted_creation(spark: SparkSession, path: str) -> bool:
 
 
 def ensure_tables(spark: SparkSession, lake_root: str, names: tuple[str, ...] | None = None) -> dict[str, str]:
-    """Every declared table (or those named), created when missing: {name: path}."""
+    """Every declared table (or those named), created when missing: {name: path}.
+
+    Created side by side: each creation is a Delta commit that mostly waits on the file system and the
+    driver, so a first run on a new lake does not pay for them one after the other."""
     known = {**TABLES, **INTERNAL_TABLES}
-    return {name: ensure_table(spark, lake_root, known[name]) for name in (names or tuple(known))}
+    names = names or tuple(known)
+    with ThreadPoolExecutor(max_workers=CREATING_THREADS) as pool:
+        paths = pool.map(lambda name: ensure_table(spark, lake_root, known[name]), names)
+        return dict(zip(names, paths, strict=True))
 
 
 def _key_condition(table: Table, rows, prune: bool = True) -> str:
@@ -90,6 +98,11 @@ def _is_empty(target) -> bool:
     return target.detail().select("numFiles").first()[0] == 0
 
 
+def append(lake_root: str, table: Table, rows) -> None:
+    """Append `rows`, known to hold only keys the table does not have yet."""
+    rows.select(*table.column_names).write.format("delta").mode("append").save(table_path(lake_root, table.name))
+
+
 def insert_new(spark: SparkSession, lake_root: str, table: Table, rows, *, prune: bool = True) -> None:
     """Insert the rows whose key is not in the table yet; existing keys are left as they are.
 
@@ -100,7 +113,7 @@ def insert_new(spark: SparkSession, lake_root: str, table: Table, rows, *, prune
     target = DeltaTable.forPath(spark, table_path(lake_root, table.name))
     rows = rows.select(*table.column_names)
     if _is_empty(target):  # nothing to match against: a plain append writes the same rows, much faster
-        rows.write.format("delta").mode("append").save(table_path(lake_root, table.name))
+        append(lake_root, table, rows)
         return
     (target.alias("t").merge(rows.alias("s"), _key_condition(table, rows, prune)).whenNotMatchedInsertAll().execute())
 
