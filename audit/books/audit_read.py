@@ -177,11 +177,18 @@ def offsets_read_up_to(sources: list[AuditSource]) -> dict[tuple[str, str, int],
     }
 
 
-def store_offsets(spark: SparkSession, settings: Settings, sources: list[AuditSource]) -> None:
+def store_offsets(
+    spark: SparkSession, settings: Settings, sources: list[AuditSource], known: dict | None = None
+) -> None:
+    """Store the offsets read up to; `known`: those stored already (as `stored_offsets` gives them), not
+    written again."""
     from pyspark.sql import functions as F
 
+    known = known or {}
     rows = [
-        (cluster, topic, partition, end) for (cluster, topic, partition), end in offsets_read_up_to(sources).items()
+        (cluster, topic, partition, end)
+        for (cluster, topic, partition), end in offsets_read_up_to(sources).items()
+        if known.get((cluster, topic, partition)) != end
     ]
     if not rows:
         return

@@ -2,7 +2,8 @@
 complete at each tier, refreshed by every reconciliation run; and `complete_through`, the analyst's way
 to ask for it.
 
-The rule is audit/contract/complete_through.py's. A run refreshes only the (topic, tier) pairs whose
+The rule is audit/contract/complete_through.py's (`watermark_of`); `watermarks` computes it with Spark
+aggregates, held to the same answers by its tests. A run refreshes only the (topic, tier) pairs whose
 windows it judged, with one MERGE that rewrites a row only when its watermark moved, so a quiet run
 changes nothing. Restrict a lake (bronze) query to the windows behind the watermark with the SQL
 pattern in docs/tables.md ("Reading only complete windows").
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from audit.contract.complete_through import KEY_COLUMNS, WATERMARK_DDL, WINDOW_COLUMNS, watermark_frame
+from audit.contract.complete_through import KEY_COLUMNS, WINDOW_COLUMNS
+from audit.contract.completeness import COMPLETE
 from audit.contract.tables import COMPLETENESS, COMPLETENESS_WATERMARKS
 from audit.io import delta_io
 
@@ -35,12 +37,41 @@ def refresh_watermarks(spark: SparkSession, settings: Settings, judged) -> None:
         .select(*KEY_COLUMNS, *WINDOW_COLUMNS)
         .join(F.broadcast(pairs), list(PAIR), "left_semi")
     )
-    marks = (
-        windows.groupBy(*PAIR)
-        .applyInPandas(watermark_frame, WATERMARK_DDL)
-        .withColumn("updated_at", F.current_timestamp())
-    )
+    marks = watermarks(windows).withColumn("updated_at", F.current_timestamp())
     delta_io.upsert(spark, settings.lake_root, COMPLETENESS_WATERMARKS, marks)
+
+
+def watermarks(windows):
+    """`watermark_of` (audit/contract/complete_through.py, the rule's reference) as Spark aggregates: one
+    row (`WATERMARK_COLUMNS`) per (topic, tier) of `windows` (`KEY_COLUMNS` + `WINDOW_COLUMNS`).
+    tests/audit/books/test_complete_through_spark.py holds the two to the same answers."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    closed = F.coalesce(F.col("final") & (F.col("status") == COMPLETE), F.lit(False))
+    first_open = F.min(F.when(~F.col("closed"), F.struct("window_start", "status")))
+    return (
+        windows.withColumn("closed", closed)
+        .withColumn("first_open", first_open.over(Window.partitionBy(*PAIR)))
+        .groupBy(*PAIR)
+        .agg(
+            F.first("logical_topic").alias("logical_topic"),
+            # every window before the first open one is closed: the watermark is the last one's end
+            F.max(
+                F.when(
+                    F.col("first_open").isNull() | (F.col("window_start") < F.col("first_open.window_start")),
+                    F.col("window_end"),
+                )
+            ).alias("complete_through"),
+            F.first("first_open").alias("first_open"),
+        )
+        .select(
+            *KEY_COLUMNS,
+            "complete_through",
+            F.col("first_open.window_start").alias("first_open_window"),
+            F.col("first_open.status").alias("first_open_status"),
+        )
+    )
 
 
 def complete_through(

@@ -39,8 +39,6 @@ def tier_paths(spark: SparkSession, settings: Settings):
     not received yet. The reference tier is `reference_tier` when it counts the topic, else the
     topic's origin cluster.
     """
-    import pandas as pd
-
     counted = (
         delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name)
         .select("origin_cluster", "topic", "tier")
@@ -49,38 +47,65 @@ def tier_paths(spark: SparkSession, settings: Settings):
     reported = delta_io.read_table(spark, settings.lake_root, TIER_STATUS.name).select(
         "origin_cluster", "topic", "tier", "watermark"
     )
-    pairs = counted.join(reported, ["origin_cluster", "topic", "tier"], "full").toPandas()
-    order = {tier: index for index, tier in enumerate(settings.tiers)}
-    thresholds = settings.threshold_patterns()
-    rows = []
-    for (origin, topic), group in pairs.groupby(["origin_cluster", "topic"], sort=False):
-        tiers = sorted(set(group["tier"]), key=lambda t: order.get(t, len(order)))
-        reference = settings.reference_tier if settings.reference_tier in tiers else origin
-        watermarks = {row.tier: row.watermark for row in group.itertuples() if pd.notna(row.watermark)}
-        threshold = threshold_for(f"{origin}.{topic}", thresholds)
-        lowest = None
-        for tier in tiers:
-            if tier == PRODUCER_TIER:
-                continue  # producers report no watermark: their counts are final once flushed
-            own = watermarks.get(tier)
-            lowest = own if lowest is None else (None if own is None else min(lowest, own))
-            if tier != reference:
-                rows.append(
-                    (
-                        origin,
-                        topic,
-                        tier,
-                        order.get(tier, len(order)),
-                        reference,
-                        threshold,
-                        None if lowest is None else int(pd.Timestamp(lowest).value // 1_000_000),
-                    )
-                )
-    schema = (
-        "origin_cluster STRING, topic STRING, tier STRING, tier_order INT, reference_tier STRING, "
-        "threshold_pct DOUBLE, tier_watermark_ms BIGINT"
+    rows = paths_from(counted, reported, settings.tiers, settings.reference_tier).localCheckpoint()
+    if rows.isEmpty():
+        return None
+    return _with_thresholds(spark, settings, rows)
+
+
+def paths_from(counted, reported, tiers: tuple[str, ...], reference_tier: str):
+    """`tier_paths` without thresholds, from the (origin_cluster, topic, tier) that counted and the
+    (origin_cluster, topic, tier, watermark) that reported.
+
+    Along the path (`tiers` order, unconfigured tiers last by name, producers left out: their counts are
+    final once flushed) a tier's effective watermark is the lowest of its own and those of the tiers right
+    before it; a tier without a watermark has none, and the tiers after it start again from their own.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    topic = Window.partitionBy("origin_cluster", "topic")
+    order = F.coalesce(F.element_at(F.create_map(*_literal_pairs(tiers)), F.col("tier")), F.lit(len(tiers)))
+    along = topic.orderBy("tier_order", "tier").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    pairs = (
+        counted.join(reported, ["origin_cluster", "topic", "tier"], "full")
+        .withColumn("tier_order", order.cast("int"))
+        .withColumn(
+            "reference_tier",
+            F.when(
+                F.array_contains(F.collect_set("tier").over(topic), reference_tier), F.lit(reference_tier)
+            ).otherwise(F.col("origin_cluster")),
+        )
+        .where(F.col("tier") != PRODUCER_TIER)
+        .withColumn("run", F.sum(F.col("watermark").isNull().cast("int")).over(along))
     )
-    return spark.createDataFrame(rows, schema) if rows else None
+    run = Window.partitionBy("origin_cluster", "topic", "run").orderBy("tier_order", "tier")
+    lowest = F.min("watermark").over(run.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    return (
+        pairs.withColumn("tier_watermark_ms", F.unix_millis(F.when(F.col("watermark").isNotNull(), lowest)))
+        .where(F.col("tier") != F.col("reference_tier"))  # after the window: the reference bounds the rest
+        .select("origin_cluster", "topic", "tier", "tier_order", "reference_tier", "tier_watermark_ms")
+    )
+
+
+def _literal_pairs(tiers):
+    """`create_map` arguments: each configured tier and its position."""
+    from pyspark.sql import functions as F
+
+    return [item for index, tier in enumerate(tiers) for item in (F.lit(tier), F.lit(index))]
+
+
+def _with_thresholds(spark: SparkSession, settings: Settings, paths):
+    """`paths` with each topic's `threshold_pct`, matched by `threshold_for` (Python regexes) per topic."""
+    from pyspark.sql import functions as F
+
+    thresholds = settings.threshold_patterns()
+    if not thresholds:
+        return paths.withColumn("threshold_pct", F.lit(threshold_for("", thresholds)))
+    topics = paths.select("origin_cluster", "topic").distinct().collect()
+    matched = [(origin, topic, threshold_for(f"{origin}.{topic}", thresholds)) for origin, topic in topics]
+    by_topic = spark.createDataFrame(matched, "origin_cluster STRING, topic STRING, threshold_pct DOUBLE")
+    return paths.join(F.broadcast(by_topic), ["origin_cluster", "topic"])
 
 
 # What the judge step yields per (window, tier): `classify`'s verdict with times still in epoch ms.
@@ -132,13 +157,43 @@ def update_completeness(
     if paths is None:
         return Judgement(windows=0, next_due_ms=None)
     current = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
+    windows = _windows_to_judge(current, paths, touched, records)
+    grace_ms = int(settings.grace_s * 1000)
+    result = _judged(spark, settings, windows, paths, now_ms, grace_ms).localCheckpoint()
+    pending_end = F.when(F.col("status") == PENDING, F.col("window_end_ms"))
+    per_date = result.groupBy("date").agg(F.count("*"), F.min(pending_end)).collect()  # one action for all three
+    dates = [row[0] for row in per_date]
+    judged = sum(row[1] for row in per_date)
+    first_pending_end = min((row[2] for row in per_date if row[2] is not None), default=None)
+    done("completeness judged", windows=judged)
+    if not judged:
+        return Judgement(0, None)
+    restated = store_restatements(spark, settings, current, result, records, dates=dates)
+    done("restatements", restatements=restated)
+    delta_io.upsert(spark, settings.lake_root, COMPLETENESS, result, dates=dates)
+    done("completeness stored", windows=judged)
+    refresh_watermarks(spark, settings, result)
+    done("completeness watermarks")
+    return Judgement(judged, None if first_pending_end is None else first_pending_end + grace_ms)
+
+
+def _windows_to_judge(current, paths, touched, records):
+    """The windows touched, those not final (or pending, lagging) and those missing a tier of their path."""
+    from pyspark.sql import functions as F
+
     open_windows = current.where(~F.col("final") | F.col("status").isin("pending", "lagging")).select(*WINDOW_KEY)
-    windows = (
+    return (
         touched.select(*WINDOW_KEY)
         .unionByName(open_windows)
-        .unionByName(_windows_missing_a_tier(current, paths))
+        .unionByName(_windows_missing_a_tier(current, paths, records))
         .distinct()
     )
+
+
+def _judged(spark: SparkSession, settings: Settings, windows, paths, now_ms: int, grace_ms: int):
+    """`classify`'s verdict on each (window, tier on its topic's path), as `completeness` rows."""
+    from pyspark.sql import functions as F
+
     counts = delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name).join(
         windows.withColumn("date", F.to_date("window_start")), [*WINDOW_KEY, "date"], "left_semi"
     )
@@ -158,7 +213,7 @@ def update_completeness(
         F.col("by_partition").alias("expected_by_partition"),
         F.col("window_minutes").alias("reference_window_minutes"),
     )
-    minutes, grace_ms = settings.window_minutes, int(settings.grace_s * 1000)
+    minutes = settings.window_minutes
     rows = (
         grid.join(observed, [*WINDOW_KEY, "tier"], "left")
         .join(expected, [*WINDOW_KEY, "reference_tier"], "left")
@@ -182,30 +237,27 @@ def update_completeness(
         "threshold_pct",
         "latency_p99_ms",
     ).mapInPandas(_Judge(now_ms=now_ms, grace_ms=grace_ms), JUDGED_DDL)
-    result = (
+    return (
         judged.withColumn("logical_topic", F.concat_ws(".", "origin_cluster", "topic"))
         .withColumn("window_end", F.timestamp_millis("window_end_ms"))
         .withColumn("tier_watermark", F.timestamp_millis("tier_watermark_ms"))
         .withColumn("updated_at", F.current_timestamp())
         .withColumn("date", F.to_date("window_start"))
-    ).localCheckpoint()
-    done("completeness judged")
-    restated = store_restatements(spark, settings, current, result, records)
-    done("restatements", restatements=restated)
-    delta_io.upsert(spark, settings.lake_root, COMPLETENESS, result)
-    pending_end = F.when(F.col("status") == PENDING, F.col("window_end_ms"))
-    judged, first_pending_end = result.agg(F.count("*"), F.min(pending_end)).first()
-    done("completeness stored", windows=judged)
-    refresh_watermarks(spark, settings, result)
-    done("completeness watermarks")
-    return Judgement(judged, None if first_pending_end is None else first_pending_end + grace_ms)
+    )
 
 
-def _windows_missing_a_tier(current, paths):
+def _windows_missing_a_tier(current, paths, records=None):
     """Windows judged before a tier joined their topic's path (the lake's first count of a topic, say):
-    a window the new tier holds nothing of gets no count record from it, so nothing else touches it."""
+    a window the new tier holds nothing of gets no count record from it, so nothing else touches it.
+
+    A path grows only by a record of its topic (a count or a status of a new tier), so with the
+    `records` of the run only their topics are looked at; without (nothing read), every topic."""
     from pyspark.sql import functions as F
 
+    if records is not None:
+        current = current.join(
+            F.broadcast(records.select("origin_cluster", "topic").distinct()), ["origin_cluster", "topic"], "left_semi"
+        )
     tiers = paths.groupBy("origin_cluster", "topic").agg(F.count("*").alias("tiers"))
     judged = current.groupBy(*WINDOW_KEY).agg(F.count("*").alias("rows"))
     return judged.join(F.broadcast(tiers), ["origin_cluster", "topic"]).where("rows < tiers").select(*WINDOW_KEY)

@@ -286,7 +286,7 @@ def reconcile(
     else:
         judgement = _judge(spark, settings, records, now_ms, step)
         report.windows = judgement.windows
-        store_offsets(spark, settings, sources)
+        store_offsets(spark, settings, sources, known=memory.offsets)
         step.done("offsets stored")
         memory.offsets = {**memory.offsets, **offsets_read_up_to(sources)}
         memory.judged, memory.next_due_ms = True, judgement.next_due_ms

@@ -25,11 +25,14 @@ from audit.books.tier_tables import WINDOW_KEY
 KEY = (*WINDOW_KEY, "tier")
 
 
-def store_restatements(spark: SparkSession, settings: Settings, current, judged, records=None) -> int:
+def store_restatements(spark: SparkSession, settings: Settings, current, judged, records=None, dates=None) -> int:
     """Append the restatements of `judged` (new verdicts) against `current` (the completeness table before
-    they are merged); `records`: the valid audit records the run read. Returns how many were new."""
+    they are merged); `records`: the valid audit records the run read; `dates`: those `judged` falls on,
+    when known (only they are read of `current`). Returns how many were found."""
     from pyspark.sql import functions as F
 
+    if dates is not None:
+        current = current.where(F.col("date").isin([d for d in dates if d is not None]))
     before = current.where(F.col("final")).select(
         *KEY,
         F.lit(True).alias("before_final"),
@@ -43,15 +46,16 @@ def store_restatements(spark: SparkSession, settings: Settings, current, judged,
         *(F.col(name).alias(f"after_{name}") for name in ("expected", "observed", "status", "final")),
     )
     found = after.join(before, list(KEY)).mapInPandas(restatements_of_batches, RESTATEMENT_DDL).localCheckpoint()
-    if found.isEmpty():
+    restated = delta_io.date_counts(found.withColumn("date", F.to_date("window_start")))
+    if not restated:
         return 0
     rows = (
         _with_record_ids(found, records)
         .withColumn("restated_at", F.current_timestamp())
         .withColumn("date", F.to_date("window_start"))
     )
-    delta_io.insert_new(spark, settings.lake_root, RESTATEMENTS, rows)
-    return found.count()
+    delta_io.insert_new(spark, settings.lake_root, RESTATEMENTS, rows, dates=restated)
+    return sum(restated.values())
 
 
 def _with_record_ids(found, records):

@@ -26,17 +26,28 @@ log = logging.getLogger(__name__)
 
 
 WINDOW_KEY = ("origin_cluster", "topic", "window_start")
+STATUS_PAIR = ("tier", "origin_cluster", "topic")  # the key of tier_status
 
 
 def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
-    """Re-sum every (topic, window) that received count records; returns those window keys."""
+    """Re-sum every (topic, window) that received count records; returns those window keys (with `date`)."""
     from pyspark.sql import functions as F
 
-    touched = new_records.where(F.col("kind") == "count").select(*WINDOW_KEY).distinct().localCheckpoint()
-    if touched.isEmpty():
+    touched = (
+        new_records.where(F.col("kind") == "count")
+        .select(*WINDOW_KEY)
+        .distinct()
+        .withColumn("date", F.to_date("window_start"))
+        .localCheckpoint()
+    )
+    dates = delta_io.date_counts(touched)
+    if not dates:
         return touched
-    counts = delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name).where(F.col("kind") == "count")
-    counts = counts.join(touched.withColumn("date", F.to_date("window_start")), [*WINDOW_KEY, "date"], "left_semi")
+    counts = (
+        delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name)
+        .where((F.col("kind") == "count") & F.col("date").isin([d for d in dates if d is not None]))
+        .join(touched, [*WINDOW_KEY, "date"], "left_semi")
+    )  # the dates as literals: Delta reads only those partitions of audit_records
     sums = counts.groupBy(*WINDOW_KEY, "tier").agg(
         F.first("logical_topic").alias("logical_topic"),
         F.first("window_minutes").alias("window_minutes"),
@@ -64,7 +75,7 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
         .withColumn("updated_at", F.current_timestamp())
         .withColumn("date", F.to_date("window_start"))
     ).localCheckpoint()
-    delta_io.upsert(spark, settings.lake_root, TIER_COUNTS, rows)
+    delta_io.upsert(spark, settings.lake_root, TIER_COUNTS, rows, dates=dates)
     return touched
 
 
@@ -72,64 +83,76 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
 
 
 def update_tier_status(spark: SparkSession, settings: Settings, new_records) -> None:
-    """Keep each reporter partition's newest status, then sum them up per tier and logical topic."""
+    """Keep each reporter partition's newest status, then sum them up per tier and logical topic: for the
+    (tier, topic) pairs that received status records, the only ones whose sums can change."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    newest = _newest_partition_statuses(new_records.where(F.col("kind") == "status")).localCheckpoint()
+    if newest.isEmpty():
+        return
+    target = DeltaTable.forPath(spark, delta_io.table_path(settings.lake_root, PARTITION_STATUS.name))
+    condition = " AND ".join(f"t.`{name}` = s.`{name}`" for name in PARTITION_STATUS.key)
+    (
+        target.alias("t")
+        .merge(newest.select(*PARTITION_STATUS.column_names).alias("s"), condition)
+        .whenMatchedUpdateAll(condition="s.emitted_at > t.emitted_at")
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+    touched = newest.select(*STATUS_PAIR).distinct()
+    partitions = delta_io.read_table(spark, settings.lake_root, PARTITION_STATUS.name).join(
+        F.broadcast(touched), list(STATUS_PAIR), "left_semi"
+    )
+    delta_io.upsert(spark, settings.lake_root, TIER_STATUS, tier_status_rows(partitions, settings.cluster_names))
+
+
+def _newest_partition_statuses(statuses):
+    """One row per reporter partition (the `_partition_status` key): the newest of `statuses`, exploded."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    statuses = new_records.where(F.col("kind") == "status")
-    if not statuses.isEmpty():
-        key = [name for name in PARTITION_STATUS.key]
-        exploded = (
-            statuses.select(
-                "tier",
-                "cluster",
-                "seen_topic",
-                "service",
-                "origin_cluster",
-                "topic",
-                "logical_topic",
-                "stalled",
-                "emitted_at",
-                "record_id",
-                F.explode("partitions").alias("p"),
-            )
-            .select("*", "p.*")
-            .drop("p")
+    exploded = (
+        statuses.select(
+            "tier",
+            "cluster",
+            "seen_topic",
+            "service",
+            "origin_cluster",
+            "topic",
+            "logical_topic",
+            "stalled",
+            "emitted_at",
+            "record_id",
+            F.explode("partitions").alias("p"),
         )
-        newest = (
-            exploded.withColumn(
-                "rank",
-                F.row_number().over(
-                    Window.partitionBy(*key).orderBy(F.col("emitted_at").desc(), F.col("record_id").desc())
-                ),
-            )
-            .where("rank = 1")
-            .drop("rank")
-            .withColumn(
-                "partition_watermark",
-                F.when(F.col("lag") == 0, F.col("emitted_at")).otherwise(
-                    F.coalesce("last_audit_time", F.timestamp_millis(F.lit(0)))
-                ),
-            )
+        .select("*", "p.*")
+        .drop("p")
+    )
+    newest = Window.partitionBy(*PARTITION_STATUS.key).orderBy(F.col("emitted_at").desc(), F.col("record_id").desc())
+    return (
+        exploded.withColumn("rank", F.row_number().over(newest))
+        .where("rank = 1")
+        .drop("rank")
+        .withColumn(
+            "partition_watermark",
+            F.when(F.col("lag") == 0, F.col("emitted_at")).otherwise(
+                F.coalesce("last_audit_time", F.timestamp_millis(F.lit(0)))
+            ),
         )
-        from delta.tables import DeltaTable
+    )
 
-        target = DeltaTable.forPath(spark, delta_io.table_path(settings.lake_root, PARTITION_STATUS.name))
-        condition = " AND ".join(f"t.`{name}` = s.`{name}`" for name in key)
-        (
-            target.alias("t")
-            .merge(newest.select(*PARTITION_STATUS.column_names).alias("s"), condition)
-            .whenMatchedUpdateAll(condition="s.emitted_at > t.emitted_at")
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
-    partitions = delta_io.read_table(spark, settings.lake_root, PARTITION_STATUS.name)
+
+def tier_status_rows(partitions, cluster_names: tuple[str, ...]):
+    """`tier_status` rows summed from `_partition_status` rows."""
+    from pyspark.sql import functions as F
+
     # A replicator into a cluster tier says what has arrived there, not what the tier's counter has
     # counted: without a status of the tier's own counter (a counter not started or hung) the tier
     # has seen nothing for sure, else its windows would turn final with nothing counted.
-    hop_into_tier = F.col("tier").isin(list(settings.cluster_names)) & (F.col("cluster") != F.col("tier"))
-    rows = (
-        partitions.groupBy("tier", "origin_cluster", "topic")
+    hop_into_tier = F.col("tier").isin(list(cluster_names)) & (F.col("cluster") != F.col("tier"))
+    return (
+        partitions.groupBy(*STATUS_PAIR)
         .agg(
             F.first("logical_topic").alias("logical_topic"),
             F.when(F.max((~hop_into_tier).cast("int")) == 1, F.min("partition_watermark"))
@@ -144,4 +167,3 @@ def update_tier_status(spark: SparkSession, settings: Settings, new_records) -> 
         )
         .withColumn("updated_at", F.current_timestamp())
     )
-    delta_io.upsert(spark, settings.lake_root, TIER_STATUS, rows)

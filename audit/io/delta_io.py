@@ -8,6 +8,7 @@ column really changed, which keeps `updated_at` (and the table's history) quiet 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
 from typing import TYPE_CHECKING, Any
@@ -81,53 +82,91 @@ def ensure_tables(spark: SparkSession, lake_root: str, names: tuple[str, ...] | 
         return dict(zip(names, paths, strict=True))
 
 
-def _key_condition(table: Table, rows, prune: bool = True) -> str:
+def _key_condition(table: Table, rows, prune: bool = True, dates: Iterable | None = None) -> str:
+    """The MERGE condition on `table`'s key; `dates`: the partition values of `rows` when the caller knows
+    them (see `date_counts`), else they are collected from `rows`."""
     conditions = [f"t.`{name}` <=> s.`{name}`" for name in table.key]
     if prune:
         # Where the partition column follows from the key, naming its values as literals lets Delta
         # read only those partitions' files of the target: an increment touches a few dates, not all.
         for name in (p for p in table.partition_by if p not in table.key):
-            values = sorted({str(row[0]) for row in rows.select(name).distinct().collect() if row[0] is not None})
+            known = dates if dates is not None else [row[0] for row in rows.select(name).distinct().collect()]
+            values = sorted({str(value) for value in known if value is not None})
             conditions.append(f"t.`{name}` = s.`{name}`")
             if values:
                 conditions.append(f"t.`{name}` IN ({', '.join(repr(v) for v in values)})")
     return " AND ".join(conditions)
 
 
-def _is_empty(target) -> bool:
-    return target.detail().select("numFiles").first()[0] == 0
+def date_counts(rows, column: str = "date") -> dict:
+    """Rows of `rows` per value of `column`, in one Spark action: what a write needs to know beforehand
+    (whether there is anything to write, and which partitions it touches)."""
+    return {row[0]: row[1] for row in rows.groupBy(column).count().collect()}
+
+
+# Table paths this process has seen holding files, so later writes skip the `detail()` call. Should one be
+# emptied since (a DELETE), a MERGE into it inserts exactly what the append would have: only slower.
+_NON_EMPTY: set[str] = set()
+
+
+def _is_empty(target, path: str) -> bool:
+    if path in _NON_EMPTY:
+        return False
+    if target.detail().select("numFiles").first()[0] == 0:
+        return True
+    _NON_EMPTY.add(path)
+    return False
+
+
+def _append(rows, path: str) -> None:
+    """Nothing to match against: a plain append writes the same rows as a MERGE would, much faster."""
+    rows.write.format("delta").mode("append").save(path)
+    _NON_EMPTY.add(path)
 
 
 def append(lake_root: str, table: Table, rows) -> None:
     """Append `rows`, known to hold only keys the table does not have yet."""
-    rows.select(*table.column_names).write.format("delta").mode("append").save(table_path(lake_root, table.name))
+    _append(rows.select(*table.column_names), table_path(lake_root, table.name))
 
 
-def insert_new(spark: SparkSession, lake_root: str, table: Table, rows, *, prune: bool = True) -> None:
+def insert_new(
+    spark: SparkSession, lake_root: str, table: Table, rows, *, prune: bool = True, dates: Iterable | None = None
+) -> None:
     """Insert the rows whose key is not in the table yet; existing keys are left as they are.
 
-    `prune=False` where the partition column does not follow from the key (a reject's ingest date).
+    `prune=False` where the partition column does not follow from the key (a reject's ingest date);
+    `dates`: the partition values of `rows` when known.
     """
     from delta.tables import DeltaTable
 
-    target = DeltaTable.forPath(spark, table_path(lake_root, table.name))
+    path = table_path(lake_root, table.name)
+    target = DeltaTable.forPath(spark, path)
     rows = rows.select(*table.column_names)
-    if _is_empty(target):  # nothing to match against: a plain append writes the same rows, much faster
-        append(lake_root, table, rows)
+    if _is_empty(target, path):
+        _append(rows, path)
         return
-    (target.alias("t").merge(rows.alias("s"), _key_condition(table, rows, prune)).whenNotMatchedInsertAll().execute())
+    condition = _key_condition(table, rows, prune, dates)
+    target.alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute()
 
 
 def upsert(
-    spark: SparkSession, lake_root: str, table: Table, rows, *, ignore: tuple[str, ...] = ("updated_at",)
+    spark: SparkSession,
+    lake_root: str,
+    table: Table,
+    rows,
+    *,
+    ignore: tuple[str, ...] = ("updated_at",),
+    dates: Iterable | None = None,
 ) -> None:
-    """Insert new keys; update existing ones only where a column other than `ignore` changed."""
+    """Insert new keys; update existing ones only where a column other than `ignore` changed.
+    `dates`: the partition values of `rows` when known."""
     from delta.tables import DeltaTable
 
-    target = DeltaTable.forPath(spark, table_path(lake_root, table.name))
+    path = table_path(lake_root, table.name)
+    target = DeltaTable.forPath(spark, path)
     rows = rows.select(*table.column_names)
-    if _is_empty(target):
-        rows.write.format("delta").mode("append").save(table_path(lake_root, table.name))
+    if _is_empty(target, path):
+        _append(rows, path)
         return
     compared = [c for c in table.columns if c.name not in table.key and c.name not in ignore]
     changed = reduce(
@@ -135,7 +174,7 @@ def upsert(
     )
     (
         target.alias("t")
-        .merge(rows.alias("s"), _key_condition(table, rows))
+        .merge(rows.alias("s"), _key_condition(table, rows, dates=dates))
         .whenMatchedUpdateAll(condition=changed)
         .whenNotMatchedInsertAll()
         .execute()
