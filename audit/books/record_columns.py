@@ -122,26 +122,8 @@ def _fields(p: Column, checker: RecordChecker) -> dict[str, Column]:
 
     is_count, is_status = p["kind"] == "count", p["kind"] == "status"
     origin_cluster, origin_topic = _origin(p["cluster"], p["topic"], checker)
-    partitions = F.transform(
-        p["partitions"],
-        lambda q: F.struct(
-            q["partition"].alias("partition"),
-            q["position"].alias("position"),
-            q["end_offset"].alias("end_offset"),
-            q["lag"].alias("lag"),
-            _time_ms(q["last_audit_time"], _MILLIS).alias("last_audit_time_ms"),
-        ),
-    )
-    gaps = F.transform(
-        p["retention_gaps"],
-        lambda g: F.struct(
-            g["partition"].alias("partition"),
-            g["from_offset"].alias("from_offset"),
-            g["to_offset"].alias("to_offset"),
-            _time_ms(g["after_time"], _MILLIS).alias("after_time_ms"),
-            _time_ms(g["before_time"], _MILLIS).alias("before_time_ms"),
-        ),
-    )
+    partitions = _with_times(p["partitions"], ("partition", "position", "end_offset", "lag"), ("last_audit_time",))
+    gaps = _with_times(p["retention_gaps"], ("partition", "from_offset", "to_offset"), ("after_time", "before_time"))
     latency = {f"latency_{key}_ms": F.when(is_count, p["latency_ms"][key]) for key in ("p50", "p95", "p99", "max")}
     return {
         "record_id": p["record_id"],
@@ -170,6 +152,19 @@ def _fields(p: Column, checker: RecordChecker) -> dict[str, Column]:
         "partitions_json": F.when(is_status, F.to_json(partitions, _WITH_NULLS)),
         "retention_gaps_json": F.when(is_status & (F.size(p["retention_gaps"]) > 0), F.to_json(gaps, _WITH_NULLS)),
     }
+
+
+def _with_times(items: Column, numbers: tuple[str, ...], times: tuple[str, ...]) -> Column:
+    """Each struct of `items` with its `numbers` as they are and its `times` as `<time>_ms` (epoch ms)."""
+    from pyspark.sql import functions as F
+
+    return F.transform(
+        items,
+        lambda item: F.struct(
+            *(item[name].alias(name) for name in numbers),
+            *(_time_ms(item[name], _MILLIS).alias(f"{name}_ms") for name in times),
+        ),
+    )
 
 
 def _origin(cluster: Column, topic: Column, checker: RecordChecker) -> tuple[Column, Column]:

@@ -40,17 +40,19 @@ def status(**overrides) -> bytes:
     return encode(status_record(**fields))
 
 
-def status_patched(**changes) -> bytes:
-    data = json.loads(status())
+def rewritten(value: bytes, **changes) -> bytes:
+    """`value` changed, still written as `encode` writes (sorted keys, no spaces)."""
+    data = json.loads(value)
     data.update(changes)
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def status_patched(**changes) -> bytes:
+    return rewritten(status(), **changes)
 
 
 def canonical_patched(**changes) -> bytes:
-    """A count record changed, still written with sorted keys and no spaces (as `encode` writes)."""
-    data = json.loads(good())
-    data.update(changes)
-    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return rewritten(good(), **changes)
 
 
 VALID = [
