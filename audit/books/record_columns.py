@@ -34,8 +34,8 @@ FAST = "_fast"  # the column that says a row was checked here
 _WITH_NULLS = {"ignoreNullFields": "false"}  # as `json.dumps` writes them
 
 # Every field either kind may carry, as Spark parses them (times stay text until checked).
-_PARTITION = "STRUCT<end_offset: BIGINT, lag: BIGINT, last_audit_time: STRING, partition: BIGINT, position: BIGINT>"
-_GAP = "STRUCT<after_time: STRING, before_time: STRING, from_offset: BIGINT, partition: BIGINT, to_offset: BIGINT>"
+PARTITION_TYPE = "STRUCT<end_offset: BIGINT, lag: BIGINT, last_audit_time: STRING, partition: BIGINT, position: BIGINT>"
+GAP_TYPE = "STRUCT<after_time: STRING, before_time: STRING, from_offset: BIGINT, partition: BIGINT, to_offset: BIGINT>"
 PARSED_DDL = ", ".join(
     [
         "by_partition MAP<STRING, BIGINT>",
@@ -48,9 +48,9 @@ PARSED_DDL = ", ".join(
         "kind STRING",
         "latency_ms STRUCT<max: DOUBLE, p50: DOUBLE, p95: DOUBLE, p99: DOUBLE>",
         "no_timestamp BIGINT",
-        f"partitions ARRAY<{_PARTITION}>",
+        f"partitions ARRAY<{PARTITION_TYPE}>",
         "record_id STRING",
-        f"retention_gaps ARRAY<{_GAP}>",
+        f"retention_gaps ARRAY<{GAP_TYPE}>",
         "schema_version BIGINT",
         "send_failed BIGINT",
         "service STRING",
@@ -64,12 +64,10 @@ PARSED_DDL = ", ".join(
 )
 # The keys `encode` writes, sorted as it sorts them; the optional ones only when the record has them.
 _COMMON_KEYS = ("cluster", "emitted_at", "host", "instance_id", "kind", "record_id", "schema_version", "service")
-COUNT_KEYS = (*_COMMON_KEYS, "bytes", "count", "no_timestamp", "send_failed", "tier", "topic")
-COUNT_KEYS = tuple(sorted((*COUNT_KEYS, "window_minutes", "window_start")))
+_WINDOW_KEYS = ("tier", "topic", "window_minutes", "window_start")
+COUNT_KEYS = tuple(sorted((*_COMMON_KEYS, *_WINDOW_KEYS, "bytes", "count", "no_timestamp", "send_failed")))
 COUNT_OPTIONAL = ("by_partition", "latency_ms")
-STATUS_KEYS = tuple(
-    sorted((*_COMMON_KEYS, "partitions", "stalled", "tier", "topic", "watermark", "window_minutes", "window_start"))
-)
+STATUS_KEYS = tuple(sorted((*_COMMON_KEYS, *_WINDOW_KEYS, "partitions", "stalled", "watermark")))
 STATUS_OPTIONAL = ("retention_gaps",)
 
 MAX_MAP_ENTRIES = 1000  # by_partition sums stay far from int64 overflow; bigger maps take the Python path
@@ -94,7 +92,7 @@ def checked_natively(messages: DataFrame, checker: RecordChecker) -> DataFrame:
     parsed = messages.withColumn("p", F.from_json(text, PARSED_DDL)).withColumn("_text", text)
     fields = _fields(F.col("p"), checker)
     rows = parsed.select("*", *(column.alias(name) for name, column in fields.items()))
-    fast = F.coalesce(_accepted(rows, checker), F.lit(False))
+    fast = F.coalesce(_accepted(checker), F.lit(False))
     # Only an accepted row's fields are kept (and cast): a refused one may hold values no cast takes.
     out = [
         F.col(name) if name.startswith("read_from") else F.when(F.col(FAST), F.col(name) if name in fields else None)
@@ -191,7 +189,7 @@ def _time_ms(text: Column, pattern: str) -> Column:
 # -- acceptance ----------------------------------------------------------------------------------
 
 
-def _accepted(rows: DataFrame, checker: RecordChecker) -> Column:
+def _accepted(checker: RecordChecker) -> Column:
     """True when the row is canonical and passes every rule; null or False sends it to Python."""
     from pyspark.sql import functions as F
 

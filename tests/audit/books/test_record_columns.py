@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 
 from audit.books.reconcile import check_messages
 from audit.books.record_check import RecordChecker
-from audit.books.record_columns import FAST, checked_natively
+from audit.books.record_columns import (
+    COUNT_KEYS,
+    COUNT_OPTIONAL,
+    FAST,
+    GAP_TYPE,
+    PARTITION_TYPE,
+    STATUS_KEYS,
+    STATUS_OPTIONAL,
+    checked_natively,
+)
 from audit.contract.record import PartitionStatus, count_record, encode, status_record
 from audit.contract.retention import RetentionGap
 from tests.audit.books.test_record_check import CHECKER, NOW, WINDOW, good, patched
@@ -222,3 +232,14 @@ def test_origin_follows_the_naming_policy(spark, naming):
     native, python, fast = both_ways(spark, values, checker)
     assert_same(native, python, values)
     assert len(fast) == len(topics)
+
+
+def test_the_canonical_keys_are_the_ones_encode_writes_in_its_order():
+    count = json.loads(good(latency_ms={"p50": 1.0, "p95": 1.0, "p99": 1.0, "max": 1.0}))
+    assert tuple(count) == tuple(sorted((*COUNT_KEYS, *COUNT_OPTIONAL)))
+    assert tuple(json.loads(good(by_partition=None))) == COUNT_KEYS
+    assert tuple(json.loads(status())) == STATUS_KEYS
+    gaps = json.loads(status(retention_gaps=[RetentionGap(0, 1, 2)]))
+    assert tuple(gaps) == tuple(sorted((*STATUS_KEYS, *STATUS_OPTIONAL)))
+    for kind, item in ((PARTITION_TYPE, gaps["partitions"][0]), (GAP_TYPE, gaps["retention_gaps"][0])):
+        assert re.findall(r"(\w+):", kind) == list(item), "parsed in the order encode writes"
