@@ -1,5 +1,6 @@
 """The verdict per (logical topic, window, tier): the tiers on each topic's path, and `classify` of
-audit/contract/completeness.py applied to every window touched or not yet final (`completeness`)."""
+audit/contract/completeness.py (in its Spark form, audit/books/verdicts.py) applied to every window
+touched or not yet final (`completeness`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from audit.contract.completeness import PENDING, classify, threshold_for
+from audit.contract.completeness import PENDING, threshold_for
 from audit.contract.names import PRODUCER_TIER
 from audit.contract.tables import (
     COMPLETENESS,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 from audit.books.complete_through import refresh_watermarks
 from audit.books.restatements import store_restatements
 from audit.books.tier_tables import WINDOW_KEY
+from audit.books.verdicts import classified
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +131,6 @@ JUDGED_COLUMNS = {
     "tier_watermark_ms": "BIGINT",
     "latency_p99_ms": "DOUBLE",
 }
-JUDGED_DDL = ", ".join(f"{name} {kind}" for name, kind in JUDGED_COLUMNS.items())
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,10 @@ def _judged(spark: SparkSession, settings: Settings, windows, paths, now_ms: int
         "tier_watermark_ms",
         "threshold_pct",
         "latency_p99_ms",
-    ).mapInPandas(_Judge(now_ms=now_ms, grace_ms=grace_ms), JUDGED_DDL)
+    )
+    judged = classified(judged, now_ms=now_ms, grace_ms=grace_ms).select(
+        *(F.col(name).cast(kind).alias(name) for name, kind in JUDGED_COLUMNS.items())
+    )
     return (
         judged.withColumn("logical_topic", F.concat_ws(".", "origin_cluster", "topic"))
         .withColumn("window_end", F.timestamp_millis("window_end_ms"))
@@ -261,17 +265,3 @@ def _windows_missing_a_tier(current, paths, records=None):
     tiers = paths.groupBy("origin_cluster", "topic").agg(F.count("*").alias("tiers"))
     judged = current.groupBy(*WINDOW_KEY).agg(F.count("*").alias("rows"))
     return judged.join(F.broadcast(tiers), ["origin_cluster", "topic"]).where("rows < tiers").select(*WINDOW_KEY)
-
-
-@dataclass(frozen=True)
-class _Judge:
-    """`mapInPandas` wrapper of `classify` (picklable, unlike a closure over settings)."""
-
-    now_ms: int
-    grace_ms: int
-
-    def __call__(self, frames):
-        for frame in frames:
-            judged = classify(frame, now_ms=self.now_ms, grace_ms=self.grace_ms)
-            judged["tier_watermark_ms"] = judged["tier_watermark_ms"].astype("Int64")
-            yield judged[list(JUDGED_COLUMNS)]
