@@ -183,13 +183,11 @@ def store_records_and_rejects(
         .select(*AUDIT_RECORDS.column_names)
         .localCheckpoint()
     )  # computed once: it feeds every step below
-    dates = [row.date for row in records.select("date").distinct().collect()]
-    existing = (
-        delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name)
-        .where(F.col("date").isin(dates))
-        .select("record_id", "date")
-    )  # only the partitions it can be in
-    new_records = records.join(existing, ["record_id", "date"], "left_anti").localCheckpoint()
+    new_records = (
+        records
+        if delta_io.is_empty(spark, settings.lake_root, AUDIT_RECORDS)
+        else _not_stored(spark, settings, records)
+    )
     report.records = new_records.count()
     report.rejects = rejects.count()
     step.done("records deduplicated", records=report.records, rejects=report.rejects)
@@ -203,6 +201,19 @@ def store_records_and_rejects(
                 extra={"cluster": row.read_from_cluster, "offset": row.read_from_offset, "reason": row.reason},
             )
     return records
+
+
+def _not_stored(spark: SparkSession, settings: Settings, records):
+    """The records whose record_id `audit_records` does not hold yet."""
+    from pyspark.sql import functions as F
+
+    dates = [row.date for row in records.select("date").distinct().collect()]
+    existing = (
+        delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name)
+        .where(F.col("date").isin(dates))
+        .select("record_id", "date")
+    )  # only the partitions it can be in
+    return records.join(existing, ["record_id", "date"], "left_anti").localCheckpoint()
 
 
 # -- the run -------------------------------------------------------------------------------------

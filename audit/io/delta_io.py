@@ -118,6 +118,14 @@ def _is_empty(target, path: str) -> bool:
     return False
 
 
+def is_empty(spark: SparkSession, lake_root: str, table: Table) -> bool:
+    """True while `table` holds no file (a new lake)."""
+    from delta.tables import DeltaTable
+
+    path = table_path(lake_root, table.name)
+    return _is_empty(DeltaTable.forPath(spark, path), path)
+
+
 def _append(rows, path: str) -> None:
     """Nothing to match against: a plain append writes the same rows as a MERGE would, much faster."""
     rows.write.format("delta").mode("append").save(path)
