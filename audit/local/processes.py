@@ -17,11 +17,20 @@ log = logging.getLogger(__name__)
 MARKER_PROPERTY = "kaudit.cluster"
 
 
+_HANDED_OUT: set[int] = set()  # ports free_port gave this process
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on right now (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A port nobody listens on right now (the kernel's pick for port 0), and never one this process was
+    given before: clusters set up one after the other bind their ports only when they start, and the
+    kernel may pick a released port again (dc1 and aggregate once both got 58637 as controller port)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def pid_alive(pid: int | None) -> bool:
