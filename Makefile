@@ -9,6 +9,10 @@ JARS := $(KAUDIT_CACHE_DIR)/jars
 NATIVE := build/native/.done
 MVN := mvn -q -B -Dmaven.repo.local=$(KAUDIT_CACHE_DIR)/m2
 PYTEST_ARGS ?=
+# Test processes of `make test`: much of the suite waits on brokers, timeouts and subprocesses, so two
+# workers overlap the waiting even on two cores. One test at a time per worker, slow tests first (marker
+# `slow`), so both end together. TEST_WORKERS=0 runs the suite in this process.
+TEST_WORKERS ?= 2
 FUZZ_SECONDS ?= 60
 SOAK_MINUTES ?= 10
 FUZZ_TARGETS := record settings headers
@@ -74,8 +78,8 @@ lint: $(VENV)/.installed ## ruff (lint + format check) over the tree, mypy on th
 	$(VENV)/bin/mypy
 
 .PHONY: test
-test: setup lint ## lint, then the whole test suite (starts real Kafka clusters and Spark on loopback)
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+test: setup lint ## lint, then the whole test suite on TEST_WORKERS processes (starts real Kafka clusters and Spark on loopback)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1 $(PYTEST_ARGS)
 
 FAST_TESTS := not kafka and not spark and not browser and not open_bug
 .PHONY: test-fast

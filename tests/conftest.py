@@ -14,6 +14,7 @@ import pytest
 
 from audit.io.clients import ensure_topics
 from audit.local.clusters import LocalClusters
+from audit.local.processes import PORT_SLOT_ENV
 
 SESSION_CLUSTERS = ("dc1", "aggregate")
 
@@ -27,7 +28,16 @@ INFRASTRUCTURE_FIXTURES = {
 }
 
 
+def pytest_configure(config) -> None:
+    # Parallel test workers (pytest-xdist: gw0, gw1, ...) start clusters at the same time: each draws its
+    # ports from its own block, and the processes it starts inherit the slot.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        os.environ[PORT_SLOT_ENV] = str(int(worker.removeprefix("gw")) + 1)
+
+
 def pytest_collection_modifyitems(config, items) -> None:
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: slow tests first
     for item in items:
         for fixture in set(item.fixturenames) & INFRASTRUCTURE_FIXTURES.keys():
             item.add_marker(INFRASTRUCTURE_FIXTURES[fixture])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import socket
 import time
@@ -19,18 +20,36 @@ MARKER_PROPERTY = "kaudit.cluster"
 
 _HANDED_OUT: set[int] = set()  # ports free_port gave this process
 
+# Ports come from below the kernel's ephemeral range (32768-60999 on Linux): the kernel never picks
+# these for port 0 or for an outgoing connection, so a port we hand out stays ours until our server
+# binds it. Processes that start servers at the same time on one machine (parallel test workers) set
+# KAUDIT_PORT_SLOT to different numbers and draw from disjoint blocks.
+PORT_SLOT_ENV = "KAUDIT_PORT_SLOT"
+_PORT_BLOCKS_START, _PORT_BLOCK_SIZE, _PORT_SLOTS = 20000, 2000, 6
+
+
+def port_block(slot: int | None = None) -> range:
+    """The ports this process draws from: its slot's block of `_PORT_BLOCK_SIZE`."""
+    if slot is None:
+        slot = int(os.environ.get(PORT_SLOT_ENV, "0"))
+    start = _PORT_BLOCKS_START + (slot % _PORT_SLOTS) * _PORT_BLOCK_SIZE
+    return range(start, start + _PORT_BLOCK_SIZE)
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on right now (the kernel's pick for port 0), and never one this process was
-    given before: clusters set up one after the other bind their ports only when they start, and the
-    kernel may pick a released port again (dc1 and aggregate once both got 58637 as controller port)."""
-    while True:
+    """A port of this process's block that nobody listens on now and that this process was never given
+    before: clusters set up one after the other bind their ports only when they start."""
+    candidates = [port for port in port_block() if port not in _HANDED_OUT]
+    random.shuffle(candidates)
+    for port in candidates:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port = sock.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free port left in {port_block()} ({len(_HANDED_OUT)} handed out by this process)")
 
 
 def pid_alive(pid: int | None) -> bool:

@@ -15,6 +15,7 @@ from tests.conftest import cache_dir
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_short_demo_finds_the_loss_exactly_and_shows_the_stall_as_lag(tmp_path):
     env = {

@@ -190,6 +190,7 @@ def kill9_run(tmp_path, clusters, topic, mode: str, kills: int = 5) -> tuple[int
     return len(source), lost, duplicates, mirror
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_replicator_5_times_leaves_no_loss_and_no_duplicates(tmp_path, clusters, topic):
     sent, lost, duplicates, mirror = kill9_run(tmp_path, clusters, topic, "--exactly-once")
     assert sent > 5000

@@ -174,6 +174,7 @@ def test_no_fault_is_exact_a_drop_is_exact_and_duplicates_show_as_over(spark, se
     assert books(spark, settings, f"dc1.{lossy}") == lost, "the other topic's books are untouched"
 
 
+@pytest.mark.slow
 def test_lake_job_killed_at_random_moments_lands_every_row_and_count_once(
     spark, settings_factory, topic_factory, tmp_path
 ):

@@ -171,6 +171,7 @@ def test_checker_fails_a_loss_alert_without_a_loss_and_an_unrejected_record():
 
 @pytest.mark.kafka
 @pytest.mark.spark
+@pytest.mark.slow
 @pytest.mark.timeout(960)  # ~5 min on 2 idle cores; 9 min measured with the machine shared 4 ways
 @pytest.mark.parametrize("replicators", ["--no-exactly-once", "--exactly-once"])
 def test_short_soak_keeps_every_invariant(tmp_path: Path, replicators: str):
