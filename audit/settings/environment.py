@@ -32,8 +32,15 @@ CONFIG_ENV = "KAUDIT_CONFIG"
 # KAUDIT_ variables that other modules read; they are not configuration keys. Add a name here when a
 # module starts reading a new one, or every command will reject it as a typo.
 OTHER_ENV = frozenset(
-    {CONFIG_ENV, "KAUDIT_LOG_LEVEL", "KAUDIT_LOG_FORMAT", "KAUDIT_SPARK_MASTER", "KAUDIT_PURE_PYTHON"}
-)  # KAUDIT_PURE_PYTHON: audit.hops.fastcount, producers.audited
+    {
+        CONFIG_ENV,
+        "KAUDIT_LOG_LEVEL",
+        "KAUDIT_LOG_FORMAT",
+        "KAUDIT_SPARK_MASTER",
+        "KAUDIT_PURE_PYTHON",
+        "KAUDIT_PORT_SLOT",
+    }
+)  # KAUDIT_PURE_PYTHON: audit.hops.fastcount, producers.audited; KAUDIT_PORT_SLOT: audit.local.processes
 
 CLIENT_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 ENV_INT_PATTERN = re.compile(r"^\s*[+-]?[0-9]+\s*$")
