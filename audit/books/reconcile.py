@@ -117,19 +117,21 @@ def check_messages(messages, checker: RecordChecker, *, native: bool = True):
     """The checker's rows, typed as the tables want them (times as TIMESTAMP, nested fields parsed).
 
     `native`: records written the canonical way are checked by Spark's own JSON reader and column
-    expressions (audit/books/record_columns.py), the rest in Python; False checks all in Python."""
+    expressions (audit/books/record_columns.py), the rest in Python; False checks all in Python.
+    Each part is computed once (checkpointed): the messages are read from Kafka once and the Python
+    check runs once, however many steps use the rows."""
     from pyspark.sql import functions as F
 
     if native:
-        natively = checked_natively(messages, checker).localCheckpoint()  # read and parsed once
+        natively = checked_natively(messages, checker).localCheckpoint()
         rest = natively.where(~F.col(FAST)).select(*SOURCE_COLUMNS)
         checked = (
             natively.where(F.col(FAST))
             .select(*CHECKED_COLUMNS)
-            .unionByName(rest.mapInPandas(checker.check_batches, CHECKED_DDL))
+            .unionByName(rest.mapInPandas(checker.check_batches, CHECKED_DDL).localCheckpoint())
         )
     else:
-        checked = messages.mapInPandas(checker.check_batches, CHECKED_DDL)
+        checked = messages.mapInPandas(checker.check_batches, CHECKED_DDL).localCheckpoint()
     at = F.timestamp_millis
     partitions_type = (
         "ARRAY<STRUCT<partition: INT, position: BIGINT, end_offset: BIGINT, lag: BIGINT, last_audit_time_ms: BIGINT>>"
@@ -172,7 +174,6 @@ def store_records_and_rejects(
     from pyspark.sql import functions as F
 
     step = step or _Steps()
-    checked = checked.localCheckpoint()  # the Python check runs once; records and rejects both come from it
     step.done("records read and checked")
     store_retention_gaps(spark, settings, checked)
     step.done("retention gaps")
