@@ -18,6 +18,7 @@ def test_ports_are_distinct_free_and_below_the_kernels_ephemeral_range(monkeypat
 
 def test_a_port_someone_listens_on_is_never_handed_out(monkeypatch):
     monkeypatch.setattr(processes, "_HANDED_OUT", set())
+    monkeypatch.setattr(processes, "_PORT_BLOCK_SIZE", 40)
     block = processes.port_block()
     listeners = []
     try:
