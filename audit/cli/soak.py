@@ -48,10 +48,20 @@ def add_command(commands) -> None:
     )
     parser.add_argument(
         "--exactly-once",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="run the replicators with --exactly-once and check that the hub holds no duplicate (default: at "
-        "least once, whose duplicates after kills must be reported as over)",
+        nargs="?",
+        const="all",
+        default="",
+        metavar="CLUSTERS",
+        help="run the replicators with --exactly-once: all of them, or only those from CLUSTERS (comma-separated, "
+        "e.g. dc2: one soak then runs both modes); the hub must hold no duplicate of their topics. The others run "
+        "at least once, and their duplicates after kills must be reported as over (default: all at least once)",
+    )
+    parser.add_argument(
+        "--no-exactly-once",
+        dest="exactly_once",
+        action="store_const",
+        const="",
+        help="every replicator at least once (the default)",
     )
     parser.add_argument("--keep", action="store_true", help="leave the soak's clusters running afterwards, for a look")
     parser.set_defaults(handler=run_soak)

@@ -66,7 +66,7 @@ class PipelinePlan:
     lake_trigger_s: float = 10.0
     reconcile_interval_s: float = 30.0
     with_ui: bool = True
-    exactly_once: bool = False  # replicators in exactly-once mode (target transactions)
+    exactly_once: frozenset[str] = frozenset()  # regional clusters whose replicator runs exactly once
 
 
 def default_config_with(replacements: Sequence[tuple[str, str]]) -> str:
@@ -149,7 +149,7 @@ def mirror_args(plan: PipelinePlan, cluster: str) -> list[str]:
             args += ["--drop-window", datetime.fromtimestamp(start_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")]
     if plan.stall and plan.stall.cluster == cluster:
         args += ["--pause-after-s", str(plan.stall.after_s), "--pause-for-s", str(plan.stall.for_s)]
-    if plan.exactly_once:
+    if cluster in plan.exactly_once:
         args.append("--exactly-once")
     return args
 

@@ -28,7 +28,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from audit.contract.errors import HarnessError
+from audit.contract.errors import ConfigError, HarnessError
 from audit.contract.record import iso
 from audit.contract.windows import window_start
 from audit.local.pipeline import TOPICS, DropPlan, PipelinePlan, create_topics, drop_window, mirror_args, start_services
@@ -61,6 +61,20 @@ RECONCILE_RUN = "audit messages:"
 SPARK_START_S = 30.0  # a Spark job is inside its work this long after start, on 2 loaded cores
 
 
+def exactly_once_clusters(args: argparse.Namespace, regional: tuple[str, ...]) -> frozenset[str]:
+    """The regional clusters whose replicator runs exactly once, from `--exactly-once [CLUSTERS]`."""
+    value = getattr(args, "exactly_once", "")
+    if value is True or value == "all":
+        return frozenset(regional)
+    named = {name.strip() for name in (value or "").split(",") if name.strip()}
+    unknown = sorted(named - set(regional))
+    if unknown:
+        raise ConfigError(
+            f"--exactly-once {value}: {', '.join(unknown)} is not a regional cluster (they are: {', '.join(regional)})"
+        )
+    return frozenset(named)
+
+
 class Soak:
     def __init__(self, args: argparse.Namespace, settings: Settings, soak_dir: Path) -> None:
         from audit.local.clusters import local_clusters
@@ -86,7 +100,7 @@ class Soak:
             lake_trigger_s=5.0,
             reconcile_interval_s=RECONCILE_INTERVAL_S,
             with_ui=False,
-            exactly_once=getattr(args, "exactly_once", False),
+            exactly_once=exactly_once_clusters(args, self.regional),
         )
         self.plan_after_drop = dataclasses.replace(self.plan, drop=None)
         self.supervisor = Supervisor(
@@ -454,6 +468,7 @@ class Soak:
                 f"{d.began_s:.0f}s {d.fault.kind} {d.fault.target} down {d.down_s}s {d.note}".strip()
                 for d in self.log.faults
             ],
+            "exactly_once_from": sorted(self.plan.exactly_once),
             "malformed_records_injected": len(self.log.malformed_markers),
             "unplanned_exits": self.log.unplanned_exits,
             "loss_injected": injected_loss(truth, expect),
