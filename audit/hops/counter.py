@@ -27,7 +27,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import OffsetSpec
 
 from audit.contract.errors import KafkaClientError
-from audit.contract.record import count_record, encode, new_instance_id, record_id, status_record
+from audit.contract.record import Kind, count_record, encode, new_instance_id, record_id, status_record
 from audit.contract.tally import Tally
 from audit.contract.watermarks import topic_statuses, watermark_ms
 from audit.hops import fastcount
@@ -93,6 +93,7 @@ class ClusterCounter:
         # Producers dropped in the middle of a call (stuck, or an init not finished): a late answer of
         # theirs may still fence the current producer, once each; see `_abort`.
         self._left_behind = 0
+        self._aborted_at: float | None = None  # the first abort since the last commit (monotonic)
         self.native = True  # count with the native loop when it is built (tests turn it off to compare)
         self.retention = RetentionGaps(
             lambda topic, partition, n: RETENTION_SKIPPED.labels(options.cluster, topic, str(partition)).inc(n),
@@ -441,6 +442,17 @@ class ClusterCounter:
             return False
         for progress in self.progress.values():
             progress.committed = progress.position
+        if self._aborted_at is not None:  # how long a fault kept this counter from committing
+            log.info(
+                "counter committing again",
+                extra={
+                    "cluster": self.options.cluster,
+                    "seconds_since_abort": round(time.monotonic() - self._aborted_at, 1),
+                    "records": len(records),
+                    "statuses": sum(record.kind == Kind.STATUS for record in records),
+                },
+            )
+            self._aborted_at = None
         self.stats.flushes += 1
         self.stats.records_emitted += len(records)
         FLUSHES.labels(self.options.cluster).inc()
@@ -484,6 +496,8 @@ class ClusterCounter:
         so the transaction is still open and must be aborted even when the error itself does not demand it;
         left open, every later begin_transaction fails and the counter never commits again."""
         self.stats.aborts += 1
+        if self._aborted_at is None:
+            self._aborted_at = time.monotonic()
         ABORTS.labels(self.options.cluster).inc()
         log.warning(
             "transaction aborted; recounting from the last commit",

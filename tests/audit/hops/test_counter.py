@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import random
 import signal
@@ -169,8 +170,10 @@ def count_with_producers(local_clusters, topic_factory, unique_name, name: str, 
 
 @pytest.mark.parametrize("stuck_call", ["begin_transaction", "send_offsets_to_transaction"])
 def test_a_transactional_call_that_never_returns_costs_a_new_producer_not_the_counter(
-    local_clusters, topic_factory, unique_name, stuck_call
+    local_clusters, topic_factory, unique_name, stuck_call, caplog
 ):
+    caplog.set_level(logging.INFO, logger="audit.hops.counter")
+
     def first_hangs(number, producer, released):
         return HangingOnce(producer, stuck_call, released) if number == 1 else producer
 
@@ -181,6 +184,9 @@ def test_a_transactional_call_that_never_returns_costs_a_new_producer_not_the_co
     assert len(made) == 2, "the stuck producer was replaced"
     assert stats.aborts >= 1 and stats.counted >= 500
     assert counts == expected
+    # The first commit after the abort says how long the counter could not commit (3 s call timeout).
+    again = [r for r in caplog.records if r.getMessage() == "counter committing again"]
+    assert again and all(r.seconds_since_abort >= 0 and r.statuses >= 1 for r in again)
 
 
 class InitTimesOutOnce:
