@@ -33,7 +33,7 @@ from audit.contract.record import iso
 from audit.contract.windows import window_start
 from audit.local.pipeline import TOPICS, DropPlan, PipelinePlan, create_topics, drop_window, mirror_args, start_services
 from audit.local.services import Supervisor, count_in_log, log_tail
-from audit.local.soak_check import render
+from audit.local.soak_check import origin_of, render
 from audit.local.soak_plan import (
     COMPACTED_CONFIG,
     COMPACTED_TOPIC,
@@ -455,7 +455,7 @@ class Soak:
 
         kinds = Counter(done.fault.kind for done in self.log.faults)
         hub_truth = sum(sum(c.values()) for (lt, w, tier), c in truth.items() if tier == self.hub)
-        origin_truth = sum(sum(c.values()) for (lt, w, tier), c in truth.items() if tier == lt.split(".")[0])
+        origin_truth = sum(sum(c.values()) for (lt, w, tier), c in truth.items() if tier == origin_of(lt))
         return {
             "seed": self.log.seed,
             "minutes": self.args.minutes,

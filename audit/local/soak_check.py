@@ -53,6 +53,11 @@ class Expectations:
     exactly_once: frozenset[str] = frozenset()  # origins whose replicator ran --exactly-once: no duplicate on the hub
 
 
+def origin_of(logical_topic: str) -> str:
+    """The cluster a logical topic (`<origin>.<topic>`, e.g. dc1.orders) was first produced to."""
+    return logical_topic.split(".")[0]
+
+
 def window_ms(values: pd.Series) -> pd.Series:
     return values.map(lambda t: int(pd.Timestamp(t).timestamp() * 1000))
 
@@ -200,9 +205,9 @@ def _producer_counts_match_acks(counts: pd.DataFrame, expect: Expectations) -> C
 
 def _origin_holds_what_producers_sent(producer: dict, truth: Truth, expect: Expectations) -> Check:
     bad = []
-    keys = {(lt, w) for (lt, w, tier) in truth if tier == lt.split(".")[0]} | set(producer)
+    keys = {(lt, w) for (lt, w, tier) in truth if tier == origin_of(lt)} | set(producer)
     for logical_topic, window in sorted(keys):
-        origin = logical_topic.split(".")[0]
+        origin = origin_of(logical_topic)
         held = dict(truth.get((logical_topic, window, origin), Counter()))
         row = producer.get((logical_topic, window))
         if row is None and logical_topic == expect.transactional_topic:
@@ -260,7 +265,7 @@ def _lake_holds_what_hub_holds(truth: Truth, expect: Expectations) -> Check:
 def _true_gaps(truth: Truth, producer: dict, logical_topic: str, window: int, tier: str) -> tuple[int, int]:
     row = producer.get((logical_topic, window))
     sent = (_map(row.by_partition) if row is not None else None) or dict(
-        truth.get((logical_topic, window, logical_topic.split(".")[0]), {})
+        truth.get((logical_topic, window, origin_of(logical_topic)), {})
     )
     return partition_gaps(sent, dict(truth.get((logical_topic, window, tier), {})))
 
@@ -284,14 +289,14 @@ def _reported_gaps_match_truth(rows: pd.DataFrame, producer: dict, truth: Truth)
 
 def injected_loss(truth: Truth, expect: Expectations) -> int:
     """The messages the drop hook dropped: the first K of its window that it read, or all the window held."""
-    key = (expect.drop_logical_topic, expect.drop_window_ms, expect.drop_logical_topic.split(".")[0])
+    key = (expect.drop_logical_topic, expect.drop_window_ms, origin_of(expect.drop_logical_topic))
     return min(expect.drop_count, sum(truth.get(key, Counter()).values()))
 
 
 def _injected_loss_reported_exactly(rows: pd.DataFrame, truth: Truth, expect: Expectations) -> Check:
     key = (expect.drop_logical_topic, expect.drop_window_ms)
     hub_held = sum(truth.get((*key, expect.hub), Counter()).values())
-    origin_held = sum(truth.get((*key, expect.drop_logical_topic.split(".")[0]), Counter()).values())
+    origin_held = sum(truth.get((*key, origin_of(expect.drop_logical_topic)), Counter()).values())
     really_lost = origin_held - hub_held
     injected = injected_loss(truth, expect)
     in_window = rows[(rows["logical_topic"] == key[0]) & (rows["w"] == key[1])]
@@ -359,14 +364,14 @@ def _transactional_topic_complete(rows: pd.DataFrame, truth: Truth, expect: Expe
     topic = expect.transactional_topic
     held = {
         tier: sum(sum(c.values()) for (lt, _w, t), c in truth.items() if lt == topic and t == tier)
-        for tier in (topic.split(".")[0], expect.hub, "lake")
+        for tier in (origin_of(topic), expect.hub, "lake")
     }
-    exactly_once = topic.split(".")[0] in expect.exactly_once
+    exactly_once = origin_of(topic) in expect.exactly_once
     judged = {"complete"} if exactly_once else {"complete", "over"}
     mine = rows[rows["logical_topic"] == topic]
     not_judged = mine[~mine["status"].isin(judged) | ~mine["final"].fillna(False)]
     bad = [f"{topic}@{int(r.w)} {r.tier}: {r.status}, final {r.final}" for r in not_judged.itertuples()]
-    origin = held[topic.split(".")[0]]
+    origin = held[origin_of(topic)]
     if not len(mine) or any(n < origin for n in held.values()) or (exactly_once and len(set(held.values())) > 1):
         bad.append(f"held per tier {held}, {len(mine)} completeness rows")
     committed = COMMITTED.search(expect.transactions)
@@ -383,15 +388,13 @@ def _transactional_topic_complete(rows: pd.DataFrame, truth: Truth, expect: Expe
 def _no_duplicate_on_the_hub(truth: Truth, expect: Expectations) -> Check:
     doubled = []
     for (lt, w, tier), held in truth.items():
-        if tier == expect.hub and lt.split(".")[0] in expect.exactly_once:
-            origin = truth.get((lt, w, lt.split(".")[0]), Counter())
+        if tier == expect.hub and origin_of(lt) in expect.exactly_once:
+            origin = truth.get((lt, w, origin_of(lt)), Counter())
             doubled += [
                 f"{lt}@{w} partition {p}: hub {n} > origin {origin[p]}" for p, n in held.items() if n > origin[p]
             ]
     origins = sorted(expect.exactly_once)
-    hub = sum(
-        sum(c.values()) for (lt, _w, tier), c in truth.items() if tier == expect.hub and lt.split(".")[0] in origins
-    )
+    hub = sum(sum(c.values()) for (lt, _w, tier), c in truth.items() if tier == expect.hub and origin_of(lt) in origins)
     return Check(
         "4",
         "exactly-once replicators: the hub holds no duplicate, whatever was killed",
