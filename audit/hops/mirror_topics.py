@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
@@ -35,7 +36,9 @@ def create_target_topics(
     timeout_s: float,
 ) -> dict[str, int]:
     """Create the target topics that do not exist yet, with the source's partition count and relevant
-    configs; returns the partition count of every target topic that exists now, by source topic."""
+    configs; returns the partition count of every target topic whose partitions the target's metadata
+    shows now, by source topic. A topic left out is not ready: copying into it would hand its messages to
+    the default partitioner, so the caller does not read its source yet."""
     existing = target_admin.list_topics(timeout=timeout_s).topics
     configs = source_topic_configs(source_admin, [t for t in partitions if target_names[t] not in existing])
     new = [
@@ -52,8 +55,26 @@ def create_target_topics(
                 raise KafkaClientError(
                     f"creating {name!r} on {target}: {exc.args[0].str()}", code=exc.args[0].code()
                 ) from exc
-    existing = target_admin.list_topics(timeout=timeout_s).topics
-    return {topic: len(existing[name].partitions) for topic, name in target_names.items() if name in existing}
+    created = [topic.topic for topic in new]
+    return visible_partitions(target_admin, target_names, wait_for=created, timeout_s=timeout_s)
+
+
+def visible_partitions(
+    admin: AdminClient, target_names: dict[str, str], *, wait_for: list[str], timeout_s: float
+) -> dict[str, int]:
+    """The partition count of each target topic the metadata shows with its partitions, by source topic.
+    A topic just created can be missing from a broker's metadata for a moment (KRaft brokers learn of it
+    asynchronously): wait up to `timeout_s` for those in `wait_for`."""
+    give_up_at = time.monotonic() + timeout_s
+    while True:
+        existing = admin.list_topics(timeout=timeout_s).topics
+        shown = {name for name, meta in existing.items() if meta.error is None and meta.partitions}
+        unseen = [name for name in wait_for if name not in shown]
+        if not unseen or time.monotonic() >= give_up_at:
+            if unseen:
+                log.warning("target topics not visible yet", extra={"topics": unseen, "waited_s": timeout_s})
+            return {topic: len(existing[name].partitions) for topic, name in target_names.items() if name in shown}
+        time.sleep(0.2)
 
 
 def source_topic_configs(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, str]]:

@@ -178,6 +178,8 @@ class Replicator:
                     timeout_s=self.options.client_timeout_s,
                 )
             )
+        # A topic whose target partitions are not known yet waits for the next refresh (see create_target_topics).
+        wanted = [name for name in wanted if name in self._target_partitions]
         if wanted != self._subscribed:
             log.info(
                 "mirroring topics",

@@ -14,7 +14,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from audit.contract.naming import IdentityNaming, PrefixNaming
 from audit.contract.record import AUDIT_TIME_HEADER, PROVENANCE_HEADER, Kind, PartitionStatus
 from audit.contract.watermarks import watermark_ms
+from audit.hops import replicator as replicator_module
 from audit.hops.faults import DropFault
+from audit.hops.mirror_topics import create_target_topics
 from audit.hops.replicator import MirrorOptions, Replicator
 from audit.io.audit_log import read_audit_topic
 from audit.io.clients import ensure_topics
@@ -142,6 +144,34 @@ def test_copies_200k_messages_byte_identical_with_partitions_timestamps_and_head
                 original.timestamp(),
             )
             assert copy.headers() == original.headers() + [(PROVENANCE_HEADER, b"dc1")]
+
+
+@kafka
+def test_a_target_topic_not_yet_in_the_metadata_is_not_read_until_it_is(
+    local_clusters, topic_factory, unique_name, monkeypatch
+):
+    """A topic just created can be absent from a KRaft broker's metadata for a moment (seen for one
+    creation in five on a busy cluster). Copying into it then would leave the partition to the default
+    partitioner, whose key hash moves most messages: the replicator does not read the source topic until
+    a refresh finds the target's partitions. Here the first refresh finds none."""
+    dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
+    topic = topic_factory("dc1", partitions=4)
+    produce(dc1, topic, 200, partitions=4)
+    refreshes = []
+
+    def metadata_late_the_first_time(*args, **kwargs):
+        visible = create_target_topics(*args, **kwargs)
+        refreshes.append(visible)
+        return {} if len(refreshes) == 1 else visible
+
+    monkeypatch.setattr(replicator_module, "create_target_topics", metadata_late_the_first_time)
+    options = replace(options_for(unique_name), topic_refresh_s=3.0)
+    stats = replicator(dc1, aggregate, options, PREFIX, lambda t: t == topic).run(until_caught_up=True, max_seconds=60)
+
+    copies = read_all(aggregate, f"dc1.{topic}", 200, timeout_s=20)
+    moved = [(m.partition(), m.value()) for m in copies if m.partition() != int(dict(m.headers())["seq"]) % 4]
+    assert len(copies) == 200 and not moved, f"{len(moved)} copies on another partition than their source"
+    assert stats.copied_by_topic[topic] == 200 and len(refreshes) >= 2
 
 
 @kafka
