@@ -361,9 +361,9 @@ class ClusterCounter:
             for (topic, start), tally in sorted(deltas.items())
         ]
 
-    def _status_records(self) -> list:
+    def _status_records(self, ends: dict[tuple[str, int], int]) -> list:
+        """A status record per topic from this flush's end offsets (`ends`, by partition)."""
         now_ms = int(time.time() * 1000)
-        ends = self._list_offsets(list(self.progress), OffsetSpec.latest())
         self._pass_deleted(ends)
         positions = {key: progress.position for key, progress in self.progress.items()}
         audit_times = {key: progress.last_audit_time_ms for key, progress in self.progress.items()}
@@ -405,18 +405,26 @@ class ClusterCounter:
         return self.admin.list_offsets(partitions, spec, timeout_s=self.options.client_timeout_s)
 
     def flush(self, *, heartbeat: bool = True) -> bool:
-        """Commit deltas, status and offsets in one transaction; False when it had to abort.
+        """Commit deltas, status and offsets in one transaction; False when it had to abort or postpone.
 
         Without `heartbeat`, a flush with nothing new to commit is skipped.
         """
         if not self._renew_producer():
             return False
         self._read_past_markers()
-        deltas = self.tally.drain()
         moved = any(p.position != p.committed for p in self.progress.values())
-        if not deltas and not moved and not heartbeat:
+        if not self.tally and not moved and not heartbeat:
             return True
-        records = self._count_records(deltas) + self._status_records()
+        ends = self._list_offsets(list(self.progress), OffsetSpec.latest())
+        if self.progress and not ends:
+            # Not one end offset answered: the broker is away or only just back. A transaction now would
+            # wait on it, and if the group dropped this consumer meanwhile (a broker away past the session
+            # timeout), its offsets go out under a stale generation: that call hung for its whole timeout,
+            # then cost an abort and a new producer (the soak's hub restart). Postponed instead: the next
+            # consume serves the group's news first, and the counts stay for the next flush.
+            log.warning("flush postponed: no end offset answered", extra={"cluster": self.options.cluster})
+            return False
+        records = self._count_records(self.tally.drain()) + self._status_records(ends)
         offsets = [TopicPartition(topic, partition, p.position) for (topic, partition), p in self.progress.items()]
         if not records and not offsets:
             return True

@@ -21,7 +21,9 @@ from audit.contract.windows import window_start
 from audit.hops import fastcount
 from audit.hops.counter import ClusterCounter, CounterOptions
 from audit.io.audit_log import counts_by_window, read_audit_topic
-from audit.io.clients import watermarks
+from audit.io.clients import ensure_topics, watermarks
+from audit.local.clusters import LocalClusters
+from tests.conftest import cache_dir
 
 pytestmark = pytest.mark.kafka
 
@@ -223,6 +225,51 @@ def test_a_renewal_whose_init_timed_out_resumes_on_the_same_producer(local_clust
     assert len(made) == 2, "the renewal's init was resumed, not raced by a third producer"
     assert stats.counted >= 500
     assert counts == expected
+
+
+def test_a_flush_while_its_broker_is_away_begins_no_transaction_and_keeps_its_counts(tmp_path, unique_name, caplog):
+    """With no end offset answering, a transaction would wait on the broker (after a restart past the
+    session timeout its offsets went out under a stale generation and hung for the whole call timeout,
+    then cost an abort and a new producer). The flush is postponed: counts kept, committed once it is back."""
+    caplog.set_level(logging.INFO, logger="audit.hops.counter")
+    cluster = LocalClusters(["solo"], state_dir=tmp_path / "clusters", cache_dir=cache_dir())
+    cluster.up()
+    try:
+        bootstrap = cluster["solo"].bootstrap_servers
+        prefix = unique_name("away")
+        topic, audit_topic = f"{prefix}-t", f"{prefix}-audit"
+        ensure_topics({"bootstrap.servers": bootstrap}, {topic: 2, audit_topic: 1})
+        expected = produce_plain(bootstrap, [topic], 200, windows=2, partitions=2)
+        counter = counter_for(bootstrap, audit_topic, prefix, flush_interval_s=3600)
+        counter.options = dataclasses.replace(counter.options, client_timeout_s=3.0)
+        counter.open()
+        counter.refresh_topics()
+        counter._next_flush = float("inf")  # this test flushes by hand
+
+        def counted_all() -> bool:
+            counter.step()
+            return counter.stats.counted == 200
+
+        wait_for(counted_all, "the first count")
+
+        cluster["solo"].kill()
+        began = time.monotonic()
+        assert counter.flush() is False
+        assert time.monotonic() - began < counter.options.transaction_call_timeout_s
+        assert len(counter.tally) > 0 and counter.stats.aborts == 0, "nothing begun, nothing thrown away"
+        assert any(r.getMessage() == "flush postponed: no end offset answered" for r in caplog.records)
+
+        cluster["solo"].start()
+
+        def committed_all() -> bool:
+            counter.step()
+            return counter.flush() and counter.group_caught_up()
+
+        wait_for(committed_all, "every count committed after the broker's return", 90)
+        counter.close()
+        assert counted(bootstrap, audit_topic) == dict(expected)
+    finally:
+        cluster.down()
 
 
 def test_status_records_report_positions_lag_and_watermark(local_clusters, topic_factory, unique_name):
