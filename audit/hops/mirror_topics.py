@@ -41,10 +41,12 @@ def create_target_topics(
     the default partitioner, so the caller does not read its source yet."""
     existing = target_admin.list_topics(timeout=timeout_s).topics
     configs = source_topic_configs(source_admin, [t for t in partitions if target_names[t] not in existing])
+    # A source topic not described yet (a broker that has not learnt of it) is created at a later refresh:
+    # created now, its copy would miss the source's settings.
     new = [
-        NewTopic(target_names[t], num_partitions=partitions[t], replication_factor=-1, config=configs.get(t, {}))
+        NewTopic(target_names[t], num_partitions=partitions[t], replication_factor=-1, config=configs[t])
         for t in partitions
-        if target_names[t] not in existing
+        if target_names[t] not in existing and t in configs
     ]
     for name, future in (target_admin.create_topics(new) if new else {}).items():
         try:
@@ -78,13 +80,20 @@ def visible_partitions(
 
 
 def source_topic_configs(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, str]]:
-    """The non-default settings of `topics` that a copy should share (COPIED_TOPIC_CONFIGS)."""
+    """The non-default settings of `topics` that a copy should share (COPIED_TOPIC_CONFIGS); a topic the
+    broker does not know (yet) is left out."""
     if not topics:
         return {}
     resources = [ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in topics]
     configs = {}
     for resource, future in admin.describe_configs(resources).items():
-        entries = future.result()
+        try:
+            entries = future.result()
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+            log.warning("source topic not described yet", extra={"topic": resource.name})
+            continue
         configs[resource.name] = {
             key: entry.value
             for key, entry in entries.items()

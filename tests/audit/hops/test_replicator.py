@@ -175,6 +175,31 @@ def test_a_target_topic_not_yet_in_the_metadata_is_not_read_until_it_is(
 
 
 @kafka
+def test_a_source_topic_its_broker_does_not_describe_yet_is_created_at_a_later_refresh(
+    local_clusters, topic_factory, unique_name
+):
+    """The consumer's metadata can name a topic before the broker asked for its configs knows it (another
+    broker, or the same one a moment later): that topic waits for a later refresh, the others go on."""
+    from confluent_kafka.admin import AdminClient
+
+    dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
+    known, unknown = topic_factory("dc1", partitions=2), unique_name("not-yet")
+    names = {known: f"dc1.{known}", unknown: f"dc1.{unknown}"}
+
+    ready = create_target_topics(
+        AdminClient({"bootstrap.servers": dc1}),
+        AdminClient({"bootstrap.servers": aggregate}),
+        names,
+        {known: 2, unknown: 3},
+        target="aggregate",
+        timeout_s=10,
+    )
+
+    assert ready == {known: 2}
+    assert names[unknown] not in AdminClient({"bootstrap.servers": aggregate}).list_topics(timeout=10).topics
+
+
+@kafka
 def test_drop_hook_loses_exactly_n_messages(local_clusters, topic_factory, unique_name):
     dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
     lossy, intact = topic_factory("dc1", partitions=2), topic_factory("dc1", partitions=2)
