@@ -93,7 +93,7 @@ class ClusterCounter:
         # Producers dropped in the middle of a call (stuck, or an init not finished): a late answer of
         # theirs may still fence the current producer, once each; see `_abort`.
         self._left_behind = 0
-        self._aborted_at: float | None = None  # the first abort since the last commit (monotonic)
+        self._failing_since: float | None = None  # the first abort or postponed flush since the last commit (monotonic)
         self.native = True  # count with the native loop when it is built (tests turn it off to compare)
         self.retention = RetentionGaps(
             lambda topic, partition, n: RETENTION_SKIPPED.labels(options.cluster, topic, str(partition)).inc(n),
@@ -423,6 +423,10 @@ class ClusterCounter:
             # then cost an abort and a new producer (the soak's hub restart). Postponed instead: the next
             # consume serves the group's news first, and the counts stay for the next flush.
             log.warning("flush postponed: no end offset answered", extra={"cluster": self.options.cluster})
+            self._failing()
+            # A transaction the outage interrupted can hold the coordinator: the first send_offsets after a
+            # restart hung its whole timeout. A new producer's init fences and aborts it at once instead.
+            self._producer_broken = True
             return False
         records = self._count_records(self.tally.drain()) + self._status_records(ends)
         offsets = [TopicPartition(topic, partition, p.position) for (topic, partition), p in self.progress.items()]
@@ -450,17 +454,17 @@ class ClusterCounter:
             return False
         for progress in self.progress.values():
             progress.committed = progress.position
-        if self._aborted_at is not None:  # how long a fault kept this counter from committing
+        if self._failing_since is not None:  # how long a fault kept this counter from committing
             log.info(
                 "counter committing again",
                 extra={
                     "cluster": self.options.cluster,
-                    "seconds_since_abort": round(time.monotonic() - self._aborted_at, 1),
+                    "seconds_failing": round(time.monotonic() - self._failing_since, 1),
                     "records": len(records),
                     "statuses": sum(record.kind == Kind.STATUS for record in records),
                 },
             )
-            self._aborted_at = None
+            self._failing_since = None
         self.stats.flushes += 1
         self.stats.records_emitted += len(records)
         FLUSHES.labels(self.options.cluster).inc()
@@ -497,6 +501,10 @@ class ClusterCounter:
                 if not exc.args[0].retriable() or attempt == 2:
                     raise
 
+    def _failing(self) -> None:
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+
     def _abort(self, error: KafkaError, *, open_transaction: bool = False) -> None:
         """Throw away this flush and rewind to the last commit, so its messages are counted again.
 
@@ -504,8 +512,7 @@ class ClusterCounter:
         so the transaction is still open and must be aborted even when the error itself does not demand it;
         left open, every later begin_transaction fails and the counter never commits again."""
         self.stats.aborts += 1
-        if self._aborted_at is None:
-            self._aborted_at = time.monotonic()
+        self._failing()
         ABORTS.labels(self.options.cluster).inc()
         log.warning(
             "transaction aborted; recounting from the last commit",

@@ -188,7 +188,7 @@ def test_a_transactional_call_that_never_returns_costs_a_new_producer_not_the_co
     assert counts == expected
     # The first commit after the abort says how long the counter could not commit (3 s call timeout).
     again = [r for r in caplog.records if r.getMessage() == "counter committing again"]
-    assert again and all(r.seconds_since_abort >= 0 and r.statuses >= 1 for r in again)
+    assert again and all(r.seconds_failing >= 0 and r.statuses >= 1 for r in again)
 
 
 class InitTimesOutOnce:
