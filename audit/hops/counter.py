@@ -416,17 +416,8 @@ class ClusterCounter:
         if not self.tally and not moved and not heartbeat:
             return True
         ends = self._list_offsets(list(self.progress), OffsetSpec.latest())
-        if self.progress and not ends:
-            # Not one end offset answered: the broker is away or only just back. A transaction now would
-            # wait on it, and if the group dropped this consumer meanwhile (a broker away past the session
-            # timeout), its offsets go out under a stale generation: that call hung for its whole timeout,
-            # then cost an abort and a new producer (the soak's hub restart). Postponed instead: the next
-            # consume serves the group's news first, and the counts stay for the next flush.
-            log.warning("flush postponed: no end offset answered", extra={"cluster": self.options.cluster})
-            self._failing()
-            # A transaction the outage interrupted can hold the coordinator: the first send_offsets after a
-            # restart hung its whole timeout. A new producer's init fences and aborts it at once instead.
-            self._producer_broken = True
+        if self.progress and (not ends or not self.consumer.memberid()):
+            self._postpone("no end offset answered" if not ends else "dropped from the group")
             return False
         records = self._count_records(self.tally.drain()) + self._status_records(ends)
         offsets = [TopicPartition(topic, partition, p.position) for (topic, partition), p in self.progress.items()]
@@ -500,6 +491,20 @@ class ClusterCounter:
                 # Retriable (e.g. a timed-out request): the same commit may simply be repeated.
                 if not exc.args[0].retriable() or attempt == 2:
                     raise
+
+    def _postpone(self, why: str) -> None:
+        """Begin no transaction this flush; its counts stay for the next one.
+
+        Not one end offset answered: the broker is away or only just back, and a transaction now would
+        wait on it. No member id: the group dropped this consumer (a broker away past the session timeout,
+        maybe during this very flush) and its offsets would go out under a stale generation. Either way
+        that call hung for its whole timeout, then cost an abort and a new producer (the soak's hub
+        restart). The next consume serves the group's news first (a lost assignment rewinds)."""
+        log.warning("flush postponed", extra={"cluster": self.options.cluster, "why": why})
+        self._failing()
+        # A transaction the outage interrupted can hold the coordinator: the first send_offsets after a
+        # restart hung its whole timeout. A new producer's init fences and aborts it at once instead.
+        self._producer_broken = True
 
     def _failing(self) -> None:
         if self._failing_since is None:
