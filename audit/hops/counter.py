@@ -416,9 +416,10 @@ class ClusterCounter:
         if not self.tally and not moved and not heartbeat:
             return True
         ends = self._list_offsets(list(self.progress), OffsetSpec.latest())
-        if self.progress and (not ends or not self.consumer.memberid()):
-            self._postpone("no end offset answered" if not ends else "dropped from the group")
-            return False
+        if self.progress and not ends:
+            return self._postpone("no end offset answered")
+        if self.progress and not self.consumer.memberid():
+            return self._postpone("dropped from the group")
         records = self._count_records(self.tally.drain()) + self._status_records(ends)
         offsets = [TopicPartition(topic, partition, p.position) for (topic, partition), p in self.progress.items()]
         if not records and not offsets:
@@ -492,8 +493,8 @@ class ClusterCounter:
                 if not exc.args[0].retriable() or attempt == 2:
                     raise
 
-    def _postpone(self, why: str) -> None:
-        """Begin no transaction this flush; its counts stay for the next one.
+    def _postpone(self, why: str) -> bool:
+        """Begin no transaction this flush (False, for `flush` to return); its counts stay for the next one.
 
         Not one end offset answered: the broker is away or only just back, and a transaction now would
         wait on it. No member id: the group dropped this consumer (a broker away past the session timeout,
@@ -505,6 +506,7 @@ class ClusterCounter:
         # A transaction the outage interrupted can hold the coordinator: the first send_offsets after a
         # restart hung its whole timeout. A new producer's init fences and aborts it at once instead.
         self._producer_broken = True
+        return False
 
     def _failing(self) -> None:
         if self._failing_since is None:
