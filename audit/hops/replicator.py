@@ -205,6 +205,8 @@ class Replicator:
                 self.flows[(tp.topic, tp.partition)] = PartitionFlow(committed=start, acked=resume, next_offset=resume)
                 starts.append(TopicPartition(tp.topic, tp.partition, resume))
         consumer.assign(starts)
+        if self.pause is not None and self.pause.paused(time.monotonic()):
+            consumer.pause(starts)  # else the poll that assigned them could copy from them during the pause
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Deliver what is in flight, then commit it, so the next owner repeats as little as possible.
