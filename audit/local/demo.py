@@ -226,9 +226,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         drop=DropPlan(
             regional[0], "orders", drop_window(hours, window_minutes=settings.window_minutes), args.drop_count
         ),
-        # The stall starts with the replicator, before the backfill: the backfill's times are random over hours,
-        # so a replicator stopped part way through it reports the time of the last message it copied, past
-        # earlier ones it has not, and those windows would turn final short (docs/operations.md, the stall detector).
+        # From the replicator's start, before the backfill: stopped part way through a backfill of random times,
+        # its watermark would pass messages not yet copied (docs/operations.md, "The stall detector").
         stall=StallPlan(regional[-1], after_s=0.0, for_s=150.0 if short else args.stall_for_s),
         reconcile_interval_s=5.0 if short else 10.0,  # a run with nothing new costs 0.2 s: no reason to wait long
         lake_trigger_s=5.0 if short else 10.0,
