@@ -240,8 +240,12 @@ class ClusterCounter:
         committed, so nothing is flushed; everything since the last commit is recounted by whoever
         owns each partition next, this instance included once it rejoins."""
         log.warning("partitions lost; recounting from the last commit", extra={"cluster": self.options.cluster})
+        self._forget(partitions)  # first: a lost partition cannot be seeked, and its next owner reads its commit
         self._rewind()
-        self._forget(partitions)
+        # The coordinators were away as long: a transaction of the old producer can still hold its own
+        # (the soak's hub restart: the first send_offsets after the rejoin hung 10 s, then a renewal).
+        # Renewed now, while the group is rejoined, its init fences and settles that transaction first.
+        self._producer_broken = True
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:

@@ -80,10 +80,11 @@ def list_offsets(
     spec: OffsetSpec,
     *,
     timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S,
+    errors: dict[tuple[str, int], KafkaError] | None = None,
 ) -> dict[tuple[str, int], int]:
     """Offsets of many partitions in one ListOffsets round trip (a consumer's watermark query costs a
     round trip per partition). Read-committed: `latest` is the last stable offset. A partition whose
-    answer is an error is left out and logged."""
+    answer is an error is left out and logged (and its error put in `errors`, when given)."""
     if not partitions:
         return {}
     futures = admin.list_offsets(
@@ -98,6 +99,8 @@ def list_offsets(
             # Bounded here as well as by the request timeout: no admin answer may hold a service's step for ever.
             offsets[(tp.topic, tp.partition)] = future.result(max(0.0, give_up_at - time.monotonic())).offset
         except KafkaException as exc:  # a partition that just moved: left out this time
+            if errors is not None:
+                errors[(tp.topic, tp.partition)] = exc.args[0]
             log.warning(
                 "offset unknown", extra={"topic": tp.topic, "partition": tp.partition, "error": exc.args[0].str()}
             )
@@ -196,13 +199,19 @@ def is_stuck(error: KafkaError) -> bool:
 ADMIN_RENEW_EVERY_S = 15.0
 
 
+# Answers that only say the client's cached leader epochs are older than the broker's (after a restart).
+STALE_EPOCH_ERRORS = frozenset({KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH})
+
+
 class Admin:
     """An AdminClient for a long-running service, renewed after an offsets query left partitions
     unanswered: across a broker restart librdkafka's cached leader epochs can go stale ("Leader epoch
     is older than broker epoch") and every later query of the same client fails, which withheld the
     status (and so the watermark) of every partition for minutes. A fresh client reads fresh metadata.
-    At most one renewal per `renew_every_s`: while a broker is simply away every query is incomplete,
-    and a client per status interval only churns connections."""
+    An answer that says exactly that is asked again at once of a fresh client: it is the broker back,
+    and a counter that got no end offset would postpone its first commit after the restart. Other
+    gaps renew at most once per `renew_every_s`: while a broker is simply away every query is
+    incomplete, and a client per status interval only churns connections."""
 
     def __init__(self, config: Mapping[str, Any], *, renew_every_s: float = ADMIN_RENEW_EVERY_S) -> None:
         self._config = dict(config)
@@ -213,11 +222,19 @@ class Admin:
     def list_offsets(
         self, partitions: list[tuple[str, int]], spec: OffsetSpec, *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S
     ) -> dict[tuple[str, int], int]:
-        offsets = list_offsets(self.client, partitions, spec, timeout_s=timeout_s)
-        if len(offsets) < len(set(partitions)) and time.monotonic() - self._renewed_at >= self.renew_every_s:
-            self.client = AdminClient(self._config)
-            self._renewed_at = time.monotonic()
+        errors: dict[tuple[str, int], KafkaError] = {}
+        offsets = list_offsets(self.client, partitions, spec, timeout_s=timeout_s, errors=errors)
+        stale = [key for key, error in errors.items() if error.code() in STALE_EPOCH_ERRORS]
+        if stale:
+            self._renew()
+            offsets.update(list_offsets(self.client, stale, spec, timeout_s=timeout_s))
+        elif len(offsets) < len(set(partitions)) and time.monotonic() - self._renewed_at >= self.renew_every_s:
+            self._renew()
         return offsets
+
+    def _renew(self) -> None:
+        self.client = AdminClient(self._config)
+        self._renewed_at = time.monotonic()
 
 
 def group_caught_up(

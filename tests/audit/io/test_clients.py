@@ -29,6 +29,44 @@ def test_the_admin_client_is_renewed_after_an_unanswered_query_at_most_once_per_
     assert patient.client is first, "while the broker is away, not a new client per query"
 
 
+@pytest.mark.kafka
+def test_after_a_broker_restart_an_offsets_query_is_answered_at_once_despite_stale_leader_epochs(tmp_path):
+    """The restarted broker refuses a query made with the leader epochs the client cached before it
+    ("Leader epoch is older than broker epoch"). The counter's first flush after the return got no end
+    offset, postponed its commit and renewed its producer: 6 s more to recover. Such a query is asked
+    again at once of a fresh client, whatever the renewal interval."""
+    from confluent_kafka.admin import OffsetSpec
+
+    from audit.io.clients import Admin, ensure_topics
+    from audit.local.clusters import LocalClusters
+    from tests.conftest import cache_dir
+
+    cluster = LocalClusters(["solo"], state_dir=tmp_path / "clusters", cache_dir=cache_dir())
+    cluster.up()
+    try:
+        config = {"bootstrap.servers": cluster["solo"].bootstrap_servers}
+        ensure_topics(config, {"t": 3})
+        partitions = [("t", p) for p in range(3)]
+        admin = Admin(config, renew_every_s=3600.0)
+        everything = dict.fromkeys(partitions, 0)
+
+        def answered_in(seconds: float) -> bool:
+            give_up_at = time.monotonic() + seconds
+            while time.monotonic() < give_up_at:
+                if admin.list_offsets(partitions, OffsetSpec.latest(), timeout_s=3) == everything:
+                    return True
+                time.sleep(0.5)
+            return False
+
+        assert answered_in(30), "a new topic's leaders are known"
+        cluster["solo"].kill()
+        assert admin.list_offsets(partitions, OffsetSpec.latest(), timeout_s=3) == {}  # queried while away
+        cluster["solo"].start()
+        assert answered_in(20), "the stale leader epochs were refused for ever"
+    finally:
+        cluster.down()
+
+
 def test_committed_offsets_are_asked_again_until_the_timeout_then_the_error_names_what_was_asked(caplog):
     import time
 
