@@ -244,7 +244,7 @@ class ClusterCounter:
         self._rewind()
         # The coordinators were away as long: a transaction of the old producer can still hold its own
         # (the soak's hub restart: the first send_offsets after the rejoin hung 10 s, then a renewal).
-        # Renewed now, while the group is rejoined, its init fences and settles that transaction first.
+        # Renewed at the next flush, while the group rejoins, its init fences and settles that transaction.
         self._producer_broken = True
 
     def _forget(self, partitions: list[TopicPartition]) -> None:

@@ -267,10 +267,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         printed_at = -PROGRESS_EVERY_S
         while not stop.is_set() and time.monotonic() < deadline:
             observe(settings, plan, findings)
-            if ready(plan) or time.monotonic() - printed_at >= PROGRESS_EVERY_S:
+            done = ready(plan)
+            if done or time.monotonic() - printed_at >= PROGRESS_EVERY_S:
                 print(progress_line(began, findings, plan), flush=True)
                 printed_at = time.monotonic()
-            if ready(plan):
+            if done:
                 break
             stop.wait(OBSERVE_EVERY_S)
         print(summary(settings, plan, supervisor, findings, began), flush=True)
