@@ -356,15 +356,18 @@ class Soak:
         )
 
     def catch_up(self) -> None:
-        """Stop the continuous services, run each to caught-up in data-flow order, then one final reconciliation."""
-        self.wait_last_window_past_grace()
-        self.say("load over; every cluster up, services run to caught-up")
+        """Stop the continuous services, run each to caught-up in data-flow order, then one final reconciliation.
+
+        The stops come first: nothing they do while the last window waits out its grace is checked, and
+        the reconciliation and the lake job take 7-10 s each to stop."""
         for cluster in self.clusters:
             cluster.start()
         for name in [n for n in self.supervisor.services if not n.startswith("produce-")]:
             began = time.monotonic()
             self.supervisor.stop(name)
             self.log.stops_s[name] = round(time.monotonic() - began, 1)
+        self.wait_last_window_past_grace()
+        self.say("load over; every cluster up, services run to caught-up")
         self._run_all(
             {f"catchup-mirror-{c}": [*mirror_args(self.plan_after_drop, c), "--until-caught-up"] for c in self.regional}
         )
@@ -399,9 +402,7 @@ class Soak:
         if wait_s <= 0:
             return
         self.say(f"waiting {wait_s:.0f} s for the load's last window to pass its {GRACE_S} s grace")
-        while time.time_ns() // 1_000_000 < ready_ms:
-            self.watch_services()
-            time.sleep(min(1.0, max(0.0, ready_ms / 1000 - time.time())))
+        time.sleep(max(0.0, ready_ms / 1000 - time.time()))  # the services are stopped: none to watch
 
     def _run_all(self, steps: dict[str, list[str]]) -> None:
         for name, args in steps.items():
