@@ -25,6 +25,7 @@ from audit.io.audit_log import counts_by_window, read_audit_topic
 from audit.io.clients import ensure_topics, watermarks
 from audit.local.clusters import LocalClusters
 from tests.conftest import cache_dir
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -91,13 +92,6 @@ def counter_for(
         by_partition=True,
     )
     return ClusterCounter({"bootstrap.servers": bootstrap}, options, lambda topic: topic.startswith(prefix))
-
-
-def wait_for(condition, what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def counted(bootstrap: str, audit_topic: str) -> dict:

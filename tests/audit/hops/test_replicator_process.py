@@ -23,6 +23,7 @@ from audit.contract.record import Kind
 from audit.hops.counter import ClusterCounter, CounterOptions
 from audit.io.audit_log import read_audit_topic
 from audit.io.clients import watermarks
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -133,13 +134,6 @@ def target_end(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def wait_for(condition, what: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     offsets = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
@@ -187,7 +181,10 @@ def test_kill_minus_nine_loses_nothing_and_every_duplicate_is_counted_downstream
         before = target_end(aggregate, f"dc1.{topic}")
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ))
         wait_for(
-            lambda before=before: target_end(aggregate, f"dc1.{topic}") > before, "the replicator to copy", timeout_s=60
+            lambda before=before: target_end(aggregate, f"dc1.{topic}") > before,
+            "the replicator to copy",
+            timeout_s=60,
+            every_s=0.2,
         )
         time.sleep(rng.uniform(0.0, 3.0))  # kill at a random moment while it copies
         process.send_signal(signal.SIGKILL)
@@ -226,7 +223,7 @@ def test_sigterm_mid_stream_exits_cleanly_and_a_restart_copies_the_rest_without_
     log_path = tmp_path / "mirror.log"
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
-        wait_for(lambda: target_end(aggregate, f"dc1.{topic}") > 0, "the replicator to copy", timeout_s=60)
+        wait_for(lambda: target_end(aggregate, f"dc1.{topic}") > 0, "the replicator to copy", timeout_s=60, every_s=0.2)
         time.sleep(1.0)
         assert producing.is_alive(), "the producer should still be writing when SIGTERM comes"
         signalled = time.monotonic()

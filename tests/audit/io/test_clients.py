@@ -40,6 +40,7 @@ def test_after_a_broker_restart_an_offsets_query_is_answered_at_once_despite_sta
     from audit.io.clients import Admin, ensure_topics
     from audit.local.clusters import LocalClusters
     from tests.conftest import cache_dir
+    from tests.waiting import wait_until
 
     cluster = LocalClusters(["solo"], state_dir=tmp_path / "clusters", cache_dir=cache_dir())
     cluster.up()
@@ -50,19 +51,14 @@ def test_after_a_broker_restart_an_offsets_query_is_answered_at_once_despite_sta
         admin = Admin(config, renew_every_s=3600.0)
         everything = dict.fromkeys(partitions, 0)
 
-        def answered_in(seconds: float) -> bool:
-            give_up_at = time.monotonic() + seconds
-            while time.monotonic() < give_up_at:
-                if admin.list_offsets(partitions, OffsetSpec.latest(), timeout_s=3) == everything:
-                    return True
-                time.sleep(0.5)
-            return False
+        def answered() -> bool:
+            return admin.list_offsets(partitions, OffsetSpec.latest(), timeout_s=3) == everything
 
-        assert answered_in(30), "a new topic's leaders are known"
+        assert wait_until(answered, 30, every_s=0.5) is not None, "a new topic's leaders are known"
         cluster["solo"].kill()
         assert admin.list_offsets(partitions, OffsetSpec.latest(), timeout_s=3) == {}  # queried while away
         cluster["solo"].start()
-        assert answered_in(20), "the stale leader epochs were refused for ever"
+        assert wait_until(answered, 20, every_s=0.5) is not None, "the stale leader epochs were refused for ever"
     finally:
         cluster.down()
 

@@ -19,6 +19,7 @@ from audit.local.clusters import LocalClusters
 from audit.settings import ClusterSettings, Settings
 from tests.conftest import cache_dir, write_config
 from tests.traffic import SteadyProducer
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -44,16 +45,6 @@ class CommittedProbe:
 
     def close(self) -> None:
         self.consumer.close()
-
-
-def wait_until(condition, timeout_s: float) -> float | None:
-    """Seconds until `condition()` held, or None if it did not within `timeout_s`."""
-    began = time.monotonic()
-    while time.monotonic() - began < timeout_s:
-        if condition():
-            return time.monotonic() - began
-        time.sleep(0.25)
-    return None
 
 
 @pytest.fixture
