@@ -157,21 +157,25 @@ def update_completeness(
     paths = tier_paths(spark, settings)
     if paths is None:
         return Judgement(windows=0, next_due_ms=None)
+    done("tier paths")
     current = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
-    windows = _windows_to_judge(current, paths, touched, records)
+    windows = _windows_to_judge(current, paths, touched, records).localCheckpoint()  # read by two joins below
+    done("windows to judge")
     grace_ms = int(settings.grace_s * 1000)
     result = _judged(spark, settings, windows, paths, now_ms, grace_ms).localCheckpoint()
     pending_end = F.when(F.col("status") == PENDING, F.col("window_end_ms"))
-    per_date = result.groupBy("date").agg(F.count("*"), F.min(pending_end)).collect()  # one action for all three
-    dates = [row[0] for row in per_date]
-    judged = sum(row[1] for row in per_date)
-    first_pending_end = min((row[2] for row in per_date if row[2] is not None), default=None)
+    per_window = (  # one action for all three
+        result.groupBy("date", "window_start").agg(F.count("*"), F.min(pending_end)).collect()
+    )
+    windows = [(row[0], row[1]) for row in per_window]
+    judged = sum(row[2] for row in per_window)
+    first_pending_end = min((row[3] for row in per_window if row[3] is not None), default=None)
     done("completeness judged", windows=judged)
     if not judged:
         return Judgement(0, None)
-    restated = store_restatements(spark, settings, current, result, records, dates=dates)
+    restated = store_restatements(spark, settings, current, result, records, windows=windows)
     done("restatements", restatements=restated)
-    delta_io.upsert(spark, settings.lake_root, COMPLETENESS, result, dates=dates)
+    delta_io.replace_windows(spark, settings.lake_root, COMPLETENESS, result, windows=windows)
     done("completeness stored", windows=judged)
     refresh_watermarks(spark, settings, result)
     done("completeness watermarks")
@@ -195,9 +199,12 @@ def _judged(spark: SparkSession, settings: Settings, windows, paths, now_ms: int
     """`classify`'s verdict on each (window, tier on its topic's path), as `completeness` rows."""
     from pyspark.sql import functions as F
 
-    counts = delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name).join(
-        windows.withColumn("date", F.to_date("window_start")), [*WINDOW_KEY, "date"], "left_semi"
-    )
+    windows = windows.withColumn("date", F.to_date("window_start"))
+    counts = delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name)
+    named = delta_io.window_predicate(tuple(row) for row in windows.select("date", "window_start").distinct().collect())
+    if named is not None:
+        counts = counts.where(named)
+    counts = counts.join(windows, [*WINDOW_KEY, "date"], "left_semi")
     grid = windows.join(F.broadcast(paths), ["origin_cluster", "topic"])
     observed = counts.select(
         *WINDOW_KEY,

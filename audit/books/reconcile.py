@@ -205,16 +205,19 @@ def store_records_and_rejects(
 
 
 def _not_stored(spark: SparkSession, settings: Settings, records):
-    """The records whose record_id `audit_records` does not hold yet."""
-    from pyspark.sql import functions as F
+    """The records whose record_id `audit_records` does not hold yet.
 
-    dates = [row.date for row in records.select("date").distinct().collect()]
-    existing = (
-        delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name)
-        .where(F.col("date").isin(dates))
-        .select("record_id", "date")
-    )  # only the partitions it can be in
-    return records.join(existing, ["record_id", "date"], "left_anti").localCheckpoint()
+    A record stored before has the same window (none for a status record) and date as its copy read now,
+    so only the files that can hold the windows read, or no window, are read of `audit_records`."""
+    windows = [tuple(row) for row in records.select("date", "window_start").distinct().collect()]
+    windowless = delta_io.date_predicate(d for d, w in windows if w is None)
+    where = [
+        f"({named})"
+        for named in (delta_io.window_predicate(windows), windowless and f"{windowless} AND `window_start` IS NULL")
+        if named
+    ]
+    existing = delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name).where(" OR ".join(where) or "false")
+    return records.join(existing.select("record_id", "date"), ["record_id", "date"], "left_anti").localCheckpoint()
 
 
 # -- the run -------------------------------------------------------------------------------------

@@ -25,14 +25,15 @@ from audit.books.tier_tables import WINDOW_KEY
 KEY = (*WINDOW_KEY, "tier")
 
 
-def store_restatements(spark: SparkSession, settings: Settings, current, judged, records=None, dates=None) -> int:
+def store_restatements(spark: SparkSession, settings: Settings, current, judged, records=None, windows=None) -> int:
     """Append the restatements of `judged` (new verdicts) against `current` (the completeness table before
-    they are merged); `records`: the valid audit records the run read; `dates`: those `judged` falls on,
-    when known (only they are read of `current`). Returns how many were found."""
+    they are merged); `records`: the valid audit records the run read; `windows`: the (date, window_start)
+    pairs of `judged`, when known (only they are read of `current`). Returns how many were found."""
     from pyspark.sql import functions as F
 
-    if dates is not None:
-        current = current.where(F.col("date").isin([d for d in dates if d is not None]))
+    named = delta_io.window_predicate(windows or ())
+    if named is not None:
+        current = current.where(named)
     before = current.where(F.col("final")).select(
         *KEY,
         F.lit(True).alias("before_final"),

@@ -40,14 +40,14 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
         .withColumn("date", F.to_date("window_start"))
         .localCheckpoint()
     )
-    dates = delta_io.date_counts(touched)
-    if not dates:
+    windows = delta_io.window_counts(touched)
+    if not windows:
         return touched
-    counts = (
-        delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name)
-        .where((F.col("kind") == "count") & F.col("date").isin([d for d in dates if d is not None]))
-        .join(touched, [*WINDOW_KEY, "date"], "left_semi")
-    )  # the dates as literals: Delta reads only those partitions of audit_records
+    counts = delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name).where(F.col("kind") == "count")
+    named = delta_io.window_predicate(windows)  # as literals: Delta reads only the files that can hold them
+    if named is not None:
+        counts = counts.where(named)
+    counts = counts.join(touched, [*WINDOW_KEY, "date"], "left_semi")
     sums = counts.groupBy(*WINDOW_KEY, "tier").agg(
         F.first("logical_topic").alias("logical_topic"),
         F.first("window_minutes").alias("window_minutes"),
@@ -75,7 +75,7 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
         .withColumn("updated_at", F.current_timestamp())
         .withColumn("date", F.to_date("window_start"))
     ).localCheckpoint()
-    delta_io.upsert(spark, settings.lake_root, TIER_COUNTS, rows, dates=dates)
+    delta_io.replace_windows(spark, settings.lake_root, TIER_COUNTS, rows, windows=windows)
     return touched
 
 

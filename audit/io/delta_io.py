@@ -1,8 +1,11 @@
 """Delta table plumbing for the Spark jobs: create the declared tables, merge into them safely.
 
-Every write is a MERGE on the table's natural key (audit/contract/tables.py), so a rerun over the same input
-updates nothing and a replayed batch duplicates nothing. Rows are updated only when a compared
-column really changed, which keeps `updated_at` (and the table's history) quiet on reruns.
+Every write is keyed on the table's natural key (audit/contract/tables.py), so a rerun over the same input
+updates nothing and a replayed batch duplicates nothing: a MERGE, or for the big tables keyed by window
+(`tier_counts`, `completeness`) an overwrite of just the windows written (`replace_windows`). Rows are
+updated only when a compared column really changed, which keeps `updated_at` (and the table's history)
+quiet on reruns. Rows with windows are written in window order, so a read that names its windows
+(`window_predicate`) skips the files of the others.
 """
 
 from __future__ import annotations
@@ -126,9 +129,20 @@ def is_empty(spark: SparkSession, lake_root: str, table: Table) -> bool:
     return _is_empty(DeltaTable.forPath(spark, path), path)
 
 
+# Rows a file of a table with windows holds at most. Written in window order, each file then covers a
+# short run of windows, and Delta (which keeps each file's min and max) skips the files a read or a
+# rewrite of a few windows does not need; one file per task would hold a whole day's windows.
+WINDOW_FILE_ROWS = 50_000
+
+
+def _in_window_order(rows):
+    """`rows` sorted by window within each write task, when they have windows."""
+    return rows.sortWithinPartitions("window_start") if "window_start" in rows.columns else rows
+
+
 def _append(rows, path: str) -> None:
     """Nothing to match against: a plain append writes the same rows as a MERGE would, much faster."""
-    rows.write.format("delta").mode("append").save(path)
+    _in_window_order(rows).write.format("delta").mode("append").option("maxRecordsPerFile", WINDOW_FILE_ROWS).save(path)
     _NON_EMPTY.add(path)
 
 
@@ -186,6 +200,95 @@ def upsert(
         .whenMatchedUpdateAll(condition=changed)
         .whenNotMatchedInsertAll()
         .execute()
+    )
+
+
+# More windows than this in one write are not named one by one (see `window_predicate`).
+MAX_NAMED_WINDOWS = 1_000
+
+
+def window_counts(rows) -> dict:
+    """Rows of `rows` per (date, window_start), in one Spark action: the windows a write touches."""
+    return {(row[0], row[1]): row[2] for row in rows.groupBy("date", "window_start").count().collect()}
+
+
+def date_predicate(dates: Iterable) -> str | None:
+    """A SQL predicate naming `dates` as literals, so Delta reads only their partitions; None: no date."""
+    named = sorted({d for d in dates if d is not None})
+    return f"`date` IN ({', '.join(f'DATE{str(d)!r}' for d in named)})" if named else None
+
+
+def window_predicate(windows: Iterable) -> str | None:
+    """A SQL predicate that holds for the rows of `windows` ((date, window_start) pairs) and names them as
+    literals, so Delta reads only the partitions and files that can hold them: their dates, and their
+    windows unless there are too many to name. None when there are none."""
+    windows = {(d, w) for d, w in windows if d is not None and w is not None}
+    if not windows:
+        return None
+    dates = date_predicate(d for d, _ in windows)
+    if len(windows) > MAX_NAMED_WINDOWS:
+        return dates
+    return (
+        f"{dates} AND `window_start` IN ({', '.join(f'TIMESTAMP{str(w)!r}' for w in sorted({w for _, w in windows}))})"
+    )
+
+
+def replace_windows(
+    spark: SparkSession,
+    lake_root: str,
+    table: Table,
+    rows,
+    *,
+    windows: Iterable,
+    ignore: tuple[str, ...] = ("updated_at",),
+) -> None:
+    """`upsert` for a table keyed by window: the rows of every window in `windows` ((date, window_start)
+    pairs: those of `rows`) are written again, in window order, in place of the files that held them.
+
+    One overwrite (`replaceWhere` on those windows) instead of a MERGE: a MERGE rewrites every file that
+    holds a key it updates, and its output, one file per date, soon holds the whole day, so each run rewrote
+    the day. Here a run rewrites only its windows' rows. As with `upsert`, a row keeps its `updated_at` when
+    no other column changed, and nothing is written when no row changed."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    path = table_path(lake_root, table.name)
+    rows = rows.select(*table.column_names)
+    if _is_empty(DeltaTable.forPath(spark, path), path):
+        _append(rows, path)
+        return
+    windows = set(windows)
+    if len(windows) > MAX_NAMED_WINDOWS:
+        upsert(spark, lake_root, table, rows, ignore=ignore, dates={d for d, _ in windows})
+        return
+    predicate = window_predicate(windows)
+    if predicate is None:
+        raise ValueError(f"{table.name}: rows to write but no window named for them")
+    existing = read_table(spark, lake_root, table.name).where(predicate)
+    compared = [c for c in table.columns if c.name not in table.key and c.name not in ignore]
+    changed = " OR ".join(f"NOT ({_comparable('t', c)} <=> {_comparable('s', c)})" for c in compared)
+    fresh = F.col(f"t.`{table.key[0]}`").isNull() | F.expr(changed)
+    matched = rows.alias("s").join(
+        existing.alias("t"), [F.col(f"s.`{k}`") == F.col(f"t.`{k}`") for k in table.key], "left"
+    )
+    written = matched.select(
+        *(
+            F.when(fresh, F.col(f"s.`{c}`")).otherwise(F.col(f"t.`{c}`")).alias(c) if c in ignore else F.col(f"s.`{c}`")
+            for c in table.column_names
+        ),
+        fresh.alias("_fresh"),
+    ).localCheckpoint()
+    if not written.where("_fresh").take(1):
+        return  # nothing changed: the table and its history stay as they are
+    kept = existing.join(rows, list(table.key), "left_anti")
+    replaced = written.drop("_fresh").unionByName(kept).localCheckpoint()  # read before the table is overwritten
+    (
+        _in_window_order(replaced.coalesce(1))
+        .write.format("delta")
+        .mode("overwrite")
+        .option("replaceWhere", predicate)
+        .option("maxRecordsPerFile", WINDOW_FILE_ROWS)
+        .save(path)
     )
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+import datetime as dt
 
-from audit.contract.tables import BRONZE
+import pytest
+from delta.tables import DeltaTable
+
+from audit.contract.tables import BRONZE, TIER_COUNTS
 from audit.io import delta_io
 
 pytestmark = pytest.mark.spark
@@ -30,3 +33,99 @@ def test_a_table_with_commits_is_never_removed(spark, tmp_path):
     assert delta_io.ensure_table(spark, lake, BRONZE) == path
     assert not delta_io._remove_interrupted_creation(spark, path)
     assert spark.read.format("delta").load(path).count() == 0
+
+
+# -- replace_windows -----------------------------------------------------------------------------
+
+DAY = dt.date(2026, 11, 25)
+START = dt.datetime(2026, 11, 25, 10, 0)
+EARLIER = dt.datetime(2026, 11, 25, 9, 0)
+
+
+def _count_row(topic: str, window: dt.datetime, tier: str, count: int, updated: dt.datetime) -> dict:
+    return {
+        "origin_cluster": "dc1",
+        "topic": topic,
+        "logical_topic": f"dc1.{topic}",
+        "window_start": window,
+        "window_minutes": 10,
+        "tier": tier,
+        "count": count,
+        "bytes": count * 100,
+        "send_failed": 0,
+        "no_timestamp": 0,
+        "by_partition": {0: count},
+        "records": 1,
+        "latency_p99_ms": 1.0,
+        "latency_max_ms": 2.0,
+        "updated_at": updated,
+        "date": window.date(),
+    }
+
+
+def _write(spark, lake: str, rows: list[dict]) -> None:
+    frame = spark.createDataFrame(rows, delta_io.spark_schema(TIER_COUNTS))
+    delta_io.replace_windows(
+        spark, lake, TIER_COUNTS, frame, windows={(row["date"], row["window_start"]) for row in rows}
+    )
+
+
+def _table(spark, lake: str) -> dict:
+    frame = delta_io.read_table(spark, lake, TIER_COUNTS.name)
+    return {(r.topic, r.window_start, r.tier): (r["count"], r.updated_at) for r in frame.collect()}
+
+
+def test_replacing_a_window_keeps_its_rows_not_written_and_the_updated_at_of_those_unchanged(spark, tmp_path):
+    lake = str(tmp_path / "lake")
+    delta_io.ensure_table(spark, lake, TIER_COUNTS)
+    first = dt.datetime(2026, 11, 25, 10, 5)
+    _write(
+        spark,
+        lake,
+        [_count_row(t, w, "dc1", 10, first) for t in ("a", "b") for w in (EARLIER, START)]
+        + [_count_row("d", START, "lake", 7, first)],
+    )
+
+    later = dt.datetime(2026, 11, 25, 10, 15)
+    _write(
+        spark,
+        lake,
+        [
+            _count_row("a", START, "dc1", 12, later),
+            _count_row("b", START, "dc1", 10, later),
+            _count_row("c", START, "lake", 3, later),
+        ],
+    )
+
+    assert _table(spark, lake) == {
+        ("a", EARLIER, "dc1"): (10, first),
+        ("b", EARLIER, "dc1"): (10, first),
+        ("a", START, "dc1"): (12, later),  # changed
+        ("b", START, "dc1"): (10, first),  # the same: keeps its updated_at
+        ("c", START, "lake"): (3, later),  # new
+        ("d", START, "lake"): (7, first),  # not written: kept as it was
+    }
+    version = DeltaTable.forPath(spark, delta_io.table_path(lake, TIER_COUNTS.name)).history(1).first()
+    assert version.operation == "WRITE" and "window_start" in version.operationParameters["predicate"]
+
+    # A rewrite that changes nothing writes nothing: no new version.
+    _write(spark, lake, [_count_row("a", START, "dc1", 12, dt.datetime(2026, 11, 25, 11, 0))])
+    again = DeltaTable.forPath(spark, delta_io.table_path(lake, TIER_COUNTS.name)).history(1).first()
+    assert again.version == version.version
+    assert _table(spark, lake)[("a", START, "dc1")] == (12, later)
+
+
+def test_windows_written_in_order_are_read_back_from_their_own_files_only(spark, tmp_path):
+    """Each file covers a short run of windows, so naming a window reads few of them."""
+    lake = str(tmp_path / "lake")
+    delta_io.ensure_table(spark, lake, TIER_COUNTS)
+    windows = [START + dt.timedelta(minutes=10 * k) for k in range(10)]
+    rows = [_count_row(f"t{t:05d}", w, "dc1", 1, START) for w in windows for t in range(12_000)]
+    _write(spark, lake, rows)
+    table = delta_io.read_table(spark, lake, TIER_COUNTS.name)
+    every_file = len(table.inputFiles())
+    assert every_file >= 120_000 // delta_io.WINDOW_FILE_ROWS
+
+    one_window = table.where(delta_io.window_predicate([(DAY, windows[-1])]))
+    assert len(one_window.inputFiles()) < every_file
+    assert one_window.count() == 12_000
