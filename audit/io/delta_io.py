@@ -267,23 +267,22 @@ def replace_windows(
     existing = read_table(spark, lake_root, table.name).where(predicate)
     compared = [c for c in table.columns if c.name not in table.key and c.name not in ignore]
     changed = " OR ".join(f"NOT ({_comparable('t', c)} <=> {_comparable('s', c)})" for c in compared)
-    fresh = F.col(f"t.`{table.key[0]}`").isNull() | F.expr(changed)
-    matched = rows.alias("s").join(
-        existing.alias("t"), [F.col(f"s.`{k}`") == F.col(f"t.`{k}`") for k in table.key], "left"
+    written = F.col(f"s.`{table.key[0]}`").isNotNull()  # else a row of those windows kept as it is
+    fresh = written & (F.col(f"t.`{table.key[0]}`").isNull() | F.expr(changed))
+    both = rows.alias("s").join(
+        existing.alias("t"), [F.col(f"s.`{k}`") == F.col(f"t.`{k}`") for k in table.key], "full"
     )
-    written = matched.select(
+    replaced = both.select(
         *(
-            F.when(fresh, F.col(f"s.`{c}`")).otherwise(F.col(f"t.`{c}`")).alias(c) if c in ignore else F.col(f"s.`{c}`")
+            F.when(fresh if c in ignore else written, F.col(f"s.`{c}`")).otherwise(F.col(f"t.`{c}`")).alias(c)
             for c in table.column_names
         ),
         fresh.alias("_fresh"),
-    ).localCheckpoint()
-    if not written.where("_fresh").take(1):
+    ).localCheckpoint()  # read before the table is overwritten
+    if not replaced.where("_fresh").take(1):
         return  # nothing changed: the table and its history stay as they are
-    kept = existing.join(rows, list(table.key), "left_anti")
-    replaced = written.drop("_fresh").unionByName(kept).localCheckpoint()  # read before the table is overwritten
     (
-        _in_window_order(replaced.coalesce(1))
+        _in_window_order(replaced.drop("_fresh").coalesce(1))
         .write.format("delta")
         .mode("overwrite")
         .option("replaceWhere", predicate)
