@@ -445,7 +445,8 @@ def markdown() -> str:
         "",
         "Generated from `audit/contract/tables.py` by `python -m audit.contract.tables > docs/tables.md` (a test keeps the two equal).",
         "Every table lives under `lake_path` (default `<state_dir>/lake`), one folder each, and is written by",
-        "MERGE on its key, so reruns change nothing. Times are UTC. Read them with Spark SQL",
+        "MERGE on its key, so reruns change nothing (`tier_counts` and `completeness` by rewriting the windows a run",
+        "touched, in window order: a query naming its windows reads only their files). Times are UTC. Read them with Spark SQL",
         '(``spark.read.format("delta").load(path)``) or without a JVM with the `deltalake` package.',
         "",
     ]
