@@ -201,7 +201,7 @@ def _judged(spark: SparkSession, settings: Settings, windows, paths, now_ms: int
 
     windows = windows.withColumn("date", F.to_date("window_start"))
     counts = delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name)
-    named = delta_io.window_predicate(tuple(row) for row in windows.select("date", "window_start").distinct().collect())
+    named = delta_io.window_predicate(delta_io.windows_of(windows))
     if named is not None:
         counts = counts.where(named)
     counts = counts.join(windows, [*WINDOW_KEY, "date"], "left_semi")

@@ -209,7 +209,7 @@ def _not_stored(spark: SparkSession, settings: Settings, records):
 
     A record stored before has the same window (none for a status record) and date as its copy read now,
     so only the files that can hold the windows read, or no window, are read of `audit_records`."""
-    windows = [tuple(row) for row in records.select("date", "window_start").distinct().collect()]
+    windows = delta_io.windows_of(records)
     windowless = delta_io.date_predicate(d for d, w in windows if w is None)
     where = [
         f"({named})"

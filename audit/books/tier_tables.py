@@ -40,7 +40,7 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
         .withColumn("date", F.to_date("window_start"))
         .localCheckpoint()
     )
-    windows = delta_io.window_counts(touched)
+    windows = delta_io.windows_of(touched)
     if not windows:
         return touched
     counts = delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name).where(F.col("kind") == "count")

@@ -207,9 +207,9 @@ def upsert(
 MAX_NAMED_WINDOWS = 1_000
 
 
-def window_counts(rows) -> dict:
-    """Rows of `rows` per (date, window_start), in one Spark action: the windows a write touches."""
-    return {(row[0], row[1]): row[2] for row in rows.groupBy("date", "window_start").count().collect()}
+def windows_of(rows) -> set:
+    """The (date, window_start) pairs of `rows`, in one Spark action: the windows a write or a read names."""
+    return {(row[0], row[1]) for row in rows.select("date", "window_start").distinct().collect()}
 
 
 def date_predicate(dates: Iterable) -> str | None:

@@ -75,7 +75,12 @@ def _table(spark, lake: str) -> dict:
     return {(r.topic, r.window_start, r.tier): (r["count"], r.updated_at) for r in frame.collect()}
 
 
-def test_replacing_a_window_keeps_its_rows_not_written_and_the_updated_at_of_those_unchanged(spark, tmp_path):
+@pytest.mark.parametrize("named_at_most", [delta_io.MAX_NAMED_WINDOWS, 0], ids=["replaced", "too-many-merged"])
+def test_replacing_a_window_keeps_its_rows_not_written_and_the_updated_at_of_those_unchanged(
+    spark, tmp_path, monkeypatch, named_at_most
+):
+    """Past MAX_NAMED_WINDOWS windows the rows are MERGEd instead, to the same table."""
+    monkeypatch.setattr(delta_io, "MAX_NAMED_WINDOWS", named_at_most)
     lake = str(tmp_path / "lake")
     delta_io.ensure_table(spark, lake, TIER_COUNTS)
     first = dt.datetime(2026, 11, 25, 10, 5)
@@ -106,6 +111,9 @@ def test_replacing_a_window_keeps_its_rows_not_written_and_the_updated_at_of_tho
         ("d", START, "lake"): (7, first),  # not written: kept as it was
     }
     version = DeltaTable.forPath(spark, delta_io.table_path(lake, TIER_COUNTS.name)).history(1).first()
+    if named_at_most == 0:
+        assert version.operation == "MERGE"
+        return
     assert version.operation == "WRITE" and "window_start" in version.operationParameters["predicate"]
 
     # A rewrite that changes nothing writes nothing: no new version.
