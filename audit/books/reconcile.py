@@ -124,12 +124,10 @@ def check_messages(messages, checker: RecordChecker, *, native: bool = True):
 
     if native:
         natively = checked_natively(messages, checker).localCheckpoint()
+        checked = natively.where(F.col(FAST)).select(*CHECKED_COLUMNS)
         rest = natively.where(~F.col(FAST)).select(*SOURCE_COLUMNS)
-        checked = (
-            natively.where(F.col(FAST))
-            .select(*CHECKED_COLUMNS)
-            .unionByName(rest.mapInPandas(checker.check_batches, CHECKED_DDL).localCheckpoint())
-        )
+        if not rest.isEmpty():  # else no Python worker is started (seconds in a new session)
+            checked = checked.unionByName(rest.mapInPandas(checker.check_batches, CHECKED_DDL).localCheckpoint())
     else:
         checked = messages.mapInPandas(checker.check_batches, CHECKED_DDL).localCheckpoint()
     at = F.timestamp_millis
