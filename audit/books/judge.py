@@ -200,11 +200,9 @@ def _judged(spark: SparkSession, settings: Settings, windows, paths, now_ms: int
     from pyspark.sql import functions as F
 
     windows = windows.withColumn("date", F.to_date("window_start"))
-    counts = delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name)
-    named = delta_io.window_predicate(delta_io.windows_of(windows))
-    if named is not None:
-        counts = counts.where(named)
-    counts = counts.join(windows, [*WINDOW_KEY, "date"], "left_semi")
+    counts = delta_io.in_windows(
+        delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name), delta_io.windows_of(windows)
+    ).join(windows, [*WINDOW_KEY, "date"], "left_semi")
     grid = windows.join(F.broadcast(paths), ["origin_cluster", "topic"])
     observed = counts.select(
         *WINDOW_KEY,

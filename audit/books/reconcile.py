@@ -208,13 +208,12 @@ def _not_stored(spark: SparkSession, settings: Settings, records):
     A record stored before has the same window (none for a status record) and date as its copy read now,
     so only the files that can hold the windows read, or no window, are read of `audit_records`."""
     windows = delta_io.windows_of(records)
+    with_window = delta_io.window_predicate(windows)
     windowless = delta_io.date_predicate(d for d, w in windows if w is None)
-    where = [
-        f"({named})"
-        for named in (delta_io.window_predicate(windows), windowless and f"{windowless} AND `window_start` IS NULL")
-        if named
-    ]
-    existing = delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name).where(" OR ".join(where) or "false")
+    if windowless is not None:
+        windowless += " AND `window_start` IS NULL"
+    where = " OR ".join(f"({named})" for named in (with_window, windowless) if named is not None) or "false"
+    existing = delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name).where(where)
     return records.join(existing.select("record_id", "date"), ["record_id", "date"], "left_anti").localCheckpoint()
 
 

@@ -31,9 +31,7 @@ def store_restatements(spark: SparkSession, settings: Settings, current, judged,
     pairs of `judged`, when known (only they are read of `current`). Returns how many were found."""
     from pyspark.sql import functions as F
 
-    named = delta_io.window_predicate(windows or ())
-    if named is not None:
-        current = current.where(named)
+    current = delta_io.in_windows(current, windows or ())
     before = current.where(F.col("final")).select(
         *KEY,
         F.lit(True).alias("before_final"),

@@ -43,11 +43,13 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
     windows = delta_io.windows_of(touched)
     if not windows:
         return touched
-    counts = delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name).where(F.col("kind") == "count")
-    named = delta_io.window_predicate(windows)  # as literals: Delta reads only the files that can hold them
-    if named is not None:
-        counts = counts.where(named)
-    counts = counts.join(touched, [*WINDOW_KEY, "date"], "left_semi")
+    counts = (
+        delta_io.in_windows(  # as literals: Delta reads only the files that can hold them
+            delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name), windows
+        )
+        .where(F.col("kind") == "count")
+        .join(touched, [*WINDOW_KEY, "date"], "left_semi")
+    )
     sums = counts.groupBy(*WINDOW_KEY, "tier").agg(
         F.first("logical_topic").alias("logical_topic"),
         F.first("window_minutes").alias("window_minutes"),

@@ -233,6 +233,12 @@ def window_predicate(windows: Iterable) -> str | None:
     )
 
 
+def in_windows(frame, windows: Iterable):
+    """`frame` (a table read) restricted to `windows` by `window_predicate`; as it is when none is named."""
+    named = window_predicate(windows)
+    return frame if named is None else frame.where(named)
+
+
 def replace_windows(
     spark: SparkSession,
     lake_root: str,
