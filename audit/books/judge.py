@@ -202,7 +202,7 @@ def _judged(spark: SparkSession, settings: Settings, windows, paths, now_ms: int
     windows = windows.withColumn("date", F.to_date("window_start"))
     counts = delta_io.in_windows(
         delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name), delta_io.windows_of(windows)
-    ).join(windows, [*WINDOW_KEY, "date"], "left_semi")
+    ).join(F.broadcast(windows), [*WINDOW_KEY, "date"], "left_semi")
     grid = windows.join(F.broadcast(paths), ["origin_cluster", "topic"])
     observed = counts.select(
         *WINDOW_KEY,

@@ -48,7 +48,7 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
             delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name), windows
         )
         .where(F.col("kind") == "count")
-        .join(touched, [*WINDOW_KEY, "date"], "left_semi")
+        .join(F.broadcast(touched), [*WINDOW_KEY, "date"], "left_semi")
     )
     sums = counts.groupBy(*WINDOW_KEY, "tier").agg(
         F.first("logical_topic").alias("logical_topic"),
