@@ -33,26 +33,40 @@ log = logging.getLogger(__name__)
 # -- 3c. completeness --------------------------------------------------------------------------
 
 
-def tier_paths(spark: SparkSession, settings: Settings):
+def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, str, str]] | None = None):
     """Per (logical topic, tier on its path): reference tier, threshold and the tier's effective watermark.
 
     A tier's effective watermark is the lowest of its own and of every cluster tier upstream of it on
     the topic's path (configured `tiers` order): the lake cannot be final for data the aggregate has
     not received yet. The reference tier is `reference_tier` when it counts the topic, else the
-    topic's origin cluster.
+    topic's origin cluster. `counted`: the (origin_cluster, topic, tier) that `tier_counts` holds, when
+    known (`counted_tiers`), else they are read from it.
     """
-    counted = (
-        delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name)
-        .select("origin_cluster", "topic", "tier")
-        .distinct()
-    )
+    counted = counted if counted is not None else counted_tiers(spark, settings)
     reported = delta_io.read_table(spark, settings.lake_root, TIER_STATUS.name).select(
         "origin_cluster", "topic", "tier", "watermark"
     )
-    rows = paths_from(counted, reported, settings.tiers, settings.reference_tier).localCheckpoint()
+    counted_rows = spark.createDataFrame(sorted(counted), "origin_cluster STRING, topic STRING, tier STRING")
+    rows = paths_from(counted_rows, reported, settings.tiers, settings.reference_tier).localCheckpoint()
     if rows.isEmpty():
         return None
     return _with_thresholds(spark, settings, rows)
+
+
+def counted_tiers(spark: SparkSession, settings: Settings, known=None, records=None) -> set[tuple[str, str, str]]:
+    """The (origin_cluster, topic, tier) that `tier_counts` holds. A session that knows them from its last run
+    (`known`) adds those of the count `records` this run summed: a tier's counts are never removed."""
+    from pyspark.sql import functions as F
+
+    if known is not None:
+        if records is None:
+            return known
+        rows = records.where(F.col("kind") == "count")
+    else:
+        rows = delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name)
+    return set(known or ()) | {
+        tuple(row) for row in rows.select("origin_cluster", "topic", "tier").distinct().collect()
+    }
 
 
 def paths_from(counted, reported, tiers: tuple[str, ...], reference_tier: str):
@@ -144,17 +158,24 @@ class Judgement:
 
 
 def update_completeness(
-    spark: SparkSession, settings: Settings, touched, *, now_ms: int, records=None, done=lambda step, **fields: None
+    spark: SparkSession,
+    settings: Settings,
+    touched,
+    *,
+    now_ms: int,
+    records=None,
+    counted: set[tuple[str, str, str]] | None = None,
+    done=lambda step, **fields: None,
 ) -> Judgement:
     """Judge every touched window and every window not yet final.
 
     Before merging the verdicts it appends the final windows they restate (`restatements`; `records`:
     the audit records the run read), after it refreshes the complete-through watermarks of their topics;
-    `done(step)` is told as each step is done.
+    `counted`: see `tier_paths`; `done(step)` is told as each step is done.
     """
     from pyspark.sql import functions as F
 
-    paths = tier_paths(spark, settings)
+    paths = tier_paths(spark, settings, counted)
     if paths is None:
         return Judgement(windows=0, next_due_ms=None)
     done("tier paths")

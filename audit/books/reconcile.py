@@ -15,9 +15,9 @@ One run (`reconcile(spark, settings)`):
    same messages again, which the record_id and offset keys absorb.
 
 A long-lived session (`kaudit reconcile --continuous`) passes a `RunMemory` from run to run: the
-offsets and cluster states it stored, and when the first pending window turns due. A run that reads
-nothing new before that moment cannot change a verdict and skips step 3; a new process starts with an
-empty memory and does every step, so a restart gives the same tables.
+offsets and cluster states it stored, the tiers `tier_counts` holds, and when the first pending window
+turns due. A run that reads nothing new before that moment cannot change a verdict and skips step 3; a
+new process starts with an empty memory and does every step, so a restart gives the same tables.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from audit.books.audit_read import (
     store_offsets,
     stored_offsets,
 )
-from audit.books.judge import Judgement, update_completeness
+from audit.books.judge import Judgement, counted_tiers, update_completeness
 from audit.books.retention_gaps import store_retention_gaps
 from audit.books.tier_tables import update_tier_counts, update_tier_status
 
@@ -94,6 +94,7 @@ class RunMemory:
     cluster_states: dict[str, tuple[bool, str | None]] | None = None  # as stored in cluster_reads
     judged: bool = False  # the last run judged, so `next_due_ms` holds
     next_due_ms: int | None = None  # see audit.books.judge.Judgement
+    counted_tiers: set[tuple[str, str, str]] | None = None  # see audit.books.judge.counted_tiers
 
     def is_quiet(self, read: int, now_ms: int) -> bool:
         """True when a run that read `read` messages at `now_ms` cannot change a verdict."""
@@ -296,7 +297,7 @@ def reconcile(
         report.quiet = True
         step.done("nothing new and no window due: not judged", next_due_ms=memory.next_due_ms)
     else:
-        judgement = _judge(spark, settings, records, now_ms, step)
+        judgement = _judge(spark, settings, records, now_ms, step, memory)
         report.windows = judgement.windows
         store_offsets(spark, settings, sources, known=memory.offsets)
         step.done("offsets stored")
@@ -318,8 +319,9 @@ def reconcile(
     return report
 
 
-def _judge(spark: SparkSession, settings: Settings, records, now_ms: int, step: _Steps) -> Judgement:
-    """Step 3: the tier tables from the records read (None: nothing new), then completeness."""
+def _judge(spark: SparkSession, settings: Settings, records, now_ms: int, step: _Steps, memory: RunMemory) -> Judgement:
+    """Step 3: the tier tables from the records read (None: nothing new), then completeness; `memory` is given
+    the tiers `tier_counts` holds now."""
     touched = None
     if records is not None:
         touched = update_tier_counts(spark, settings, records)
@@ -328,4 +330,7 @@ def _judge(spark: SparkSession, settings: Settings, records, now_ms: int, step: 
         step.done("tier_status")
     if touched is None:
         touched = spark.createDataFrame([], "origin_cluster STRING, topic STRING, window_start TIMESTAMP")
-    return update_completeness(spark, settings, touched, now_ms=now_ms, records=records, done=step.done)
+    memory.counted_tiers = counted_tiers(spark, settings, memory.counted_tiers, records)
+    return update_completeness(
+        spark, settings, touched, now_ms=now_ms, records=records, counted=memory.counted_tiers, done=step.done
+    )

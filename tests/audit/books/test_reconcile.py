@@ -265,8 +265,10 @@ def test_a_tier_is_final_only_once_its_own_counter_reports_and_a_tier_that_joins
     """Two bugs the soak found. payments: a hung aggregate counter, a replicator saying all had arrived,
     and the aggregate's windows judged final with nothing counted (false loss alerts). orders: every
     message of one window was lost on the way, the lake never counted that window, and it got no lake
-    verdict at all."""
+    verdict at all. One session throughout (its memory knows the tiers that counted): a tier that joins a
+    path later, even one that counted without reporting yet (the lake on payments), is on it."""
     settings = settings_factory()
+    memory = RunMemory()
     writer = AuditWriter(settings)
     writer.count("producer", "dc1", "payments", W1, 10, to=("dc1",))
     writer.count("dc1", "dc1", "payments", W1, 10)
@@ -279,7 +281,7 @@ def test_a_tier_is_final_only_once_its_own_counter_reports_and_a_tier_that_joins
         writer.status("aggregate", "dc1", topic, service="kaudit-mirror")  # arrived at the aggregate
     writer.status("aggregate", "aggregate", "dc1.orders")  # counted there: only orders
     writer.flush()
-    reconcile(spark, settings, now_ms=NOW)
+    reconcile(spark, settings, now_ms=NOW, memory=memory)
     books = completeness(spark, settings)
     assert books[("dc1.payments", W1, "aggregate")] == ("lagging", 10, 0, 10, 0), "arrived is not counted"
     assert books[("dc1.orders", W1, "aggregate")] == ("incomplete", 10, 0, 10, 0)
@@ -288,10 +290,12 @@ def test_a_tier_is_final_only_once_its_own_counter_reports_and_a_tier_that_joins
     writer.status("aggregate", "aggregate", "dc1.payments")
     writer.count("lake", "aggregate", "dc1.orders", W2, 20)  # the lake job starts: nothing of W1 to count
     writer.status("lake", "aggregate", "dc1.orders", service="kaudit-lake")
+    writer.count("lake", "aggregate", "dc1.payments", W1, 10)  # counted, no status yet
     writer.flush()
-    reconcile(spark, settings, now_ms=NOW)
+    reconcile(spark, settings, now_ms=NOW, memory=memory)
     books = completeness(spark, settings)
     assert books[("dc1.payments", W1, "aggregate")] == ("complete", 10, 10, 0, 0)
+    assert books[("dc1.payments", W1, "lake")] == ("complete", 10, 10, 0, 0)
     assert books[("dc1.orders", W1, "lake")] == ("incomplete", 10, 0, 10, 0)
     assert books[("dc1.orders", W2, "lake")] == ("complete", 20, 20, 0, 0)
 
