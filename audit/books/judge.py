@@ -46,7 +46,7 @@ def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, 
     reported = delta_io.read_table(spark, settings.lake_root, TIER_STATUS.name).select(
         "origin_cluster", "topic", "tier", "watermark"
     )
-    counted_rows = spark.createDataFrame(sorted(counted), "origin_cluster STRING, topic STRING, tier STRING")
+    counted_rows = spark.createDataFrame(list(counted), "origin_cluster STRING, topic STRING, tier STRING")
     rows = paths_from(counted_rows, reported, settings.tiers, settings.reference_tier).localCheckpoint()
     if rows.isEmpty():
         return None
