@@ -17,6 +17,7 @@ from audit.contract.tables import (
 )
 from audit.contract.windows import MS_PER_MINUTE
 from audit.io import delta_io
+from audit.io.spark import broadcast_when_small
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -58,13 +59,13 @@ def counted_tiers(spark: SparkSession, settings: Settings, known=None, records=N
     (`known`) adds those of the count `records` this run summed: a tier's counts are never removed."""
     from pyspark.sql import functions as F
 
-    if known is not None:
-        if records is None:
-            return known
-        rows = records.where(F.col("kind") == "count")
-    else:
+    if known is not None and records is None:
+        return known
+    if known is None:
         rows = delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name)
-    return set(known or ()) | {
+    else:
+        rows = records.where(F.col("kind") == "count")
+    return (known or set()) | {
         tuple(row) for row in rows.select("origin_cluster", "topic", "tier").distinct().collect()
     }
 
@@ -223,7 +224,7 @@ def _judged(spark: SparkSession, settings: Settings, windows, paths, now_ms: int
     windows = windows.withColumn("date", F.to_date("window_start"))
     counts = delta_io.in_windows(
         delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name), delta_io.windows_of(windows)
-    ).join(F.broadcast(windows), [*WINDOW_KEY, "date"], "left_semi")
+    ).join(broadcast_when_small(windows), [*WINDOW_KEY, "date"], "left_semi")
     grid = windows.join(F.broadcast(paths), ["origin_cluster", "topic"])
     observed = counts.select(
         *WINDOW_KEY,

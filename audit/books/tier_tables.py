@@ -13,6 +13,7 @@ from audit.contract.tables import (
     TIER_STATUS,
 )
 from audit.io import delta_io
+from audit.io.spark import broadcast_when_small
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,7 +49,7 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
             delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name), windows
         )
         .where(F.col("kind") == "count")
-        .join(F.broadcast(touched), [*WINDOW_KEY, "date"], "left_semi")
+        .join(broadcast_when_small(touched), [*WINDOW_KEY, "date"], "left_semi")
     )
     sums = counts.groupBy(*WINDOW_KEY, "tier").agg(
         F.first("logical_topic").alias("logical_topic"),

@@ -59,3 +59,15 @@ def spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+# A checkpointed frame has no size Spark can plan with, so a join shuffles both sides even when this one
+# is a few windows. Up to this many rows (some tens of MB) it is broadcast instead.
+BROADCAST_MAX_ROWS = 1_000_000
+
+
+def broadcast_when_small(frame):
+    """`frame` (computed once: checkpointed) marked for broadcast when it holds at most BROADCAST_MAX_ROWS."""
+    from pyspark.sql import functions as F
+
+    return F.broadcast(frame) if frame.count() <= BROADCAST_MAX_ROWS else frame
