@@ -95,17 +95,23 @@ def list_offsets(
     offsets = {}
     give_up_at = time.monotonic() + timeout_s + LATE_ANSWER_S
     for tp, future in futures.items():
+        key = (tp.topic, tp.partition)
         try:
             # Bounded here as well as by the request timeout: no admin answer may hold a service's step for ever.
-            offsets[(tp.topic, tp.partition)] = future.result(max(0.0, give_up_at - time.monotonic())).offset
+            offset = future.result(max(0.0, give_up_at - time.monotonic())).offset
+            # Seen under load right after the broker was killed: an answer with no error and offset -1001.
+            # Taken as an end offset it would make anything look caught up.
+            problem = None if offset >= 0 else "no offset in the answer"
         except KafkaException as exc:  # a partition that just moved: left out this time
             if errors is not None:
-                errors[(tp.topic, tp.partition)] = exc.args[0]
-            log.warning(
-                "offset unknown", extra={"topic": tp.topic, "partition": tp.partition, "error": exc.args[0].str()}
-            )
+                errors[key] = exc.args[0]
+            problem = exc.args[0].str()
         except concurrent.futures.TimeoutError:
-            log.warning("offset unknown", extra={"topic": tp.topic, "partition": tp.partition, "error": "no answer"})
+            problem = "no answer"
+        if problem is None:
+            offsets[key] = offset
+        else:
+            log.warning("offset unknown", extra={"topic": tp.topic, "partition": tp.partition, "error": problem})
     return offsets
 
 

@@ -122,3 +122,27 @@ def test_the_producers_own_error_passes_through_and_a_normal_call_returns():
     fine = Fine()
     assert bounded(fine.begin_transaction, 5, "begin_transaction") is None
     assert fine.began == 1
+
+
+def test_an_answer_without_an_offset_is_left_out_not_taken_as_an_end_offset():
+    """librdkafka answered a killed broker's partitions with no error and offset -1001 (under load, in the
+    restart test above); as an end offset that would make any group look caught up."""
+    import concurrent.futures
+
+    from confluent_kafka.admin import OffsetSpec
+
+    from audit.io.clients import list_offsets
+
+    class Answered:
+        def __init__(self, offset):
+            self.offset = offset
+
+    class Admin:
+        def list_offsets(self, requests, **_options):
+            answers = {}
+            for tp, offset in zip(requests, (7, -1001), strict=True):
+                answers[tp] = concurrent.futures.Future()
+                answers[tp].set_result(Answered(offset))
+            return answers
+
+    assert list_offsets(Admin(), [("t", 0), ("t", 1)], OffsetSpec.latest()) == {("t", 0): 7}
