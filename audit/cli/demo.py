@@ -30,7 +30,9 @@ def add_command(commands) -> None:
         "--timeout-s", type=float, default=900.0, help="give up waiting for the faults after this long (default 900)"
     )
     parser.add_argument(
-        "--short", action="store_true", help="a quick run for tests: fewer messages, shorter stall, faster loops"
+        "--short",
+        action="store_true",
+        help="a quick run for tests: fewer messages, faster loops, and the stall ends once the tables show it",
     )
     parser.add_argument(
         "--exit-when-found",

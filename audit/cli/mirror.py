@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -74,7 +75,12 @@ def add_command(commands) -> None:
     fault.add_argument(
         "--pause-after-s", type=float, help="stop copying this many seconds after start (a stall on purpose)"
     )
-    fault.add_argument("--pause-for-s", type=float, default=120.0, help="how long the pause lasts (default 120)")
+    fault.add_argument(
+        "--pause-for-s",
+        type=float,
+        default=120.0,
+        help="how long the pause lasts (default 120); SIGUSR1 to the process ends it sooner",
+    )
     stop = parser.add_mutually_exclusive_group()
     stop.add_argument("--until-caught-up", action="store_true", help="exit once everything is copied and committed")
     stop.add_argument("--max-seconds", type=float, help="exit after this many seconds")
@@ -117,6 +123,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         pause=pause,
     )
     stop_on_signals(replicator.stop)
+    if pause is not None:
+        signal.signal(signal.SIGUSR1, lambda *_: pause.end())
     stats = replicator.run(max_seconds=args.max_seconds, until_caught_up=args.until_caught_up)
     log.info(
         "mirror stopped",

@@ -76,11 +76,13 @@ class DropFault:
 
 @dataclass
 class PauseFault:
-    """Copy nothing from `after_s` to `after_s + for_s` after the replicator starts (a stall on purpose)."""
+    """Copy nothing from `after_s` to `after_s + for_s` after the replicator starts (a stall on purpose), or
+    until `end()` (SIGUSR1 to `kaudit mirror`): a demo ends the stall once the tables show it."""
 
     after_s: float
     for_s: float
     _started: float | None = field(default=None, init=False, repr=False)
+    _ended: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.after_s < 0 or self.for_s <= 0:
@@ -89,7 +91,10 @@ class PauseFault:
     def paused(self, now: float) -> bool:
         if self._started is None:
             self._started = now
-        return self.after_s <= now - self._started < self.after_s + self.for_s
+        return not self._ended and self.after_s <= now - self._started < self.after_s + self.for_s
+
+    def end(self) -> None:
+        self._ended = True
 
     def describe(self) -> str:
         return f"copy nothing from {self.after_s:g} s to {self.after_s + self.for_s:g} s after start"

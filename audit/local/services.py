@@ -12,7 +12,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,21 +87,32 @@ class Supervisor:
 
     def stop(self, name: str, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
         """SIGTERM (services drain and commit), then SIGKILL after `timeout_s`; returns the exit code."""
-        service = self.services[name]
-        if service.alive:
-            service.process.send_signal(signal.SIGTERM)
-            try:
-                service.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                log.error("service ignored SIGTERM; killing", extra={"service": name, "timeout_s": timeout_s})
-                service.process.kill()
-                service.process.wait(timeout_s)
-        self._pid_file(name).unlink(missing_ok=True)
-        return service.process.returncode
+        self.stop_all([name], timeout_s)
+        return self.services[name].process.returncode
 
-    def stop_all(self) -> None:
-        for name in reversed(list(self.services)):
-            self.stop(name)
+    def stop_all(self, names: Iterable[str] | None = None, timeout_s: float = STOP_TIMEOUT_S) -> dict[str, float]:
+        """SIGTERM to the named services (default: every one) at once, SIGKILL to any still running after
+        `timeout_s`; returns the seconds each took to exit (0 for one that was not running). At once, because
+        a Spark job takes seconds to stop, and one after the other they add up."""
+        names = list(self.services) if names is None else list(names)
+        began = time.monotonic()
+        took = {name: 0.0 for name in names}
+        running = {name: self.services[name].process for name in names if self.services[name].alive}
+        for process in running.values():
+            process.send_signal(signal.SIGTERM)
+        while running and time.monotonic() - began < timeout_s:
+            for name in [name for name, process in running.items() if process.poll() is not None]:
+                took[name] = time.monotonic() - began
+                del running[name]
+            time.sleep(0.1)
+        for name, process in running.items():
+            log.error("service ignored SIGTERM; killing", extra={"service": name, "timeout_s": timeout_s})
+            process.kill()
+            process.wait(timeout_s)
+            took[name] = time.monotonic() - began
+        for name in names:
+            self._pid_file(name).unlink(missing_ok=True)
+        return took
 
     def _pid_file(self, name: str) -> Path:
         return self.state_dir / "run" / f"{name}.pid"

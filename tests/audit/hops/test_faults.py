@@ -37,6 +37,13 @@ def test_pause_covers_its_interval_only():
     assert [fault.paused(t) for t in (100.0, 104.9, 105.0, 114.9, 115.0)] == [False, False, True, True, False]
 
 
+def test_a_pause_ended_early_stays_ended():
+    fault = PauseFault(after_s=0, for_s=100)
+    assert fault.paused(10.0) and fault.paused(20.0)
+    fault.end()
+    assert not fault.paused(21.0) and not fault.paused(50.0)
+
+
 @pytest.mark.parametrize("kwargs", [{"count": -1}, {"fraction": 2.0}, {"count": 1, "fraction": 0.5}, {}])
 def test_bad_drop_settings_are_refused(kwargs):
     with pytest.raises(ConfigError, match="drop fault"):
