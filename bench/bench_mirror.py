@@ -349,7 +349,9 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-mirror-") as tmp:
         folder = Path(tmp)
-        clusters = LocalClusters(["src", "dst"], state_dir=folder, cache_dir=load_settings().cache_dir, heap_mb=1024)
+        clusters = LocalClusters(
+            ["src", "dst"], state_dir=folder, cache_dir=load_settings().cache_dir, heap_mb=1024, quick_jit=False
+        )
         print(f"clusters ready in {max(clusters.up().values()):.1f} s", flush=True)
         try:
             src, dst = clusters["src"].bootstrap_servers, clusters["dst"].bootstrap_servers

@@ -167,7 +167,7 @@ def main() -> None:
     total = args.topics * args.windows * len(TIERS) + args.topics * (len(TIERS) - 1)
     cache = load_settings().cache_dir
     with tempfile.TemporaryDirectory() as state:
-        clusters = LocalClusters(["dc1", "other"], state_dir=Path(state), cache_dir=cache)
+        clusters = LocalClusters(["dc1", "other"], state_dir=Path(state), cache_dir=cache, quick_jit=False)
         clusters.up()
         try:
             dc1, other = clusters["dc1"].bootstrap_servers, clusters["other"].bootstrap_servers

@@ -84,7 +84,7 @@ def main() -> int:
     cache = load_settings().cache_dir
     with tempfile.TemporaryDirectory() as state_dir:
         state = Path(state_dir)
-        clusters = LocalClusters(["dc1", "other"], state_dir=state, cache_dir=cache)
+        clusters = LocalClusters(["dc1", "other"], state_dir=state, cache_dir=cache, quick_jit=False)
         clusters.up()
         try:
             dc1, other = clusters["dc1"].bootstrap_servers, clusters["other"].bootstrap_servers

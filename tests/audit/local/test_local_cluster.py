@@ -150,6 +150,13 @@ def test_missing_jars_say_to_run_setup(tmp_path):
         LocalCluster("nojars", state_dir=tmp_path, cache_dir=tmp_path / "empty-cache").start()
 
 
+def test_a_broker_runs_c1_only_unless_a_bench_asks_for_c2(tmp_path):
+    quick = LocalCluster("quick", state_dir=tmp_path, cache_dir=cache_dir())._java_command("kafka.Kafka")
+    full = LocalCluster("full", state_dir=tmp_path, cache_dir=cache_dir(), quick_jit=False)._java_command("kafka.Kafka")
+    assert "-XX:TieredStopAtLevel=1" in quick
+    assert "-XX:TieredStopAtLevel=1" not in full
+
+
 def test_pid_alive_is_false_for_an_exited_process():
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()

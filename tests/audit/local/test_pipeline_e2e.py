@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
@@ -27,6 +28,7 @@ from audit.io.audit_log import counts_by_window, read_audit_topic
 from audit.io.clients import ensure_topics
 from producers.audited import AuditedProducer
 from tests.conftest import write_config
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -206,7 +208,11 @@ def test_lake_job_killed_at_random_moments_lands_every_row_and_count_once(
     # One kill here (the soak kills the lake job again at random moments under load, and checks bronze
     # against the hub the same way): each run costs a Spark start.
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(rng.uniform(25, 40))  # Spark needs ~15 s to start: kill it mid-stream
+    # Mid-stream: after its first micro-batch landed (of ten), at a random moment of the next ones. A fixed
+    # delay from the start missed the stream once the JVM got faster: it had finished.
+    commits = Path(default_checkpoint(settings, "aggregate")) / "commits"
+    wait_for(lambda: commits.is_dir() and any(commits.iterdir()), "the lake job's first micro-batch", 300, 0.2)
+    time.sleep(rng.uniform(0.0, 2.0))
     if process.poll() is None:
         process.send_signal(signal.SIGKILL)
         kills += 1
