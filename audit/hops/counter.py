@@ -85,6 +85,7 @@ class ClusterCounter:
         self._sequence = 0
         self._subscribed: list[str] = []
         self._stop = threading.Event()
+        self._until_caught_up = False  # set by run(): a batch that reads nothing flushes at once
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._admin: Admin | None = None
@@ -416,8 +417,7 @@ class ClusterCounter:
         if not self._renew_producer():
             return False
         self._read_past_markers()
-        moved = any(p.position != p.committed for p in self.progress.values())
-        if not self.tally and not moved and not heartbeat:
+        if not self._has_news() and not heartbeat:
             return True
         ends = self._list_offsets(list(self.progress), OffsetSpec.latest())
         if self.progress and not ends:
@@ -581,6 +581,7 @@ class ClusterCounter:
     def run(self, *, max_seconds: float | None = None, until_caught_up: bool = False) -> CounterStats:
         """Count until stopped (SIGTERM, `stop()`), `max_seconds`, or, with `until_caught_up`, no lag left."""
         self._next_flush = time.monotonic() + self.options.flush_interval_s
+        self._until_caught_up = until_caught_up
         run_hop(self, self._stop, max_seconds=max_seconds, until_caught_up=until_caught_up)
         return self.stats
 
@@ -591,13 +592,17 @@ class ClusterCounter:
         return self.options.topic_refresh_s
 
     def step(self) -> bool:
-        """Count one batch and flush when due; idle only right after a flush with nothing new read."""
+        """Count one batch and flush when due; idle only right after a flush with nothing new read.
+
+        Run until caught up, a batch that reads nothing after counting something flushes at once: the run
+        ends as soon as its commit reaches the ends, not one flush interval later."""
         messages = self.consumer.consume(self.options.batch_size, timeout=0.5) if self._subscribed else []
         if not self._subscribed:
             self._stop.wait(0.5)
         self.count_batch(messages)
         self.check_retention(messages)
-        if time.monotonic() < self._next_flush:
+        at_end = self._until_caught_up and bool(self._subscribed) and not messages and self._has_news()
+        if time.monotonic() < self._next_flush and not at_end:
             return False
         self.flush()
         self._next_flush = time.monotonic() + self.options.flush_interval_s
@@ -605,6 +610,10 @@ class ClusterCounter:
 
     def caught_up(self) -> bool:
         return self.group_caught_up()
+
+    def _has_news(self) -> bool:
+        """Something counted or read past since the last commit."""
+        return bool(self.tally) or any(p.position != p.committed for p in self.progress.values())
 
     def finish(self) -> None:
         self.flush()

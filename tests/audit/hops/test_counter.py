@@ -275,6 +275,25 @@ def test_a_flush_while_its_broker_is_away_or_its_group_dropped_it_begins_no_tran
         cluster.down()
 
 
+def test_a_run_until_caught_up_ends_when_its_commit_reaches_the_ends_not_a_flush_later(
+    local_clusters, topic_factory, unique_name
+):
+    """`kaudit count --until-caught-up` (a batch job, every test of a CLI) flushes once it reads nothing: with
+    an hour between flushes it still ends as soon as it has counted everything, exactly."""
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    prefix = unique_name("prompt")
+    topic = topic_factory("dc1", partitions=2, name=f"{prefix}-t")
+    audit_topic = topic_factory("dc1", name=f"{prefix}-audit")
+    expected = produce_plain(bootstrap, [topic], 2_000, windows=2, partitions=2)
+
+    began = time.monotonic()
+    stats = counter_for(bootstrap, audit_topic, prefix, flush_interval_s=3600).run(until_caught_up=True, max_seconds=60)
+
+    assert time.monotonic() - began < 60, "it ran until max_seconds: caught up only at a flush"
+    assert stats.counted == 2_000
+    assert counted(bootstrap, audit_topic) == dict(expected)
+
+
 def test_status_records_report_positions_lag_and_watermark(local_clusters, topic_factory, unique_name):
     bootstrap = local_clusters["dc1"].bootstrap_servers
     prefix = unique_name("status")
