@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from itertools import zip_longest
 from pathlib import Path
 
 import pytest
@@ -37,10 +38,32 @@ def pytest_configure(config) -> None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: slow tests first
     for item in items:
         for fixture in set(item.fixturenames) & INFRASTRUCTURE_FIXTURES.keys():
             item.add_marker(INFRASTRUCTURE_FIXTURES[fixture])
+    items[:] = in_schedule_order(items)
+
+
+def in_schedule_order(items: list) -> list:
+    """The order parallel workers take tests in: slow tests first, so the workers end together. Then whole
+    modules, alternating between those that run Spark (CPU-bound) and those that mostly wait on brokers,
+    processes and timeouts, so the waiting overlaps the computing: in collection order, the waiting
+    modules came one after the other and left the cores half idle for minutes. Tests that need neither
+    come last and fill the tail."""
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    modules: dict[str, list] = {}
+    for item in items:
+        if not item.get_closest_marker("slow"):
+            modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def needs(marker: str, tests: list) -> bool:
+        return any(test.get_closest_marker(marker) for test in tests)
+
+    computing = [tests for tests in modules.values() if needs("spark", tests)]
+    waiting = [tests for tests in modules.values() if not needs("spark", tests) and needs("kafka", tests)]
+    rest = [tests for tests in modules.values() if not needs("spark", tests) and not needs("kafka", tests)]
+    alternating = [tests for pair in zip_longest(computing, waiting) for tests in pair if tests]
+    return slow + [test for tests in [*alternating, *rest] for test in tests]
 
 
 def cache_dir() -> Path:

@@ -5,10 +5,12 @@ same runner as `make notebook`; the tests then read the executed copy's outputs.
 """
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -45,21 +47,36 @@ def bronze(completeness):
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    """(completed process, executed notebook) of one run over sample tables."""
-    work = tmp_path_factory.mktemp("notebook")
+    """(completed process, executed notebook) of one run over sample tables.
+
+    Run once for the whole test run: `make test`'s workers each get some of this module's tests, and the
+    first to need the notebook executes it while the others wait on the lock, then read what it left."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER")
+    base = tmp_path_factory.getbasetemp()
+    work = (base.parent if workers else base) / "notebook"  # the parent: shared by this run's workers
+    outcome, output = work / "outcome.json", work / "completeness.executed.ipynb"
+    with open(f"{work}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not outcome.exists():
+            done = execute_notebook(work, output)
+            outcome.write_text(json.dumps({"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}))
+    done = subprocess.CompletedProcess(args=[str(RUNNER)], **json.loads(outcome.read_text()))
+    executed_nb = nbformat.read(output, as_version=4) if output.exists() else None
+    return done, executed_nb
+
+
+def execute_notebook(work: Path, output: Path) -> subprocess.CompletedProcess:
+    work.mkdir(parents=True, exist_ok=True)
     lake = work / "lake"
-    frames = sample_frames(now=datetime.now(timezone.utc), topics=("orders", "payments", "clicks"), faults=FAULTS)
+    frames = sample_frames(now=datetime.now(UTC), topics=("orders", "payments", "clicks"), faults=FAULTS)
     write_frames(str(lake), {**frames, "bronze": bronze(frames["completeness"])})
-    output = work / "completeness.executed.ipynb"
     env = {key: value for key, value in os.environ.items() if not key.startswith("KAUDIT_")}
     env.update(KAUDIT_LAKE_PATH=str(lake), KAUDIT_STATE_DIR=str(work / "state"), KAUDIT_CACHE_DIR=str(cache_dir()),
                PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                # the kernel imports this checkout, not whichever one the venv's editable install names
                PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, str(RUNNER), str(NOTEBOOK), str(output), "--cwd", str(work)],
+    return subprocess.run([sys.executable, str(RUNNER), str(NOTEBOOK), str(output), "--cwd", str(work)],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=540)
-    executed_nb = nbformat.read(output, as_version=4) if output.exists() else None
-    return done, executed_nb
 
 
 def tagged(nb, tag: str):
