@@ -55,14 +55,12 @@ def in_schedule_order(items: list) -> list:
     for item in items:
         if not item.get_closest_marker("slow"):
             modules.setdefault(item.nodeid.split("::")[0], []).append(item)
-
-    def needs(marker: str, tests: list) -> bool:
-        return any(test.get_closest_marker(marker) for test in tests)
-
-    computing = [tests for tests in modules.values() if needs("spark", tests)]
-    waiting = [tests for tests in modules.values() if not needs("spark", tests) and needs("kafka", tests)]
-    rest = [tests for tests in modules.values() if not needs("spark", tests) and not needs("kafka", tests)]
-    alternating = [tests for pair in zip_longest(computing, waiting) for tests in pair if tests]
+    by_kind: dict[str, list[list]] = {"spark": [], "kafka": [], "rest": []}
+    for tests in modules.values():
+        kind = next((m for m in ("spark", "kafka") if any(t.get_closest_marker(m) for t in tests)), "rest")
+        by_kind[kind].append(tests)
+    alternating = [tests for pair in zip_longest(by_kind["spark"], by_kind["kafka"]) for tests in pair if tests]
+    rest = by_kind["rest"]
     return slow + [test for tests in [*alternating, *rest] for test in tests]
 
 

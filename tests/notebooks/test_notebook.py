@@ -51,9 +51,8 @@ def executed(tmp_path_factory):
 
     Run once for the whole test run: `make test`'s workers each get some of this module's tests, and the
     first to need the notebook executes it while the others wait on the lock, then read what it left."""
-    workers = os.environ.get("PYTEST_XDIST_WORKER")
     base = tmp_path_factory.getbasetemp()
-    work = (base.parent if workers else base) / "notebook"  # the parent: shared by this run's workers
+    work = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "notebook"  # the parent: shared by this run's workers
     outcome, output = work / "outcome.json", work / "completeness.executed.ipynb"
     with open(f"{work}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

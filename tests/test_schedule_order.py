@@ -1,0 +1,40 @@
+"""The order `make test`'s workers take tests in (`in_schedule_order` in tests/conftest.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tests.conftest import in_schedule_order
+
+
+@dataclass
+class Item:
+    nodeid: str
+    markers: tuple[str, ...] = ()
+
+    def get_closest_marker(self, name: str):
+        return name if name in self.markers else None
+
+
+def test_slow_tests_first_then_spark_and_kafka_modules_alternate_whole_and_the_rest_last():
+    items = [
+        Item("a.py::quick"),
+        Item("b.py::one", ("spark",)),
+        Item("b.py::two", ("spark",)),
+        Item("c.py::one", ("kafka",)),
+        Item("d.py::one", ("kafka",)),
+        Item("e.py::soak", ("kafka", "slow")),
+        Item("f.py::one", ("spark", "kafka")),
+        Item("c.py::two", ("kafka",)),
+    ]
+    ordered = [item.nodeid for item in in_schedule_order(items)]
+    assert ordered == [
+        "e.py::soak",
+        "b.py::one",
+        "b.py::two",
+        "c.py::one",
+        "c.py::two",
+        "f.py::one",
+        "d.py::one",
+        "a.py::quick",
+    ]
