@@ -4,7 +4,7 @@ to ask for it.
 
 The rule is audit/contract/complete_through.py's (`watermark_of`); `watermarks` computes it with Spark
 aggregates, held to the same answers by its tests. A run refreshes only the (topic, tier) pairs whose
-windows it judged, with one MERGE that rewrites a row only when its watermark moved, so a quiet run
+windows it judged, with one MERGE of the rows whose watermark moved, none when none did, so a quiet run
 changes nothing. Restrict a lake (bronze) query to the windows behind the watermark with the SQL
 pattern in docs/tables.md ("Reading only complete windows").
 """
@@ -37,8 +37,13 @@ def refresh_watermarks(spark: SparkSession, settings: Settings, judged) -> None:
         .select(*KEY_COLUMNS, *WINDOW_COLUMNS)
         .join(F.broadcast(pairs), list(PAIR), "left_semi")
     )
-    marks = watermarks(windows).withColumn("updated_at", F.current_timestamp())
-    delta_io.upsert(spark, settings.lake_root, COMPLETENESS_WATERMARKS, marks)
+    marks = watermarks(windows).localCheckpoint()  # computed once: compared, then written
+    moved = delta_io.changed_rows(spark, settings.lake_root, COMPLETENESS_WATERMARKS, marks).localCheckpoint()
+    if moved.isEmpty():  # most runs move no watermark: no MERGE, no commit
+        return
+    delta_io.upsert(
+        spark, settings.lake_root, COMPLETENESS_WATERMARKS, moved.withColumn("updated_at", F.current_timestamp())
+    )
 
 
 def watermarks(windows):

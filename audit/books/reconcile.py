@@ -43,6 +43,7 @@ from audit.contract.tables import (
     TIER_STATUS,
 )
 from audit.io import delta_io
+from audit.io.spark import side_by_side
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -323,11 +324,11 @@ def _judge(spark: SparkSession, settings: Settings, records, now_ms: int, step: 
     """Step 3: the tier tables from the records read (None: nothing new), then completeness; `memory` is given
     the tiers `tier_counts` holds now."""
     touched = None
-    if records is not None:
-        touched = update_tier_counts(spark, settings, records)
-        step.done("tier_counts")
-        update_tier_status(spark, settings, records)
-        step.done("tier_status")
+    if records is not None:  # independent tables: written side by side
+        touched, _ = side_by_side(
+            lambda: update_tier_counts(spark, settings, records), lambda: update_tier_status(spark, settings, records)
+        )
+        step.done("tier_counts and tier_status")
     if touched is None:
         touched = spark.createDataFrame([], "origin_cluster STRING, topic STRING, window_start TIMESTAMP")
     memory.counted_tiers = counted_tiers(spark, settings, memory.counted_tiers, records)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
@@ -78,11 +77,12 @@ def ensure_tables(spark: SparkSession, lake_root: str, names: tuple[str, ...] | 
 
     Created side by side: each creation is a Delta commit that mostly waits on the file system and the
     driver, so a first run on a new lake does not pay for them one after the other."""
+    from audit.io.spark import side_by_side
+
     known = {**TABLES, **INTERNAL_TABLES}
     names = names or tuple(known)
-    with ThreadPoolExecutor(max_workers=CREATING_THREADS) as pool:
-        paths = pool.map(lambda name: ensure_table(spark, lake_root, known[name]), names)
-        return dict(zip(names, paths, strict=True))
+    creations = (lambda name=name: ensure_table(spark, lake_root, known[name]) for name in names)
+    return dict(zip(names, side_by_side(*creations, threads=CREATING_THREADS), strict=True))
 
 
 def _key_condition(table: Table, rows, prune: bool = True, dates: Iterable | None = None) -> str:
@@ -201,6 +201,20 @@ def upsert(
         .whenNotMatchedInsertAll()
         .execute()
     )
+
+
+def changed_rows(spark: SparkSession, lake_root: str, table: Table, rows, *, ignore: tuple[str, ...] = ("updated_at",)):
+    """The rows of `rows` that an `upsert` would write: a key the table does not hold, or a column other than
+    `ignore` that differs. Empty: an upsert would change nothing, and its MERGE (a commit) can be skipped."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    path = table_path(lake_root, table.name)
+    if _is_empty(DeltaTable.forPath(spark, path), path):
+        return rows
+    compared = [c for c in table.columns if c.name not in ignore]
+    same = " AND ".join(f"{_comparable('t', c)} <=> {_comparable('s', c)}" for c in compared)
+    return rows.alias("s").join(read_table(spark, lake_root, table.name).alias("t"), F.expr(same), "left_anti")
 
 
 # More windows than this in one write are not named one by one (see `window_predicate`).

@@ -16,7 +16,15 @@ from confluent_kafka import Producer
 from audit.books.alert_rules import window_alerts
 from audit.books.reconcile import ReconcileReport, RunMemory, read_and_store, reconcile
 from audit.contract.record import PartitionStatus, count_record, encode, status_record
-from audit.contract.tables import AUDIT_RECORDS, AUDIT_REJECTS, COMPLETENESS, SOURCE_OFFSETS, TIER_COUNTS, TIER_STATUS
+from audit.contract.tables import (
+    AUDIT_RECORDS,
+    AUDIT_REJECTS,
+    COMPLETENESS,
+    COMPLETENESS_WATERMARKS,
+    SOURCE_OFFSETS,
+    TIER_COUNTS,
+    TIER_STATUS,
+)
 from audit.contract.windows import window_start
 from audit.io import delta_io
 from audit.io.clients import ensure_topics
@@ -121,6 +129,12 @@ def rows(spark, settings, table, *, drop=("updated_at", "ingested_at")) -> list[
         (row.asDict(recursive=True) for row in frame.drop(*[c for c in drop if c in frame.columns]).collect()),
         key=lambda r: json.dumps(r, default=str, sort_keys=True),
     )
+
+
+def version_of(spark, settings, table) -> int:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forPath(spark, delta_io.table_path(settings.lake_root, table.name)).history(1).first().version
 
 
 def completeness(spark, settings) -> dict[tuple[str, int, str], tuple]:
@@ -390,11 +404,13 @@ def test_reconciling_twice_or_from_scratch_leaves_identical_tables(spark, settin
 
     reconcile(spark, settings, now_ms=NOW)
     first = {t.name: rows(spark, settings, t, drop=()) for t in tables}
+    marks_version = version_of(spark, settings, COMPLETENESS_WATERMARKS)
     again = reconcile(spark, settings, now_ms=NOW)
     assert again.read == 0
     assert {t.name: rows(spark, settings, t, drop=()) for t in tables} == first, (
         "a rerun changes nothing, not even updated_at"
     )
+    assert version_of(spark, settings, COMPLETENESS_WATERMARKS) == marks_version, "no watermark moved: no commit"
 
     # Forget every offset: the whole audit topic is read again, and still nothing changes.
     spark.sql(f"DELETE FROM delta.`{delta_io.table_path(settings.lake_root, SOURCE_OFFSETS.name)}`")

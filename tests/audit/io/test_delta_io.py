@@ -123,6 +123,25 @@ def test_replacing_a_window_keeps_its_rows_not_written_and_the_updated_at_of_tho
     assert _table(spark, lake)[("a", START, "dc1")] == (12, later)
 
 
+def test_the_rows_an_upsert_would_change_are_the_new_and_the_different_ones(spark, tmp_path):
+    lake = str(tmp_path / "lake")
+    delta_io.ensure_table(spark, lake, TIER_COUNTS)
+    first = dt.datetime(2026, 11, 25, 10, 5)
+
+    def changed(rows: list[dict]) -> set:
+        frame = spark.createDataFrame(rows, delta_io.spark_schema(TIER_COUNTS))
+        return {(r.topic, r.tier) for r in delta_io.changed_rows(spark, lake, TIER_COUNTS, frame).collect()}
+
+    stored = [_count_row("a", START, "dc1", 10, first), _count_row("b", START, "dc1", 10, first)]
+    assert changed(stored) == {("a", "dc1"), ("b", "dc1")}, "an empty table: every row"
+    _write(spark, lake, stored)
+
+    later = dt.datetime(2026, 11, 25, 11, 0)
+    other_partitions = {**_count_row("b", START, "dc1", 10, later), "by_partition": {0: 4, 1: 6}}
+    assert changed([_count_row("a", START, "dc1", 10, later)]) == set(), "only updated_at differs"
+    assert changed([other_partitions, _count_row("c", START, "lake", 1, later)]) == {("b", "dc1"), ("c", "lake")}
+
+
 def test_windows_written_in_order_are_read_back_from_their_own_files_only(spark, tmp_path):
     """Each file covers a short run of windows, so naming a window reads few of them."""
     lake = str(tmp_path / "lake")
