@@ -10,7 +10,7 @@ NATIVE := build/native/.done
 MVN := mvn -q -B -Dmaven.repo.local=$(KAUDIT_CACHE_DIR)/m2
 PYTEST_ARGS ?=
 # Test processes of `make test`: much of the suite waits on brokers, timeouts and subprocesses, so three
-# workers overlap the waiting even on two cores (2026-11-26: 20.5 min with two, 15.5-16.3 with three). One
+# workers overlap the waiting even on two cores (2026-11-26: 20.5 min with two, 15.0-16.3 with three). One
 # test at a time per worker, in the order tests/conftest.py gives (slow tests first, then Spark modules
 # alternating with Kafka ones). TEST_WORKERS=0 runs the suite in this process.
 TEST_WORKERS ?= 3
