@@ -88,25 +88,12 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
 def update_tier_status(spark: SparkSession, settings: Settings, new_records) -> None:
     """Keep each reporter partition's newest status, then sum them up per tier and logical topic: for the
     (tier, topic) pairs that received status records, the only ones whose sums can change."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     newest = _newest_partition_statuses(new_records.where(F.col("kind") == "status")).localCheckpoint()
     if newest.isEmpty():
         return
-    rows = newest.select(*PARTITION_STATUS.column_names)  # one per key: into an empty table, an append
-    if delta_io.is_empty(spark, settings.lake_root, PARTITION_STATUS):
-        delta_io.append(settings.lake_root, PARTITION_STATUS, rows)
-    else:
-        target = DeltaTable.forPath(spark, delta_io.table_path(settings.lake_root, PARTITION_STATUS.name))
-        condition = " AND ".join(f"t.`{name}` = s.`{name}`" for name in PARTITION_STATUS.key)
-        (
-            target.alias("t")
-            .merge(rows.alias("s"), condition)
-            .whenMatchedUpdateAll(condition="s.emitted_at > t.emitted_at")
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
+    delta_io.upsert(spark, settings.lake_root, PARTITION_STATUS, newest, update_when="s.emitted_at > t.emitted_at")
     touched = newest.select(*STATUS_PAIR).distinct()
     partitions = delta_io.read_table(spark, settings.lake_root, PARTITION_STATUS.name).join(
         F.broadcast(touched), list(STATUS_PAIR), "left_semi"

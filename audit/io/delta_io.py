@@ -178,9 +178,11 @@ def upsert(
     *,
     ignore: tuple[str, ...] = ("updated_at",),
     dates: Iterable | None = None,
+    update_when: str | None = None,
 ) -> None:
     """Insert new keys; update existing ones only where a column other than `ignore` changed.
-    `dates`: the partition values of `rows` when known."""
+    `dates`: the partition values of `rows` when known; `update_when`: a condition on `t` (the table) and `s`
+    (the rows) that an update must meet as well."""
     from delta.tables import DeltaTable
 
     path = table_path(lake_root, table.name)
@@ -193,6 +195,8 @@ def upsert(
     changed = reduce(
         lambda a, b: f"{a} OR {b}", [f"NOT ({_comparable('t', c)} <=> {_comparable('s', c)})" for c in compared]
     )
+    if update_when:
+        changed = f"({update_when}) AND ({changed})"
     (
         target.alias("t")
         .merge(rows.alias("s"), _key_condition(table, rows, dates=dates))
