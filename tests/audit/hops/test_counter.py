@@ -322,10 +322,18 @@ def test_two_instances_and_a_rebalance_mid_stream_stay_exact(local_clusters, top
     group = f"g-{prefix}"
     expected: Counter = Counter()
 
-    def produce_in_background(batches: int) -> threading.Thread:
+    handed_over = threading.Event()
+
+    def produce_until_handed_over() -> threading.Thread:
+        """Batches until the second instance has taken everything over, then one more (at most 60 in
+        all), so both rebalances happen while messages flow however fast or slow this machine is."""
+
         def work():
-            for batch in range(batches):
-                expected.update(produce_plain(bootstrap, topics, 4000, windows=5, partitions=6, seed=batch))
+            for batch in range(60):
+                was_handed_over = handed_over.is_set()
+                expected.update(produce_plain(bootstrap, topics, 2000, windows=5, partitions=6, seed=batch))
+                if was_handed_over:
+                    return
 
         thread = threading.Thread(target=work)
         thread.start()
@@ -333,15 +341,16 @@ def test_two_instances_and_a_rebalance_mid_stream_stay_exact(local_clusters, top
 
     first = counter_for(bootstrap, audit_topic, prefix, instance="a", group=group, flush_interval_s=0.3)
     second = counter_for(bootstrap, audit_topic, prefix, instance="b", group=group, flush_interval_s=0.3)
-    runners = [threading.Thread(target=counter.run, kwargs={"max_seconds": 120}) for counter in (first, second)]
+    runners = [threading.Thread(target=counter.run, kwargs={"max_seconds": 180}) for counter in (first, second)]
     runners[0].start()
-    producing = produce_in_background(10)
+    producing = produce_until_handed_over()
     wait_for(lambda: first.stats.counted > 0, "the first instance to count")
     runners[1].start()  # joins the group while messages flow: a rebalance
     wait_for(lambda: second.progress and second.stats.counted > 0, "the second instance to get partitions and count")
-    assert producing.is_alive(), "the rebalance should happen mid-stream"
     first.stop()  # leaves: after its session times out, the second takes everything over
     runners[0].join(60)
+    assert producing.is_alive(), "the producer stops only once the takeover is done"
+    handed_over.set()
     producing.join(180)
     second.stop()
     runners[1].join(60)
