@@ -64,9 +64,18 @@ def mirror_command(config: Path) -> list[str]:
 
 
 def produce_sequenced(
-    bootstrap: str, topic: str, first: int, count: int, *, pause_every: int = 0, pause_s: float = 0.0
-) -> None:
-    """Messages `first` .. `first + count - 1`, each with its number in the `seq` header; paced if asked."""
+    bootstrap: str,
+    topic: str,
+    first: int,
+    count: int,
+    *,
+    pause_every: int = 0,
+    pause_s: float = 0.0,
+    until: threading.Event | None = None,
+) -> int:
+    """Messages `first` .. `first + count - 1`, each with its number in the `seq` header; paced if asked.
+    With `until`, it writes one block of `pause_every` more once it sees that event set at a pause, then stops.
+    Returns how many it wrote."""
     failures = []
     producer = Producer(
         {
@@ -77,6 +86,7 @@ def produce_sequenced(
             "on_delivery": lambda err, _msg: err and failures.append(err),
         }
     )
+    last_block = False
     for seq in range(first, first + count):
         while True:
             try:
@@ -93,9 +103,14 @@ def produce_sequenced(
         producer.poll(0)
         if pause_every and (seq - first + 1) % pause_every == 0:
             producer.flush(30)
+            if last_block:
+                count = seq - first + 1
+                break
+            last_block = until is not None and until.is_set()
             time.sleep(pause_s)
     assert producer.flush(60) == 0
     assert failures == [], failures[:3]
+    return count
 
 
 def seqs_at(bootstrap: str, topic: str) -> Counter:
@@ -214,9 +229,14 @@ def test_sigterm_mid_stream_exits_cleanly_and_a_restart_copies_the_rest_without_
     dc1, aggregate = local_clusters["dc1"].bootstrap_servers, local_clusters["aggregate"].bootstrap_servers
     topic = topic_factory("dc1", partitions=PARTITIONS)
     config = write_config(tmp_path / "kaudit.toml", local_clusters, audit_topic=unique_name("audit"), prefix=topic)
-    total = 30_000
+    # The producer writes until the replicator has exited, then one block more (at most 200,000 messages in
+    # all): the signal comes mid-stream however long the replicator takes to start on this machine, and
+    # some messages are certainly left for the restart.
+    exited, produced = threading.Event(), []
     producing = threading.Thread(
-        target=produce_sequenced, args=(dc1, topic, 0, total), kwargs={"pause_every": 1000, "pause_s": 0.3}
+        target=lambda: produced.append(
+            produce_sequenced(dc1, topic, 0, 200_000, pause_every=1000, pause_s=0.3, until=exited)
+        )
     )
     producing.start()
     command = mirror_command(config)
@@ -225,13 +245,16 @@ def test_sigterm_mid_stream_exits_cleanly_and_a_restart_copies_the_rest_without_
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
         wait_for(lambda: target_end(aggregate, f"dc1.{topic}") > 0, "the replicator to copy", timeout_s=60, every_s=0.2)
         time.sleep(1.0)
-        assert producing.is_alive(), "the producer should still be writing when SIGTERM comes"
+        assert producing.is_alive(), "the producer writes until the replicator has exited"
         signalled = time.monotonic()
         process.send_signal(signal.SIGTERM)
         process.wait(SIGTERM_EXIT_BOUND_S + 10)
+    exited.set()
     took_s = time.monotonic() - signalled
     assert process.returncode == 0, log_path.read_text()[-3000:]
     assert took_s < SIGTERM_EXIT_BOUND_S
+    producing.join()
+    (total,) = produced
     at_stop = seqs_at(aggregate, f"dc1.{topic}")
     per_partition = Counter(seq % PARTITIONS for seq in at_stop)
     assert 0 < len(at_stop) < total, f"stopped mid-stream; log:\n{log_path.read_text()[-3000:]}"
@@ -239,7 +262,6 @@ def test_sigterm_mid_stream_exits_cleanly_and_a_restart_copies_the_rest_without_
     assert committed(dc1, "kaudit-mirror-dc1-aggregate", topic) == {p: per_partition[p] for p in range(PARTITIONS)}, (
         "everything delivered is committed, nothing more"
     )
-    producing.join()
 
     final = subprocess.run(command + ["--until-caught-up"], capture_output=True, text=True, timeout=240)
     assert final.returncode == 0, final.stderr[-3000:]
