@@ -20,7 +20,7 @@ from audit.contract.tables import (
     SOURCE_OFFSETS,
 )
 from audit.io import delta_io
-from audit.io.clients import client_config, java_client_options, list_offsets
+from audit.io.clients import client_config, list_offsets, spark_kafka_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -131,11 +131,10 @@ def read_new_messages(spark: SparkSession, settings: Settings, sources: list[Aud
             assign.setdefault(topic, []).append(partition)
             starts.setdefault(topic, {})[str(partition)] = start
             ends.setdefault(topic, {})[str(partition)] = end
-        reader = spark.read.format("kafka")
-        for key, value in java_client_options(settings, source.cluster).items():
-            reader = reader.option(f"kafka.{key}", value)
         frame = (
-            reader.option("assign", json.dumps(assign))
+            spark.read.format("kafka")
+            .options(**spark_kafka_options(settings, source.cluster))
+            .option("assign", json.dumps(assign))
             .option("startingOffsets", json.dumps(starts))
             .option("endingOffsets", json.dumps(ends))
             .option("kafka.isolation.level", "read_committed")

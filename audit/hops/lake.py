@@ -31,7 +31,7 @@ from audit.contract.watermarks import topic_statuses, watermark_ms
 from audit.contract.windows import MS_PER_MINUTE
 from audit.hops.retention import RetentionGaps, Skip
 from audit.io import delta_io
-from audit.io.clients import Admin, client_config, ensure_topics, java_client_options
+from audit.io.clients import Admin, client_config, ensure_topics, spark_kafka_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -387,11 +387,10 @@ class LakeJob:
         return not stop.wait(self.options.restart_after_s)
 
     def start(self, topics: list[str], *, until_caught_up: bool):
-        reader = self.spark.readStream.format("kafka")
-        for key, value in java_client_options(self.settings, self.options.cluster).items():
-            reader = reader.option(f"kafka.{key}", value)
         reader = (
-            reader.option("subscribe", ",".join(topics))
+            self.spark.readStream.format("kafka")
+            .options(**spark_kafka_options(self.settings, self.options.cluster))
+            .option("subscribe", ",".join(topics))
             .option("startingOffsets", "earliest")
             .option("includeHeaders", "true")
             .option("kafka.isolation.level", "read_committed")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from audit.contract.errors import ConfigError
-from audit.io.clients import java_client_options
+from audit.io.clients import SPARK_FETCH_MAX_WAIT_MS, java_client_options, spark_kafka_options
 from audit.settings import from_dict
 
 
@@ -145,3 +145,14 @@ def test_settings_it_cannot_map_are_config_errors_naming_the_key(client, message
         )
     assert message in str(caught.value)
     assert "hunter2" not in str(caught.value)
+
+
+def test_spark_kafka_options_are_the_java_options_prefixed_with_a_short_fetch_wait():
+    settings = from_dict({"clusters": [{"name": "dc1", "bootstrap_servers": "b1:9092", "client": {"client.id": "x"}}]})
+
+    assert spark_kafka_options(settings, "dc1") == {
+        "kafka.bootstrap.servers": "b1:9092",
+        "kafka.security.protocol": "PLAINTEXT",
+        "kafka.client.id": "x",
+        "kafka.fetch.max.wait.ms": str(SPARK_FETCH_MAX_WAIT_MS),
+    }
