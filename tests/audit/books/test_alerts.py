@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import email
 import logging
-import socket
 import statistics
 from datetime import UTC, datetime
 from email import policy
@@ -15,6 +14,7 @@ from aiosmtpd.controller import Controller
 
 from audit.books.alerts import Alert, alert_id, lag_alerts, read_log, run_alerts, subject
 from audit.io.lake_read import read_frame
+from audit.local.processes import free_port
 from audit.settings import AlertRoute, AlertSettings, Settings, SmtpSettings
 from dashboards.sample import (
     Drop,
@@ -41,12 +41,6 @@ class Inbox:
         message["X-Envelope-To"] = ", ".join(envelope.rcpt_tos)
         self.messages.append(message)
         return "250 OK"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Server:
