@@ -294,6 +294,24 @@ def test_a_run_until_caught_up_ends_when_its_commit_reaches_the_ends_not_a_flush
     assert counted(bootstrap, audit_topic) == dict(expected)
 
 
+def test_a_run_until_caught_up_with_nothing_new_returns_at_once(local_clusters, topic_factory, unique_name):
+    """Nothing new since the group's last commit, an hour between flushes: the run ends at once, not at
+    its first flush (it used to run until max_seconds)."""
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    prefix = unique_name("nothing-new")
+    topic = topic_factory("dc1", partitions=2, name=f"{prefix}-t")
+    audit_topic = topic_factory("dc1", name=f"{prefix}-audit")
+    expected = produce_plain(bootstrap, [topic], 300, windows=2, partitions=2)
+    counter_for(bootstrap, audit_topic, prefix, flush_interval_s=3600).run(until_caught_up=True, max_seconds=60)
+
+    began = time.monotonic()
+    stats = counter_for(bootstrap, audit_topic, prefix, flush_interval_s=3600).run(until_caught_up=True, max_seconds=60)
+
+    assert time.monotonic() - began < 30, "it ran until max_seconds: caught up only at a flush"
+    assert stats.counted == 0
+    assert counted(bootstrap, audit_topic) == dict(expected)
+
+
 def test_status_records_report_positions_lag_and_watermark(local_clusters, topic_factory, unique_name):
     bootstrap = local_clusters["dc1"].bootstrap_servers
     prefix = unique_name("status")
