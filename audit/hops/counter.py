@@ -592,23 +592,22 @@ class ClusterCounter:
         return self.options.topic_refresh_s
 
     def step(self) -> bool:
-        """Count one batch and flush when due; idle only right after a flush with nothing new read.
+        """Count one batch and flush when due; idle right after a flush with nothing new read.
 
         Run until caught up, a batch that reads nothing flushes at once what was counted or read past since the
-        last commit, or, with nothing to commit, is idle: the run ends as soon as its group's commits reach the
-        ends, not one flush interval later."""
+        last commit, and is idle when there is nothing to commit: the run ends as soon as its group's commits
+        reach the ends, not one flush interval later."""
         messages = self.consumer.consume(self.options.batch_size, timeout=0.5) if self._subscribed else []
         if not self._subscribed:
             self._stop.wait(0.5)
         self.count_batch(messages)
         self.check_retention(messages)
-        at_end = self._until_caught_up and bool(self._subscribed) and not messages
-        if at_end:
+        read_all = self._until_caught_up and bool(self._subscribed) and not messages
+        if read_all:
             self._read_past_markers()
-            if not self._has_news():
-                return True  # nothing to commit: idle, so the run asks whether its group has caught up
+        at_end = read_all and self._has_news()
         if time.monotonic() < self._next_flush and not at_end:
-            return False
+            return read_all  # idle with nothing to commit: the run asks whether its group has caught up
         self.flush()
         self._next_flush = time.monotonic() + self.options.flush_interval_s
         return not messages
