@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 RAW_TEXT_LIMIT = 10_000
 FUTURE_SLACK_MS = 24 * 3600 * 1000  # a window may start at most a day after the check runs
+CLOCK_COLUMNS = frozenset({"window_start_ms"})  # the columns whose expectations depend on `now_ms`
 EARLIEST_WINDOW_MS = 946_684_800_000  # 2000-01-01: anything older is a broken clock, not a late message
 
 # Output of `check`, in order, as Spark DDL (nested fields travel as JSON text, parsed by Spark).
@@ -220,6 +221,15 @@ class RecordChecker:
             gx.expectations.ExpectColumnValuesToBeBetween(column="count", min_value=0, max_value=MAX_COUNT),
             gx.expectations.ExpectColumnValuesToBeBetween(column="lag", min_value=0, max_value=MAX_COUNT),
         ]
+
+    def configured_expectations(self) -> list:
+        """The expectations that follow from the settings alone, the same in every run of a deployment (the
+        native check builds their conditions once per session)."""
+        return [e for e in self.expectations() if e.column not in CLOCK_COLUMNS]
+
+    def clock_expectations(self) -> list:
+        """The expectations that move with the run's clock (`now_ms`)."""
+        return [e for e in self.expectations() if e.column in CLOCK_COLUMNS]
 
     def _apply_expectations(self, out: pd.DataFrame) -> None:
         """Validate the rows the contract accepted; set `reason` on every row an expectation refuses."""

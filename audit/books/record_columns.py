@@ -19,7 +19,9 @@ result is the same row for row; the conditions here may be stricter than the con
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 from audit.contract.names import CONTROL_CHARACTERS, NAME_PATTERN, TOPIC_PATTERN
 from audit.contract.record import MAX_AUDIT_TIME_MS, MAX_COUNT, MAX_PARTITION, MAX_RECORD_BYTES, MAX_RECORD_ID_CHARS
@@ -86,22 +88,47 @@ def checked_natively(messages: DataFrame, checker: RecordChecker) -> DataFrame:
     row was checked here; where it is False, the row holds only its source and must be checked in Python."""
     from pyspark.sql import functions as F
 
-    from audit.books.record_check import CHECKED_COLUMNS
-
     text = F.col("value").cast("string")
     parsed = messages.withColumn("p", F.from_json(text, PARSED_DDL)).withColumn("_text", text)
+    projection = _projection(messages.sparkSession, replace(checker, now_ms=0))
+    fast = F.coalesce(projection.accepted & _expectations_hold(checker.clock_expectations()), F.lit(False))
+    return parsed.select("*", *projection.fields).withColumn(FAST, fast).select(*projection.out, "value", FAST)
+
+
+@dataclass(frozen=True)
+class _Projection:
+    fields: list  # the checker's output columns, named (`_fields`)
+    accepted: Column  # every rule but the clock's expectations (`_accepted`)
+    out: list  # CHECKED_COLUMNS as the table types them, from `fields` and FAST
+
+
+# Per session, per clock-free checker: building the columns takes thousands of calls into the JVM (about
+# 1.5 s a run), while what they say changes only with the settings; the clock's expectations are added per run.
+_PROJECTIONS: WeakKeyDictionary = WeakKeyDictionary()
+
+
+def _projection(session, checker: RecordChecker) -> _Projection:
+    built = _PROJECTIONS.setdefault(session, {})
+    if checker not in built:
+        built[checker] = _projection_of(checker)
+    return built[checker]
+
+
+def _projection_of(checker: RecordChecker) -> _Projection:
+    from pyspark.sql import functions as F
+
+    from audit.books.record_check import CHECKED_COLUMNS
+
     fields = _fields(F.col("p"), checker)
-    rows = parsed.select("*", *(column.alias(name) for name, column in fields.items()))
-    fast = F.coalesce(_accepted(checker), F.lit(False))
     # Only an accepted row's fields are kept (and cast): a refused one may hold values no cast takes.
     out = [
         F.col(name) if name.startswith("read_from") else F.when(F.col(FAST), F.col(name) if name in fields else None)
         for name in CHECKED_COLUMNS
     ]
-    return rows.withColumn(FAST, fast).select(
-        *(column.cast(kind).alias(name) for column, name, kind in zip(out, CHECKED_COLUMNS, _types(), strict=True)),
-        "value",
-        FAST,
+    return _Projection(
+        fields=[column.alias(name) for name, column in fields.items()],
+        accepted=_accepted(checker),
+        out=[column.cast(kind).alias(name) for column, name, kind in zip(out, CHECKED_COLUMNS, _types(), strict=True)],
     )
 
 
@@ -190,7 +217,8 @@ def _time_ms(text: Column, pattern: str) -> Column:
 
 
 def _accepted(checker: RecordChecker) -> Column:
-    """True when the row is canonical and passes every rule; null or False sends it to Python."""
+    """True when the row is canonical and passes every rule but the clock's expectations (`checked_natively`
+    adds those); null or False sends it to Python."""
     from pyspark.sql import functions as F
 
     p = F.col("p")
@@ -203,7 +231,7 @@ def _accepted(checker: RecordChecker) -> Column:
         & _identity_holds(p)
         & _window_holds(p["window_start"], F.col("window_start_ms"), F.col("window_minutes"), p["kind"])
         & F.when(p["kind"] == "count", _counts_hold(p)).otherwise(_status_holds(p))
-        & _expectations_hold(checker)
+        & _expectations_hold(checker.configured_expectations())
     )
 
 
@@ -332,13 +360,13 @@ def _status_holds(p: Column) -> Column:
     )
 
 
-def _expectations_hold(checker: RecordChecker) -> Column:
-    """The deployment's expectation suite, each expectation as the condition on its column (a null passes,
-    as in Great Expectations); an expectation kind this does not know fails loudly, not silently."""
+def _expectations_hold(expectations: list) -> Column:
+    """Expectations of the deployment's suite, each as the condition on its column (a null passes, as in
+    Great Expectations); an expectation kind this does not know fails loudly, not silently."""
     from pyspark.sql import functions as F
 
     ok = F.lit(True)
-    for expectation in checker.expectations():
+    for expectation in expectations:
         column = F.col(expectation.column)
         kind = type(expectation).__name__
         if kind == "ExpectColumnValuesToBeInSet":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -232,6 +233,27 @@ def test_origin_follows_the_naming_policy(spark, naming):
     native, python, fast = both_ways(spark, values, checker)
     assert_same(native, python, values)
     assert len(fast) == len(topics)
+
+
+def test_each_run_checks_against_its_own_clock_though_the_columns_are_built_once(spark):
+    """The native check's columns are built once per session and settings (`_projection`); the window's
+    latest start moves with each run's `now_ms`, in either direction."""
+    day = 24 * 3600 * 1000
+    ahead = WINDOW + day + 60 * 60_000  # more than the slack of a day after NOW, within it a day later
+    values = [good(window_start_ms=ahead)]
+    for now, accepted in ((NOW, False), (NOW + day, True), (NOW, False)):
+        checker = replace(CHECKER, now_ms=now)
+        native, python, fast = both_ways(spark, values, checker)
+        assert_same(native, python, values)
+        assert (python[0].reason is None) == accepted, python[0].reason
+        assert fast == ({0} if accepted else set()), (now, fast)
+
+
+def test_only_the_clock_expectations_move_with_the_clock():
+    later = replace(CHECKER, now_ms=CHECKER.now_ms + 1)
+    assert later.configured_expectations() == CHECKER.configured_expectations()
+    assert later.clock_expectations() != CHECKER.clock_expectations()
+    assert len(CHECKER.configured_expectations()) + len(CHECKER.clock_expectations()) == len(CHECKER.expectations())
 
 
 def test_the_canonical_keys_are_the_ones_encode_writes_in_its_order():
