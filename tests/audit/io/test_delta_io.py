@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 
+import deltalake
+import pyarrow as pa
 import pytest
 from delta.tables import DeltaTable
 
+from audit.contract.arrow import arrow_schema
 from audit.contract.tables import BRONZE, TIER_COUNTS
 from audit.io import delta_io
 
@@ -156,3 +159,19 @@ def test_windows_written_in_order_are_read_back_from_their_own_files_only(spark,
     one_window = table.where(delta_io.window_predicate([(DAY, windows[-1])]))
     assert len(one_window.inputFiles()) < every_file
     assert one_window.count() == 12_000
+
+
+def test_a_table_is_empty_until_any_writer_adds_a_file_and_again_once_all_are_removed(spark, tmp_path):
+    """`is_empty` decides between a plain append and a MERGE, so it must see the latest version, whoever wrote it."""
+    lake = str(tmp_path / "lake")
+    path = delta_io.ensure_table(spark, lake, TIER_COUNTS)
+    assert delta_io.is_empty(spark, lake, TIER_COUNTS)
+
+    row = _count_row("orders", START, "dc1", 5, EARLIER)
+    rows = pa.Table.from_pylist([row], schema=arrow_schema(TIER_COUNTS))
+    deltalake.write_deltalake(path, rows, mode="append")  # another process's writer, outside this JVM
+    assert not delta_io.is_empty(spark, lake, TIER_COUNTS), "another writer's append is seen"
+
+    DeltaTable.forPath(spark, path).delete()
+    delta_io._NON_EMPTY.discard(path)  # as a new process would see it
+    assert delta_io.is_empty(spark, lake, TIER_COUNTS)
