@@ -267,7 +267,7 @@ def read_and_store(
     )
     step.done("tables ready")
     if memory.offsets is None:
-        memory.offsets = stored_offsets(spark, settings)
+        memory.offsets = stored_offsets(settings)
     sources = audit_sources(settings, memory.offsets, unreachable=report.unreachable)
     memory.cluster_states = store_cluster_reads(spark, settings, report.unreachable, now_ms, memory.cluster_states)
     report.read = sum(source.pending for source in sources)
