@@ -405,11 +405,12 @@ SOURCE_OFFSETS = Table(
 )
 
 INTERNAL_TABLES: dict[str, Table] = {t.name: t for t in (PARTITION_STATUS, SOURCE_OFFSETS)}
+EVERY_TABLE: dict[str, Table] = {**TABLES, **INTERNAL_TABLES}  # the declared ones and the internal ones
 
 
 def table_path(lake_path: str | Path, name: str) -> str:
     """Where table `name` lives under the lake root (a local path or a URI such as s3a://...)."""
-    if name not in TABLES and name not in INTERNAL_TABLES:
+    if name not in EVERY_TABLE:
         raise KeyError(f"unknown table {name!r} (known: {', '.join(TABLES)})")
     return f"{str(lake_path).rstrip('/')}/{name}"
 

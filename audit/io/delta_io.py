@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from audit.contract.tables import INTERNAL_TABLES, TABLES, Table, table_path  # noqa: F401 (table_path is re-used by the jobs)
+from audit.contract.tables import EVERY_TABLE, Table, table_path  # noqa: F401 (table_path is re-used by the jobs)
 from audit.io.spark import side_by_side
 
 if TYPE_CHECKING:
@@ -78,9 +78,8 @@ def ensure_tables(spark: SparkSession, lake_root: str, names: tuple[str, ...] | 
 
     Created side by side: each creation is a Delta commit that mostly waits on the file system and the
     driver, so a first run on a new lake does not pay for them one after the other."""
-    known = {**TABLES, **INTERNAL_TABLES}
-    names = names or tuple(known)
-    creations = (lambda name=name: ensure_table(spark, lake_root, known[name]) for name in names)
+    names = names or tuple(EVERY_TABLE)
+    creations = (lambda name=name: ensure_table(spark, lake_root, EVERY_TABLE[name]) for name in names)
     return dict(zip(names, side_by_side(*creations, threads=CREATING_THREADS), strict=True))
 
 

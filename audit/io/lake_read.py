@@ -12,7 +12,7 @@ from datetime import date
 
 import pandas as pd
 
-from audit.contract.tables import INTERNAL_TABLES, TABLES, arrow_schema, table_path
+from audit.contract.tables import EVERY_TABLE, arrow_schema, table_path
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def read_arrow(
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
-    table = {**TABLES, **INTERNAL_TABLES}[name]
+    table = EVERY_TABLE[name]
     try:
         delta = DeltaTable(table_path(lake_root, name))
     except TableNotFoundError:
