@@ -115,6 +115,11 @@ def topic_factory(local_clusters, unique_name):
     return make
 
 
+# The tests' Spark driver compiles with C1 only (and room for its code): three test processes share two cores,
+# and a test's queries run too few times for C2's faster code to repay its compiling.
+TEST_DRIVER_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """One local Spark session with Delta and the Kafka source for the whole test session."""
@@ -126,7 +131,7 @@ def spark(tmp_path_factory):
         cache_dir=cache_dir(),
         conf={
             "spark.sql.warehouse.dir": str(warehouse),
-            "spark.driver.memory": "2g",
+            "spark.driver.extraJavaOptions": TEST_DRIVER_JIT_OPTIONS,
             # Tests run tiny tables, where each task generating code for its projections (a regex pass over the
             # code, even when the class is cached) costs more than Spark's interpreted expressions: 12 % less
             # CPU for test_reconcile.py. Whole-stage code is still generated; the demo, the soak and the benches
