@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException
@@ -71,7 +72,6 @@ def audit_sources(
 
 
 def store_cluster_reads(
-    spark: SparkSession,
     settings: Settings,
     unreachable: dict[str, str],
     now_ms: int,
@@ -81,19 +81,17 @@ def store_cluster_reads(
 
     `known`: the stored states when the caller remembers them (else they are read); returns the
     states stored now, cluster -> (reachable, error)."""
-    from pyspark.sql import functions as F
-
     states = {name: (name not in unreachable, unreachable.get(name)) for name in settings.cluster_names}
     if known is None:
         stored = read_arrow(settings.lake_root, CLUSTER_READS.name).to_pylist()  # small: as `stored_offsets`
         known = {row["cluster"]: (row["reachable"], row["error"]) for row in stored}
-    changed = [(name, *state) for name, state in states.items() if known.get(name) != state]
-    if not changed:
-        return states
-    rows = spark.createDataFrame(changed, "cluster STRING, reachable BOOLEAN, error STRING").withColumn(
-        "since", F.timestamp_millis(F.lit(now_ms))
-    )
-    delta_io.upsert(spark, settings.lake_root, CLUSTER_READS, rows, ignore=())
+    since = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
+    changed = [
+        {"cluster": name, "reachable": reachable, "error": error, "since": since}
+        for name, (reachable, error) in states.items()
+        if known.get(name) != (reachable, error)
+    ]
+    delta_io.upsert_from_driver(settings.lake_root, CLUSTER_READS, changed, ignore=())
     return states
 
 
@@ -179,20 +177,14 @@ def offsets_read_up_to(sources: list[AuditSource]) -> dict[tuple[str, str, int],
     }
 
 
-def store_offsets(
-    spark: SparkSession, settings: Settings, sources: list[AuditSource], known: dict | None = None
-) -> None:
+def store_offsets(settings: Settings, sources: list[AuditSource], known: dict | None = None) -> None:
     """Store the offsets read up to; `known`: those stored already (as `stored_offsets` gives them), not
     written again."""
-    from pyspark.sql import functions as F
-
     known = known or {}
+    now = datetime.now(tz=UTC)
     rows = [
-        (cluster, topic, partition, end)
+        {"cluster": cluster, "topic": topic, "partition": partition, "next_offset": end, "updated_at": now}
         for (cluster, topic, partition), end in offsets_read_up_to(sources).items()
         if known.get((cluster, topic, partition)) != end
     ]
-    if not rows:
-        return
-    frame = spark.createDataFrame(rows, "cluster STRING, topic STRING, partition INT, next_offset BIGINT")
-    delta_io.upsert(spark, settings.lake_root, SOURCE_OFFSETS, frame.withColumn("updated_at", F.current_timestamp()))
+    delta_io.upsert_from_driver(settings.lake_root, SOURCE_OFFSETS, rows)

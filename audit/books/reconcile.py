@@ -269,7 +269,7 @@ def read_and_store(
     if memory.offsets is None:
         memory.offsets = stored_offsets(settings)
     sources = audit_sources(settings, memory.offsets, unreachable=report.unreachable)
-    memory.cluster_states = store_cluster_reads(spark, settings, report.unreachable, now_ms, memory.cluster_states)
+    memory.cluster_states = store_cluster_reads(settings, report.unreachable, now_ms, memory.cluster_states)
     report.read = sum(source.pending for source in sources)
     step.done("offsets", messages=report.read)
     messages = read_new_messages(spark, settings, sources)
@@ -300,7 +300,7 @@ def reconcile(
     else:
         judgement = _judge(spark, settings, records, now_ms, step, memory)
         report.windows = judgement.windows
-        store_offsets(spark, settings, sources, known=memory.offsets)
+        store_offsets(settings, sources, known=memory.offsets)
         step.done("offsets stored")
         memory.offsets = {**memory.offsets, **offsets_read_up_to(sources)}
         memory.judged, memory.next_due_ms = True, judgement.next_due_ms

@@ -211,6 +211,33 @@ def upsert(
     )
 
 
+def upsert_from_driver(
+    lake_root: str, table: Table, rows: list[dict], *, ignore: tuple[str, ...] = ("updated_at",)
+) -> None:
+    """`upsert` of a few rows this process holds, written by `deltalake` here instead of a Spark MERGE: 17 ms
+    against 1.3 s for 8 rows of `_reconcile_offsets`. For the small tables only the driver reads and writes
+    (`lake_read.read_arrow`): Spark's first look at a log another writer extended costs it a second or more."""
+    from deltalake import DeltaTable
+
+    from audit.contract.arrow import arrow_table
+
+    if not rows:
+        return
+    compared = [c.name for c in table.columns if c.name not in table.key and c.name not in ignore]
+    (
+        DeltaTable(table_path(lake_root, table.name))
+        .merge(
+            arrow_table(table, rows),
+            predicate=" AND ".join(f't."{k}" = s."{k}"' for k in table.key),
+            source_alias="s",
+            target_alias="t",
+        )
+        .when_matched_update_all(predicate=" OR ".join(f'(t."{c}" IS DISTINCT FROM s."{c}")' for c in compared) or None)
+        .when_not_matched_insert_all()
+        .execute()
+    )
+
+
 def changed_rows(spark: SparkSession, lake_root: str, table: Table, rows, *, ignore: tuple[str, ...] = ("updated_at",)):
     """The rows of `rows` that an `upsert` would write: a key the table does not hold, or a column other than
     `ignore` that differs. Empty: an upsert would change nothing, and its MERGE (a commit) can be skipped."""

@@ -453,6 +453,7 @@ def test_a_cluster_never_started_is_reported_and_the_others_still_balance(spark,
     """A configured local cluster that was never started has no address at all: the run goes on
     without it, names it in the report and in `cluster_reads`, and rewrites that row only on a change."""
     from audit.contract.tables import CLUSTER_READS
+    from audit.io.lake_read import table_version
     from audit.settings import ClusterSettings
 
     base = settings_factory()
@@ -470,8 +471,6 @@ def test_a_cluster_never_started_is_reported_and_the_others_still_balance(spark,
     assert reads["dc1"] == reads["aggregate"] == (True, None)
     assert reads["dc2"][0] is False and "never started" in reads["dc2"][1]
 
-    version = delta_io.read_table(spark, settings.lake_root, CLUSTER_READS.name).inputFiles()
+    version = table_version(settings.lake_root, CLUSTER_READS.name)
     reconcile(spark, settings, now_ms=NOW + MINUTE)
-    assert delta_io.read_table(spark, settings.lake_root, CLUSTER_READS.name).inputFiles() == version, (
-        "an unchanged state is not rewritten"
-    )
+    assert table_version(settings.lake_root, CLUSTER_READS.name) == version, "an unchanged state is not rewritten"

@@ -175,3 +175,33 @@ def test_a_table_is_empty_until_any_writer_adds_a_file_and_again_once_all_are_re
     DeltaTable.forPath(spark, path).delete()
     delta_io._NON_EMPTY.discard(path)  # as a new process would see it
     assert delta_io.is_empty(spark, lake, TIER_COUNTS)
+
+
+def test_an_upsert_from_the_driver_writes_what_spark_reads_and_rewrites_only_changed_rows(spark, tmp_path):
+    """The small tables the driver writes with `deltalake` (the offsets: a key column named `partition`) hold
+    what Spark's MERGE would: new keys inserted, changed rows updated, unchanged rows and their updated_at kept."""
+    from audit.contract.tables import SOURCE_OFFSETS
+    from audit.io.lake_read import table_version
+
+    lake = str(tmp_path / "lake")
+    delta_io.ensure_table(spark, lake, SOURCE_OFFSETS)
+    first, later = (dt.datetime(2026, 11, 25, h, tzinfo=dt.UTC) for h in (10, 11))
+
+    def offset(partition: int, next_offset: int, at: dt.datetime) -> dict:
+        return {
+            "cluster": "dc1",
+            "topic": "_audit",
+            "partition": partition,
+            "next_offset": next_offset,
+            "updated_at": at,
+        }
+
+    delta_io.upsert_from_driver(lake, SOURCE_OFFSETS, [offset(0, 10, first), offset(1, 20, first)])
+    delta_io.upsert_from_driver(lake, SOURCE_OFFSETS, [offset(0, 10, later), offset(1, 25, later), offset(2, 5, later)])
+    version = table_version(lake, SOURCE_OFFSETS.name)
+    delta_io.upsert_from_driver(lake, SOURCE_OFFSETS, [])
+    assert table_version(lake, SOURCE_OFFSETS.name) == version, "nothing to write: no commit"
+
+    stored = delta_io.read_table(spark, lake, SOURCE_OFFSETS.name).collect()
+    as_read = {(r.partition, r.next_offset, r.updated_at.replace(tzinfo=dt.UTC)) for r in stored}
+    assert as_read == {(0, 10, first), (1, 25, later), (2, 5, later)}, "partition 0 unchanged: its updated_at kept"
