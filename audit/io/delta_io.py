@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from audit.contract.tables import EVERY_TABLE, Table, table_path  # noqa: F401 (table_path is re-used by the jobs)
+from audit.contract.tables import EVERY_TABLE, Table, arrow_table, table_path  # noqa: F401 (table_path is re-used by the jobs)
 from audit.io.spark import side_by_side
 
 if TYPE_CHECKING:
@@ -196,10 +195,7 @@ def upsert(
         _append(rows, path)
         return
     target = DeltaTable.forPath(spark, path)
-    compared = [c for c in table.columns if c.name not in table.key and c.name not in ignore]
-    changed = reduce(
-        lambda a, b: f"{a} OR {b}", [f"NOT ({_comparable('t', c)} <=> {_comparable('s', c)})" for c in compared]
-    )
+    changed = _changed(table, ignore)
     if update_when:
         changed = f"({update_when}) AND ({changed})"
     (
@@ -211,6 +207,16 @@ def upsert(
     )
 
 
+def _updatable(table: Table, ignore: tuple[str, ...]) -> list:
+    """The columns an update compares: those neither in the key nor in `ignore`."""
+    return [c for c in table.columns if c.name not in table.key and c.name not in ignore]
+
+
+def _changed(table: Table, ignore: tuple[str, ...]) -> str:
+    """A Spark SQL condition on `t` (the table) and `s` (the rows): true when an updatable column differs."""
+    return " OR ".join(f"NOT ({_comparable('t', c)} <=> {_comparable('s', c)})" for c in _updatable(table, ignore))
+
+
 def upsert_from_driver(
     lake_root: str, table: Table, rows: list[dict], *, ignore: tuple[str, ...] = ("updated_at",)
 ) -> None:
@@ -220,11 +226,9 @@ def upsert_from_driver(
     Keys are matched with `=`, not `<=>`: the table's key columns must never be null (as theirs are not)."""
     from deltalake import DeltaTable
 
-    from audit.contract.arrow import arrow_table
-
     if not rows:
         return
-    compared = [c.name for c in table.columns if c.name not in table.key and c.name not in ignore]
+    compared = [c.name for c in _updatable(table, ignore)]
     (
         DeltaTable(table_path(lake_root, table.name))
         .merge(
@@ -319,8 +323,7 @@ def replace_windows(
     if predicate is None:
         raise ValueError(f"{table.name}: rows to write but no window named for them")
     existing = read_table(spark, lake_root, table.name).where(predicate)
-    compared = [c for c in table.columns if c.name not in table.key and c.name not in ignore]
-    changed = " OR ".join(f"NOT ({_comparable('t', c)} <=> {_comparable('s', c)})" for c in compared)
+    changed = _changed(table, ignore)
     written = F.col(f"s.`{table.key[0]}`").isNotNull()  # else a row of those windows kept as it is
     fresh = written & (F.col(f"t.`{table.key[0]}`").isNull() | F.expr(changed))
     both = rows.alias("s").join(

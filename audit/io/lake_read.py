@@ -1,4 +1,5 @@
-"""Read the audit Delta tables without a JVM (the `deltalake` package): for the alerts and the UI.
+"""Read the audit Delta tables without a JVM (the `deltalake` package): for the alerts, the UI, and the
+books' small tables that only the driver reads (offsets, cluster states).
 
 A table that does not exist yet reads as empty with its declared columns, so a fresh install shows
 "no data" rather than a traceback. Partitioned tables are pruned by their `date` partition.
