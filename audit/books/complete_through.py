@@ -4,13 +4,14 @@ to ask for it.
 
 The rule is audit/contract/complete_through.py's (`watermark_of`); `watermarks` computes it with Spark
 aggregates, held to the same answers by its tests. A run refreshes only the (topic, tier) pairs whose
-windows it judged, with one MERGE of the rows whose watermark moved, none when none did, so a quiet run
-changes nothing. Restrict a lake (bronze) query to the windows behind the watermark with the SQL
+windows it judged, with one MERGE written by `deltalake` in the driver that commits only the rows whose
+watermark moved, nothing when none did, so a quiet run changes nothing. Restrict a lake (bronze) query to the windows behind the watermark with the SQL
 pattern in docs/tables.md ("Reading only complete windows").
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from audit.contract.complete_through import KEY_COLUMNS, WINDOW_COLUMNS
@@ -37,13 +38,10 @@ def refresh_watermarks(spark: SparkSession, settings: Settings, judged) -> None:
         .select(*KEY_COLUMNS, *WINDOW_COLUMNS)
         .join(F.broadcast(pairs), list(PAIR), "left_semi")
     )
-    marks = watermarks(windows).localCheckpoint()  # computed once: compared, then written
-    moved = delta_io.changed_rows(spark, settings.lake_root, COMPLETENESS_WATERMARKS, marks).localCheckpoint()
-    if moved.isEmpty():  # most runs move no watermark: no MERGE, no commit
-        return
-    delta_io.upsert(
-        spark, settings.lake_root, COMPLETENESS_WATERMARKS, moved.withColumn("updated_at", F.current_timestamp())
-    )
+    now = datetime.now(UTC)
+    marks = [{**mark, "updated_at": now} for mark in watermarks(windows).toArrow().to_pylist()]
+    # Written by the driver, as the tier tables: most runs move no watermark, and then make no commit.
+    delta_io.upsert_from_driver(settings.lake_root, COMPLETENESS_WATERMARKS, marks)
 
 
 def watermarks(windows):

@@ -17,6 +17,7 @@ from audit.contract.tables import (
 )
 from audit.contract.windows import MS_PER_MINUTE
 from audit.io import delta_io
+from audit.io.lake_read import read_arrow
 from audit.io.spark import broadcast_when_small
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ from audit.books.verdicts import classified
 
 log = logging.getLogger(__name__)
 
+REPORTED = ("origin_cluster", "topic", "tier", "watermark")  # what tier_paths reads of tier_status
+
 # -- 3c. completeness --------------------------------------------------------------------------
 
 
@@ -44,8 +47,9 @@ def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, 
     known (`counted_tiers`), else they are read from it.
     """
     counted = counted if counted is not None else counted_tiers(spark, settings)
-    reported = delta_io.read_table(spark, settings.lake_root, TIER_STATUS.name).select(
-        "origin_cluster", "topic", "tier", "watermark"
+    reported = spark.createDataFrame(  # written by the driver (update_tier_status): read there too
+        read_arrow(settings.lake_root, TIER_STATUS.name, columns=REPORTED).to_pylist(),
+        "origin_cluster STRING, topic STRING, tier STRING, watermark TIMESTAMP",
     )
     counted_rows = spark.createDataFrame(list(counted), "origin_cluster STRING, topic STRING, tier STRING")
     rows = paths_from(counted_rows, reported, settings.tiers, settings.reference_tier).localCheckpoint()

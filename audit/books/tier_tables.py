@@ -4,6 +4,8 @@ re-computed for the windows that received records."""
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from audit.contract.tables import (
@@ -13,6 +15,7 @@ from audit.contract.tables import (
     TIER_STATUS,
 )
 from audit.io import delta_io
+from audit.io.lake_read import read_arrow
 from audit.io.spark import broadcast_when_small
 
 if TYPE_CHECKING:
@@ -28,6 +31,7 @@ log = logging.getLogger(__name__)
 
 WINDOW_KEY = ("origin_cluster", "topic", "window_start")
 STATUS_PAIR = ("tier", "origin_cluster", "topic")  # the key of tier_status
+EPOCH = datetime.fromtimestamp(0, UTC)  # the watermark of a tier that has seen nothing for sure
 
 
 def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
@@ -87,18 +91,29 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
 
 def update_tier_status(spark: SparkSession, settings: Settings, new_records) -> None:
     """Keep each reporter partition's newest status, then sum them up per tier and logical topic: for the
-    (tier, topic) pairs that received status records, the only ones whose sums can change."""
+    (tier, topic) pairs that received status records, the only ones whose sums can change.
+
+    Both tables are small (one row per reporter partition, per tier and topic) and Spark does not read them
+    during a run, so they are kept in the driver and written by `deltalake` (delta_io.upsert_from_driver):
+    Spark's MERGE took 1-2 s each, mostly its own bookkeeping."""
     from pyspark.sql import functions as F
 
-    newest = _newest_partition_statuses(new_records.where(F.col("kind") == "status")).localCheckpoint()
-    if newest.isEmpty():
+    newest = _newest_partition_statuses(new_records.where(F.col("kind") == "status")).toArrow().to_pylist()
+    if not newest:
         return
-    delta_io.upsert(spark, settings.lake_root, PARTITION_STATUS, newest, update_when="s.emitted_at > t.emitted_at")
-    touched = newest.select(*STATUS_PAIR).distinct()
-    partitions = delta_io.read_table(spark, settings.lake_root, PARTITION_STATUS.name).join(
-        F.broadcast(touched), list(STATUS_PAIR), "left_semi"
+    delta_io.upsert_from_driver(
+        settings.lake_root, PARTITION_STATUS, newest, ignore=(), update_when='s."emitted_at" > t."emitted_at"'
     )
-    delta_io.upsert(spark, settings.lake_root, TIER_STATUS, tier_status_rows(partitions, settings.cluster_names))
+    touched = {tuple(row[c] for c in STATUS_PAIR) for row in newest}
+    partitions = [
+        row
+        for row in read_arrow(settings.lake_root, PARTITION_STATUS.name).to_pylist()
+        if tuple(row[c] for c in STATUS_PAIR) in touched
+    ]
+    now = datetime.now(UTC)
+    delta_io.upsert_from_driver(
+        settings.lake_root, TIER_STATUS, tier_status_rows(partitions, settings.cluster_names, now)
+    )
 
 
 def _newest_partition_statuses(statuses):
@@ -137,27 +152,42 @@ def _newest_partition_statuses(statuses):
     )
 
 
-def tier_status_rows(partitions, cluster_names: tuple[str, ...]):
-    """`tier_status` rows summed from `_partition_status` rows."""
-    from pyspark.sql import functions as F
+def tier_status_rows(partitions: list[dict], cluster_names: tuple[str, ...], now: datetime) -> list[dict]:
+    """`tier_status` rows (written at `now`) summed from `_partition_status` rows."""
+    by_pair: dict[tuple, list[dict]] = defaultdict(list)
+    for row in partitions:
+        by_pair[tuple(row[c] for c in STATUS_PAIR)].append(row)
+    return [_tier_status(pair, rows, cluster_names, now) for pair, rows in by_pair.items()]
 
+
+def _tier_status(pair: tuple, rows: list[dict], cluster_names: tuple[str, ...], now: datetime) -> dict:
+    tier = pair[0]
     # A replicator into a cluster tier says what has arrived there, not what the tier's counter has
     # counted: without a status of the tier's own counter (a counter not started or hung) the tier
     # has seen nothing for sure, else its windows would turn final with nothing counted.
-    hop_into_tier = F.col("tier").isin(list(cluster_names)) & (F.col("cluster") != F.col("tier"))
-    return (
-        partitions.groupBy(*STATUS_PAIR)
-        .agg(
-            F.first("logical_topic").alias("logical_topic"),
-            F.when(F.max((~hop_into_tier).cast("int")) == 1, F.min("partition_watermark"))
-            .otherwise(F.timestamp_millis(F.lit(0)))
-            .alias("watermark"),
-            F.sum("lag").alias("lag"),
-            F.max(F.col("stalled").cast("int")).cast("boolean").alias("stalled"),
-            F.concat_ws(", ", F.array_sort(F.collect_set(F.concat("service", F.lit("@"), "cluster")))).alias(
-                "reporters"
-            ),
-            F.max("emitted_at").alias("last_status_at"),
-        )
-        .withColumn("updated_at", F.current_timestamp())
-    )
+    own = [row for row in rows if not (tier in cluster_names and row["cluster"] != tier)]
+    lags = [row["lag"] for row in rows if row["lag"] is not None]
+    stalls = [row["stalled"] for row in rows if row["stalled"] is not None]
+    reporters = {
+        f"{row['service']}@{row['cluster']}"
+        for row in rows
+        if row["service"] is not None and row["cluster"] is not None
+    }
+    return {
+        **dict(zip(STATUS_PAIR, pair, strict=True)),
+        "logical_topic": rows[0]["logical_topic"],
+        "watermark": _lowest(row["partition_watermark"] for row in rows) if own else EPOCH,
+        "lag": sum(lags) if lags else None,
+        "stalled": any(stalls) if stalls else None,
+        "reporters": ", ".join(sorted(reporters)),
+        "last_status_at": _highest(row["emitted_at"] for row in rows),
+        "updated_at": now,
+    }
+
+
+def _lowest(moments):
+    return min((m for m in moments if m is not None), default=None)
+
+
+def _highest(moments):
+    return max((m for m in moments if m is not None), default=None)

@@ -1,5 +1,6 @@
 """Read the audit Delta tables without a JVM (the `deltalake` package): for the alerts, the UI, and the
-books' small tables that only the driver reads (offsets, cluster states).
+books' small tables that only the driver reads (offsets, cluster states, partition and tier status,
+complete-through watermarks).
 
 A table that does not exist yet reads as empty with its declared columns, so a fresh install shows
 "no data" rather than a traceback. Partitioned tables are pruned by their `date` partition.

@@ -126,25 +126,6 @@ def test_replacing_a_window_keeps_its_rows_not_written_and_the_updated_at_of_tho
     assert _table(spark, lake)[("a", START, "dc1")] == (12, later)
 
 
-def test_the_rows_an_upsert_would_change_are_the_new_and_the_different_ones(spark, tmp_path):
-    lake = str(tmp_path / "lake")
-    delta_io.ensure_table(spark, lake, TIER_COUNTS)
-    first = dt.datetime(2026, 11, 25, 10, 5)
-
-    def changed(rows: list[dict]) -> set:
-        frame = spark.createDataFrame(rows, delta_io.spark_schema(TIER_COUNTS))
-        return {(r.topic, r.tier) for r in delta_io.changed_rows(spark, lake, TIER_COUNTS, frame).collect()}
-
-    stored = [_count_row("a", START, "dc1", 10, first), _count_row("b", START, "dc1", 10, first)]
-    assert changed(stored) == {("a", "dc1"), ("b", "dc1")}, "an empty table: every row"
-    _write(spark, lake, stored)
-
-    later = dt.datetime(2026, 11, 25, 11, 0)
-    other_partitions = {**_count_row("b", START, "dc1", 10, later), "by_partition": {0: 4, 1: 6}}
-    assert changed([_count_row("a", START, "dc1", 10, later)]) == set(), "only updated_at differs"
-    assert changed([other_partitions, _count_row("c", START, "lake", 1, later)]) == {("b", "dc1"), ("c", "lake")}
-
-
 def test_windows_written_in_order_are_read_back_from_their_own_files_only(spark, tmp_path):
     """Each file covers a short run of windows, so naming a window reads few of them."""
     lake = str(tmp_path / "lake")
@@ -201,7 +182,29 @@ def test_an_upsert_from_the_driver_writes_what_spark_reads_and_rewrites_only_cha
     version = table_version(lake, SOURCE_OFFSETS.name)
     delta_io.upsert_from_driver(lake, SOURCE_OFFSETS, [])
     assert table_version(lake, SOURCE_OFFSETS.name) == version, "nothing to write: no commit"
+    delta_io.upsert_from_driver(lake, SOURCE_OFFSETS, [offset(1, 25, dt.datetime(2026, 11, 25, 12, tzinfo=dt.UTC))])
+    assert table_version(lake, SOURCE_OFFSETS.name) == version, "only updated_at differs: no commit"
 
     stored = delta_io.read_table(spark, lake, SOURCE_OFFSETS.name).collect()
     as_read = {(r.partition, r.next_offset, r.updated_at.replace(tzinfo=dt.UTC)) for r in stored}
     assert as_read == {(0, 10, first), (1, 25, later), (2, 5, later)}, "partition 0 unchanged: its updated_at kept"
+
+
+def test_an_upsert_from_the_driver_updates_only_where_its_condition_holds(tmp_path):
+    """`_partition_status` keeps each reporter's newest status: an older one read late changes nothing."""
+    from audit.contract.tables import PARTITION_STATUS
+    from audit.io.lake_read import read_arrow
+
+    lake = str(tmp_path / "lake")
+    no_rows = pa.Table.from_pylist([], schema=arrow_schema(PARTITION_STATUS))
+    deltalake.write_deltalake(delta_io.table_path(lake, PARTITION_STATUS.name), no_rows)
+    key = {"tier": "dc1", "cluster": "dc1", "seen_topic": "orders", "service": "kaudit-counter", "partition": 0}
+
+    def status(lag: int, at_hour: int) -> dict:
+        return {**key, "lag": lag, "emitted_at": dt.datetime(2026, 11, 25, at_hour, tzinfo=dt.UTC)}
+
+    newer = 's."emitted_at" > t."emitted_at"'
+    delta_io.upsert_from_driver(lake, PARTITION_STATUS, [status(5, 10)], ignore=(), update_when=newer)
+    delta_io.upsert_from_driver(lake, PARTITION_STATUS, [status(0, 11)], ignore=(), update_when=newer)
+    delta_io.upsert_from_driver(lake, PARTITION_STATUS, [status(9, 9)], ignore=(), update_when=newer)
+    assert [r["lag"] for r in read_arrow(lake, PARTITION_STATUS.name).to_pylist()] == [0]
