@@ -3,7 +3,8 @@ that made it (the rule is audit/contract/restatements.py's).
 
 Found before the run's completeness MERGE, from the verdicts it is about to replace, and stored before
 that MERGE too: a run killed in between finds the same restatements again and, by their ids, stores
-them once. Each one carries the ids of the count records the run read for its window at its tier and
+them once. The table is only appended to and Spark does not read it during a run, so the driver writes
+it with `deltalake` (delta_io.insert_new_from_driver). Each one carries the ids of the count records the run read for its window at its tier and
 at the reference tier: the late counts, the replayed copies or the recount that changed it.
 """
 
@@ -44,17 +45,16 @@ def store_restatements(spark: SparkSession, settings: Settings, current, judged,
         "reference_tier",
         *(F.col(name).alias(f"after_{name}") for name in ("expected", "observed", "status", "final")),
     )
-    found = after.join(before, list(KEY)).mapInPandas(restatements_of_batches, RESTATEMENT_DDL).localCheckpoint()
-    restated = delta_io.date_counts(found.withColumn("date", F.to_date("window_start")))
-    if not restated:
-        return 0
+    found = after.join(before, list(KEY)).mapInPandas(restatements_of_batches, RESTATEMENT_DDL)
     rows = (
         _with_record_ids(found, records)
         .withColumn("restated_at", F.current_timestamp())
         .withColumn("date", F.to_date("window_start"))
+        .select(*RESTATEMENTS.column_names)
+        .toArrow()  # in the driver (one row per restated window and tier), as delta_io writes it
     )
-    delta_io.insert_new(spark, settings.lake_root, RESTATEMENTS, rows, dates=restated)
-    return sum(restated.values())
+    delta_io.insert_new_from_driver(settings.lake_root, RESTATEMENTS, rows)
+    return rows.num_rows
 
 
 def _with_record_ids(found, records):

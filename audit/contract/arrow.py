@@ -77,7 +77,7 @@ def arrow_schema(table: Table):
 
 
 def arrow_table(table: Table, rows):
-    """`rows` (a pandas DataFrame or a list of dicts) as a pyarrow Table of `table`'s exact schema.
+    """`rows` (a pandas DataFrame, a list of dicts or a pyarrow Table) as a pyarrow Table of `table`'s exact schema.
 
     Absent columns are null; a column the table does not have is a KeyError naming it.
     """
@@ -85,19 +85,28 @@ def arrow_table(table: Table, rows):
     import pyarrow as pa
 
     schema = arrow_schema(table)
-    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
-    unknown = set(frame.columns) - set(schema.names)
+    given = rows if isinstance(rows, pa.Table | pd.DataFrame) else pd.DataFrame(list(rows))
+    names = given.column_names if isinstance(given, pa.Table) else given.columns
+    unknown = set(names) - set(schema.names)
     if unknown:
         raise KeyError(f"{table.name} has no column(s) {', '.join(sorted(unknown))}")
     arrays = []
     for column in schema:
-        if column.name in frame.columns and len(frame):
-            values = frame[column.name]
-            if pa.types.is_timestamp(column.type):
-                values = pd.to_datetime(values, utc=True)
-            elif pa.types.is_integer(column.type) and values.dtype == object:
-                values = values.astype("Int64")
-            arrays.append(pa.array(values, type=column.type, from_pandas=True))
+        if column.name not in names or not len(given):
+            arrays.append(pa.nulls(len(given), type=column.type))
+        elif isinstance(given, pa.Table):  # Spark's `toArrow()`: pyarrow casts, and refuses a lossy cast
+            arrays.append(given[column.name].cast(column.type))
         else:
-            arrays.append(pa.nulls(len(frame), type=column.type))
+            arrays.append(_from_pandas(given[column.name], column.type))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _from_pandas(values, kind):
+    import pandas as pd
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(kind):
+        values = pd.to_datetime(values, utc=True)
+    elif pa.types.is_integer(kind) and values.dtype == object:
+        values = values.astype("Int64")
+    return pa.array(values, type=kind, from_pandas=True)
