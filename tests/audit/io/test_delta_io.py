@@ -208,3 +208,21 @@ def test_an_upsert_from_the_driver_updates_only_where_its_condition_holds(tmp_pa
     delta_io.upsert_from_driver(lake, PARTITION_STATUS, [status(0, 11)], ignore=(), update_when=newer)
     delta_io.upsert_from_driver(lake, PARTITION_STATUS, [status(9, 9)], ignore=(), update_when=newer)
     assert [r["lag"] for r in read_arrow(lake, PARTITION_STATUS.name).to_pylist()] == [0]
+
+
+def test_an_insert_from_the_driver_stores_each_key_once(tmp_path):
+    """A run killed after storing its restatements finds them again: the rerun must not store them twice."""
+    from audit.contract.tables import RESTATEMENTS
+    from audit.io.lake_read import read_arrow
+
+    lake = str(tmp_path / "lake")
+    path = delta_io.table_path(lake, RESTATEMENTS.name)
+    deltalake.write_deltalake(path, pa.Table.from_pylist([], schema=arrow_schema(RESTATEMENTS)), partition_by=["date"])
+
+    def restatement(key: str, day: int) -> dict:
+        return {"restatement_id": key, "after_status": "complete", "date": dt.date(2026, 11, day)}
+
+    delta_io.insert_new_from_driver(lake, RESTATEMENTS, [restatement("a", 24), restatement("b", 25)])
+    delta_io.insert_new_from_driver(lake, RESTATEMENTS, [restatement("b", 25), restatement("c", 25)])
+    stored = read_arrow(lake, RESTATEMENTS.name, columns=["restatement_id"]).column(0).to_pylist()
+    assert sorted(stored) == ["a", "b", "c"]
