@@ -15,6 +15,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from audit.io.clients import ensure_topics
+from audit.io.spark import DRIVER_JAVA_OPTIONS_ENV
 from audit.local.clusters import LocalClusters
 from audit.local.processes import PORT_SLOT_ENV
 
@@ -36,12 +37,19 @@ INFRASTRUCTURE_FIXTURES = {
 }
 
 
+# The suite's Spark drivers compile with C1 only (and room for its code): three test processes share two cores,
+# and a test's queries run too few times for C2's faster code to repay its compiling.
+TEST_DRIVER_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
+
+
 def pytest_configure(config) -> None:
     # Parallel test workers (pytest-xdist: gw0, gw1, ...) start clusters at the same time: each draws its
     # ports from its own block, and the processes it starts inherit the slot.
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         os.environ[PORT_SLOT_ENV] = str(int(worker.removeprefix("gw")) + 1)
+    # Every Spark driver of the suite, its own and those of the CLI processes it starts, compiles for tests.
+    os.environ[DRIVER_JAVA_OPTIONS_ENV] = TEST_DRIVER_JIT_OPTIONS
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -115,11 +123,6 @@ def topic_factory(local_clusters, unique_name):
     return make
 
 
-# The tests' Spark driver compiles with C1 only (and room for its code): three test processes share two cores,
-# and a test's queries run too few times for C2's faster code to repay its compiling.
-TEST_DRIVER_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
-
-
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """One local Spark session with Delta and the Kafka source for the whole test session."""
@@ -131,7 +134,6 @@ def spark(tmp_path_factory):
         cache_dir=cache_dir(),
         conf={
             "spark.sql.warehouse.dir": str(warehouse),
-            "spark.driver.extraJavaOptions": TEST_DRIVER_JIT_OPTIONS,
             # Tests run tiny tables, where each task generating code for its projections (a regex pass over the
             # code, even when the class is cached) costs more than Spark's interpreted expressions: 12 % less
             # CPU for test_reconcile.py. Whole-stage code is still generated; the demo, the soak and the benches

@@ -42,6 +42,11 @@ DRIVER_JIT_OPTIONS = (
 )
 
 
+# Replaces DRIVER_JIT_OPTIONS for every session started locally by a process that has it: the test suite sets
+# it (tests/conftest.py), so the Spark jobs of the CLI processes the tests start compile as the tests' own.
+DRIVER_JAVA_OPTIONS_ENV = "KAUDIT_DRIVER_JAVA_OPTIONS"
+
+
 # The local driver's heap. With Spark's 1 GB, G1 marked the heap over and over: 5.3 CPU-s of a 10,800-record
 # increment's 27 went to the collector, 1.6-2.4 CPU-s with 4 GB (the bench's increment: 17.6 -> 15.4 s). The
 # heap grows to it only when needed; under spark-submit, `--driver-memory` decides.
@@ -69,7 +74,7 @@ def spark_session(
     if not under_spark_submit():
         builder = builder.master(master or os.environ.get("KAUDIT_SPARK_MASTER", DEFAULT_MASTER))
         settings["spark.jars"] = ",".join(str(jar) for jar in jvm.jars(cache_dir, jvm.SPARK_JARS))
-        settings["spark.driver.extraJavaOptions"] = DRIVER_JIT_OPTIONS
+        settings["spark.driver.extraJavaOptions"] = os.environ.get(DRIVER_JAVA_OPTIONS_ENV, DRIVER_JIT_OPTIONS)
         settings["spark.driver.memory"] = DRIVER_MEMORY
     else:  # spark-submit chose the master and brought --packages; only the shuffle default is ours to drop
         settings.pop("spark.sql.shuffle.partitions")

@@ -39,8 +39,10 @@ OTHER_ENV = frozenset(
         "KAUDIT_SPARK_MASTER",
         "KAUDIT_PURE_PYTHON",
         "KAUDIT_PORT_SLOT",
+        "KAUDIT_DRIVER_JAVA_OPTIONS",
     }
-)  # KAUDIT_PURE_PYTHON: audit.hops.fastcount, producers.audited; KAUDIT_PORT_SLOT: audit.local.processes
+)  # KAUDIT_PURE_PYTHON: audit.hops.fastcount, producers.audited; KAUDIT_PORT_SLOT: audit.local.processes;
+# KAUDIT_DRIVER_JAVA_OPTIONS: audit.io.spark
 
 CLIENT_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 ENV_INT_PATTERN = re.compile(r"^\s*[+-]?[0-9]+\s*$")
