@@ -4,8 +4,9 @@ that made it (the rule is audit/contract/restatements.py's).
 Found before the run's completeness MERGE, from the verdicts it is about to replace, and stored before
 that MERGE too: a run killed in between finds the same restatements again and, by their ids, stores
 them once. The table is only appended to and Spark does not read it during a run, so the driver writes
-it with `deltalake` (delta_io.insert_new_from_driver). Each one carries the ids of the count records the run read for its window at its tier and
-at the reference tier: the late counts, the replayed copies or the recount that changed it.
+it with `deltalake` (delta_io.insert_new_from_driver). Each one carries the ids of the count records the
+run read for its window at its tier and at the reference tier: the late counts, the replayed copies or
+the recount that changed it.
 """
 
 from __future__ import annotations

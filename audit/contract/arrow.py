@@ -77,7 +77,8 @@ def arrow_schema(table: Table):
 
 
 def arrow_table(table: Table, rows):
-    """`rows` (a pandas DataFrame, a list of dicts or a pyarrow Table) as a pyarrow Table of `table`'s exact schema.
+    """`rows` (a pandas DataFrame, a list of dicts or a pyarrow Table, as Spark's `toArrow` gives) as a pyarrow
+    Table of `table`'s exact schema.
 
     Absent columns are null; a column the table does not have is a KeyError naming it.
     """

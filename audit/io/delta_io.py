@@ -235,9 +235,8 @@ def upsert_from_driver(
     changed = " OR ".join(f'(t."{c.name}" IS DISTINCT FROM s."{c.name}")' for c in _updatable(table, ignore))
     if update_when:
         changed = f"({update_when}) AND ({changed})" if changed else update_when
-    _merge_from_driver(lake_root, table, rows).when_matched_update_all(
-        predicate=changed or None
-    ).when_not_matched_insert_all().execute()
+    merge = _merge_from_driver(lake_root, table, rows)
+    merge.when_matched_update_all(predicate=changed or None).when_not_matched_insert_all().execute()
 
 
 def insert_new_from_driver(lake_root: str, table: Table, rows) -> None:
