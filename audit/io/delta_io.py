@@ -84,7 +84,7 @@ def ensure_tables(spark: SparkSession, lake_root: str, names: tuple[str, ...] | 
 
 def _key_condition(table: Table, rows, prune: bool = True, dates: Iterable | None = None) -> str:
     """The MERGE condition on `table`'s key; `dates`: the partition values of `rows` when the caller knows
-    them (see `date_counts`), else they are collected from `rows`."""
+    them, else they are collected from `rows`."""
     conditions = [f"t.`{name}` <=> s.`{name}`" for name in table.key]
     if prune:
         # Where the partition column follows from the key, naming its values as literals lets Delta
@@ -96,12 +96,6 @@ def _key_condition(table: Table, rows, prune: bool = True, dates: Iterable | Non
             if values:
                 conditions.append(f"t.`{name}` IN ({', '.join(repr(v) for v in values)})")
     return " AND ".join(conditions)
-
-
-def date_counts(rows, column: str = "date") -> dict:
-    """Rows of `rows` per value of `column`, in one Spark action: what a write needs to know beforehand
-    (whether there is anything to write, and which partitions it touches)."""
-    return {row[0]: row[1] for row in rows.groupBy(column).count().collect()}
 
 
 # Table paths this process has seen holding files, so later writes skip the `detail()` call. Should one be
@@ -154,13 +148,10 @@ def append(lake_root: str, table: Table, rows) -> None:
     _append(rows.select(*table.column_names), table_path(lake_root, table.name))
 
 
-def insert_new(
-    spark: SparkSession, lake_root: str, table: Table, rows, *, prune: bool = True, dates: Iterable | None = None
-) -> None:
+def insert_new(spark: SparkSession, lake_root: str, table: Table, rows, *, prune: bool = True) -> None:
     """Insert the rows whose key is not in the table yet; existing keys are left as they are.
 
-    `prune=False` where the partition column does not follow from the key (a reject's ingest date);
-    `dates`: the partition values of `rows` when known.
+    `prune=False` where the partition column does not follow from the key (a reject's ingest date).
     """
     from delta.tables import DeltaTable
 
@@ -170,7 +161,7 @@ def insert_new(
         _append(rows, path)
         return
     target = DeltaTable.forPath(spark, path)
-    condition = _key_condition(table, rows, prune, dates)
+    condition = _key_condition(table, rows, prune)
     target.alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute()
 
 
