@@ -30,7 +30,7 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 .PHONY: setup
-setup: $(VENV)/.installed $(NATIVE) $(JARS)/kafka/.done $(JARS)/spark/.done $(JARS)/mirrormaker/.done browser ## venv + package + Kafka, Spark and MirrorMaker 2 jars + headless Chromium (idempotent, offline once cached)
+setup: $(VENV)/.installed $(NATIVE) $(JARS)/kafka/.done $(JARS)/spark/.done $(JARS)/mirrormaker/.done class-archives browser ## venv + package + Kafka, Spark and MirrorMaker 2 jars + their class archives + headless Chromium (idempotent, offline once cached)
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -63,6 +63,12 @@ $(JARS)/spark/.done: jvm/spark/pom.xml | $(VENV)/.installed
 	cd jvm/spark && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(JARS)/spark
 	$(PY) -m audit.io.jvm prune-provided $(JARS)/spark
 	touch $@
+
+# The class-data archives the brokers and Spark drivers start from (audit/local/class_archives.py): recorded
+# once for this Java, venv and jar set, in about a minute; a later run finds them and does nothing.
+.PHONY: class-archives
+class-archives: $(VENV)/.installed $(JARS)/kafka/.done $(JARS)/spark/.done ## record the class archives brokers and Spark drivers start faster from (part of setup)
+	$(PY) -m audit.local.class_archives --cache-dir $(KAUDIT_CACHE_DIR)
 
 # Debian packages the tests use, installed only when missing: Chromium and its chromedriver for the
 # UI's browser tests and screenshots, kcat as a Kafka client kafka-audit did not write.

@@ -74,7 +74,12 @@ def spark_session(
     if not under_spark_submit():
         builder = builder.master(master or os.environ.get("KAUDIT_SPARK_MASTER", DEFAULT_MASTER))
         settings["spark.jars"] = ",".join(str(jar) for jar in jvm.jars(cache_dir, jvm.SPARK_JARS))
-        settings["spark.driver.extraJavaOptions"] = os.environ.get(DRIVER_JAVA_OPTIONS_ENV, DRIVER_JIT_OPTIONS)
+        settings["spark.driver.extraJavaOptions"] = " ".join(
+            [
+                os.environ.get(DRIVER_JAVA_OPTIONS_ENV, DRIVER_JIT_OPTIONS),
+                *jvm.class_archive_options(cache_dir, jvm.SPARK_JARS),
+            ]
+        )
         settings["spark.driver.memory"] = DRIVER_MEMORY
     else:  # spark-submit chose the master and brought --packages; only the shuffle default is ours to drop
         settings.pop("spark.sql.shuffle.partitions")

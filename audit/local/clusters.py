@@ -150,6 +150,7 @@ class LocalCluster:
         host: str = "127.0.0.1",
         security: ClusterSecurity | None = None,
         quick_jit: bool = True,
+        class_data_options: list[str] | None = None,
     ) -> None:
         self.name = name
         self.folder = cluster_folder(state_dir, name)
@@ -159,6 +160,8 @@ class LocalCluster:
         self.broker_properties = dict(broker_properties or {})
         self.security = security
         self.jit_options = BROKER_JIT_OPTIONS if quick_jit else []
+        # None: map the class-data archive `make setup` recorded (jvm.class_archive_options).
+        self.class_data_options = class_data_options
         self._process: subprocess.Popen | None = None
 
     # -- state ---------------------------------------------------------------------------------
@@ -287,6 +290,11 @@ class LocalCluster:
             f"-Xmx{self.heap_mb}m",
             *JVM_OPTIONS,
             *self.jit_options,
+            *(
+                jvm.class_archive_options(self.cache_dir, jvm.KAFKA_JARS)
+                if self.class_data_options is None
+                else self.class_data_options
+            ),
             f"-Dlog4j2.configurationFile={self.folder / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self.logs_dir}",
             f"-D{MARKER_PROPERTY}={self.folder}",
