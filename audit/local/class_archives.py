@@ -18,6 +18,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
+from audit.contract.errors import SetupError
 from audit.io import jvm
 from audit.io.clients import ensure_topics
 from audit.local.clusters import LocalCluster
@@ -41,7 +42,7 @@ def record(cache_dir: Path, name: str) -> Path:
     with tempfile.TemporaryDirectory(prefix=f"kaudit-{name}-classes-") as scratch:
         RECORDERS[name](Path(cache_dir), Path(scratch), jvm.recording_options(recording))
     if not recording.is_file() or recording.stat().st_size == 0:
-        raise RuntimeError(f"the {name} JVM exited without writing its class archive {recording}")
+        raise SetupError(f"the {name} JVM exited without writing its class archive {recording}")
     for stale in archive.parent.glob(archive.name.rsplit("-", 1)[0] + "-*.jsa"):  # this venv's, for older jars
         stale.unlink()
     recording.replace(archive)
@@ -53,7 +54,8 @@ def record(cache_dir: Path, name: str) -> Path:
 
 
 def run_broker(cache_dir: Path, scratch: Path, options: list[str]) -> None:
-    """A broker that starts, serves a committed transaction and a consumer group, and stops."""
+    """A broker that starts, serves a committed transaction and a consumer group, and stops. (The storage
+    format before it is a JVM of its own on the same options: it records first, and the broker replaces that.)"""
     cluster = LocalCluster("classes", state_dir=scratch, cache_dir=cache_dir, class_data_options=options)
     cluster.start()
     try:
