@@ -64,8 +64,10 @@ def spark_session(
     cache_dir: Path,
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
+    class_data_options: list[str] | None = None,
 ):
-    """Get or create the SparkSession with Delta and the Kafka source on its class path."""
+    """Get or create the SparkSession with Delta and the Kafka source on its class path. A local driver maps
+    the class-data archive `make setup` recorded, or takes `class_data_options` instead (the recorder's)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -77,7 +79,11 @@ def spark_session(
         settings["spark.driver.extraJavaOptions"] = " ".join(
             [
                 os.environ.get(DRIVER_JAVA_OPTIONS_ENV, DRIVER_JIT_OPTIONS),
-                *jvm.class_archive_options(cache_dir, jvm.SPARK_JARS),
+                *(
+                    jvm.class_archive_options(cache_dir, jvm.SPARK_JARS)
+                    if class_data_options is None
+                    else class_data_options
+                ),
             ]
         )
         settings["spark.driver.memory"] = DRIVER_MEMORY

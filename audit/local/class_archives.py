@@ -22,7 +22,7 @@ from audit.contract.errors import SetupError
 from audit.io import jvm
 from audit.io.clients import ensure_topics
 from audit.local.clusters import LocalCluster
-from audit.settings.root import DEFAULT_CACHE_DIR
+from audit.settings import DEFAULT_CACHE_DIR
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +87,9 @@ def run_spark_driver(cache_dir: Path, scratch: Path, options: list[str]) -> None
     from pyspark import SparkContext
 
     from audit.io.delta_io import ensure_tables
-    from audit.io.spark import DRIVER_JIT_OPTIONS, spark_session
+    from audit.io.spark import spark_session
 
-    spark = spark_session(
-        app_name="kaudit-class-archive",
-        cache_dir=cache_dir,
-        conf={"spark.driver.extraJavaOptions": " ".join([DRIVER_JIT_OPTIONS, *options])},
-    )
+    spark = spark_session(app_name="kaudit-class-archive", cache_dir=cache_dir, class_data_options=options)
     gateway = SparkContext._gateway.proc  # type: ignore[union-attr]
     ensure_tables(spark, str(scratch / "lake"))
     path = str(scratch / "merged")
