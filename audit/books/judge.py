@@ -18,7 +18,7 @@ from audit.contract.tables import (
 from audit.contract.windows import MS_PER_MINUTE
 from audit.io import delta_io
 from audit.io.lake_read import read_arrow
-from audit.io.spark import broadcast_when_small
+from audit.io.spark import broadcast_when_small, local_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,11 +47,12 @@ def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, 
     known (`counted_tiers`), else they are read from it.
     """
     counted = counted if counted is not None else counted_tiers(spark, settings)
-    reported = spark.createDataFrame(  # written by the driver (update_tier_status): read there too
-        read_arrow(settings.lake_root, TIER_STATUS.name, columns=REPORTED).to_pylist(),
+    reported = local_frame(  # written by the driver (update_tier_status): read there too
+        spark,
+        read_arrow(settings.lake_root, TIER_STATUS.name, columns=REPORTED),
         "origin_cluster STRING, topic STRING, tier STRING, watermark TIMESTAMP",
     )
-    counted_rows = spark.createDataFrame(list(counted), "origin_cluster STRING, topic STRING, tier STRING")
+    counted_rows = local_frame(spark, list(counted), "origin_cluster STRING, topic STRING, tier STRING")
     rows = paths_from(counted_rows, reported, settings.tiers, settings.reference_tier).localCheckpoint()
     if rows.isEmpty():
         return None
@@ -125,7 +126,7 @@ def _with_thresholds(spark: SparkSession, settings: Settings, paths):
         return paths.withColumn("threshold_pct", F.lit(threshold_for("", thresholds)))
     topics = paths.select("origin_cluster", "topic").distinct().collect()
     matched = [(origin, topic, threshold_for(f"{origin}.{topic}", thresholds)) for origin, topic in topics]
-    by_topic = spark.createDataFrame(matched, "origin_cluster STRING, topic STRING, threshold_pct DOUBLE")
+    by_topic = local_frame(spark, matched, "origin_cluster STRING, topic STRING, threshold_pct DOUBLE")
     return paths.join(F.broadcast(by_topic), ["origin_cluster", "topic"])
 
 

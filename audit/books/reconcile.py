@@ -43,7 +43,7 @@ from audit.contract.tables import (
     TIER_STATUS,
 )
 from audit.io import delta_io
-from audit.io.spark import side_by_side
+from audit.io.spark import local_frame, side_by_side
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -330,7 +330,7 @@ def _judge(spark: SparkSession, settings: Settings, records, now_ms: int, step: 
         )
         step.done("tier_counts and tier_status")
     if touched is None:
-        touched = spark.createDataFrame([], "origin_cluster STRING, topic STRING, window_start TIMESTAMP")
+        touched = local_frame(spark, [], "origin_cluster STRING, topic STRING, window_start TIMESTAMP")
     memory.counted_tiers = counted_tiers(spark, settings, memory.counted_tiers, records)
     return update_completeness(
         spark, settings, touched, now_ms=now_ms, records=records, counted=memory.counted_tiers, done=step.done

@@ -3,7 +3,8 @@ that made it (the rule is audit/contract/restatements.py's).
 
 Found before the run's completeness MERGE, from the verdicts it is about to replace, and stored before
 that MERGE too: a run killed in between finds the same restatements again and, by their ids, stores
-them once. The table is only appended to and Spark does not read it during a run, so the driver writes
+them once. They are found with Spark columns (`restated_rows`), so a run starts no Python worker: the
+workers' start took about 2 s and 4 CPU-s in each new session, and again after a minute idle. The table is only appended to and Spark does not read it during a run, so the driver writes
 it with `deltalake` (delta_io.insert_new_from_driver). Each one carries the ids of the count records the
 run read for its window at its tier and at the reference tier: the late counts, the replayed copies or
 the recount that changed it.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from audit.contract.restatements import RESTATEMENT_DDL, restatements_of_batches
+from audit.contract.restatements import RESTATEMENT_COLUMNS, VERDICT
 from audit.contract.tables import RESTATEMENTS
 from audit.io import delta_io
 
@@ -46,7 +47,7 @@ def store_restatements(spark: SparkSession, settings: Settings, current, judged,
         "reference_tier",
         *(F.col(name).alias(f"after_{name}") for name in ("expected", "observed", "status", "final")),
     )
-    found = after.join(before, list(KEY)).mapInPandas(restatements_of_batches, RESTATEMENT_DDL)
+    found = restated_rows(after.join(before, list(KEY)))
     rows = (
         _with_record_ids(found, records)
         .withColumn("restated_at", F.current_timestamp())
@@ -78,3 +79,44 @@ def _with_record_ids(found, records):
             F.array_sort(F.array_union(F.coalesce("own_ids", empty), F.coalesce("reference_ids", empty))),
         )
     )
+
+
+def restated_rows(pairs):
+    """`restatements` (audit/contract/restatements.py, the rule's reference) as Spark columns: the rows of
+    `pairs` (a window's verdict before as `before_*`, after as `after_*`) that restate a final window, with
+    the same `restatement_id`, in `RESTATEMENT_COLUMNS`. tests/audit/books/test_restatements_spark.py holds
+    the two to the same answers."""
+    from pyspark.sql import functions as F
+
+    changed = [~F.col(f"before_{name}").eqNullSafe(F.col(f"after_{name}")) for name in VERDICT]
+    restated = F.coalesce(F.col("before_final"), F.lit(False)) & _any(changed)
+    verdicts = [
+        F.coalesce(F.col(f"{side}_{name}").cast("string"), F.lit("None"))
+        for side in ("before", "after")
+        for name in VERDICT
+    ]
+    text = F.concat_ws(
+        "|", "origin_cluster", "topic", _utc_text("window_start"), "tier", _utc_text("before_updated_at"), *verdicts
+    )
+    return (
+        pairs.where(restated)
+        .withColumn("restatement_id", F.substring(F.sha2(text, 256), 1, 32))
+        .select(*RESTATEMENT_COLUMNS)
+    )
+
+
+def _any(conditions):
+    from functools import reduce
+
+    return reduce(lambda one, other: one | other, conditions)
+
+
+def _utc_text(column: str):
+    """A timestamp as the contract's id writes it (pandas' `isoformat` in UTC): `2026-11-23T10:20:00+00:00`,
+    with `.ffffff` before the offset when it has microseconds."""
+    from pyspark.sql import functions as F
+
+    utc = F.to_utc_timestamp(F.col(column), F.current_timezone())  # the wall clock in UTC, whatever the session's
+    micros = F.unix_micros(F.col(column)) % 1_000_000
+    fraction = F.when(micros != 0, F.concat(F.lit("."), F.lpad(micros.cast("string"), 6, "0"))).otherwise(F.lit(""))
+    return F.concat(F.date_format(utc, "yyyy-MM-dd'T'HH:mm:ss"), fraction, F.lit("+00:00"))

@@ -69,6 +69,19 @@ def _split_top(text: str) -> list[str]:
     return parts
 
 
+def ddl_schema(ddl: str):
+    """The pyarrow schema of a Spark DDL string (`name TYPE, name TYPE, ...`)."""
+    import pyarrow as pa
+
+    fields = []
+    for part in _split_top(ddl):
+        name, _, kind = part.strip().partition(" ")
+        if not kind.strip():
+            raise ValueError(f"column {part!r} of {ddl!r} has no type")
+        fields.append(pa.field(name.strip("`"), arrow_type(kind)))
+    return pa.schema(fields)
+
+
 def arrow_schema(table: Table):
     """The pyarrow schema of `table`, columns in declaration order, every column nullable as in Spark."""
     import pyarrow as pa

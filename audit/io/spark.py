@@ -107,6 +107,24 @@ def broadcast_when_small(frame):
     return F.broadcast(frame) if frame.count() <= BROADCAST_MAX_ROWS else frame
 
 
+def local_frame(spark, rows, ddl: str):
+    """A DataFrame of the schema `ddl` (`name TYPE, ...`) from rows the driver holds: a pyarrow Table, or a list
+    of tuples (in `ddl`'s column order) or dicts, handed to Spark as Arrow. `createDataFrame` of a Python list
+    starts Python workers to unpickle it: 2 s and 2-3 CPU-s in a new session, and again once they were idle for
+    a minute."""
+    import pyarrow as pa
+
+    from audit.contract.arrow import ddl_schema
+
+    schema = ddl_schema(ddl)
+    if isinstance(rows, pa.Table):
+        table = rows.select(schema.names).cast(schema)
+    else:
+        records = [row if isinstance(row, dict) else dict(zip(schema.names, row, strict=True)) for row in rows]
+        table = pa.Table.from_pylist(records, schema=schema)
+    return spark.createDataFrame(table)
+
+
 def side_by_side(*steps: Callable[[], object], threads: int | None = None) -> list:
     """Run `steps` (no-argument calls) at the same time in threads of this driver; their results in order.
 

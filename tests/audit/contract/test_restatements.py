@@ -74,9 +74,9 @@ def test_only_final_windows_whose_verdict_changed_are_restated(before, after, fi
     assert restated(frame).tolist() == [final and before != after]
 
 
-def test_the_batch_form_yields_only_batches_with_restatements():
-    from audit.contract.restatements import restatements_of_batches
-
-    same = pd.DataFrame([pair((1, 1, "complete"), (1, 1, "complete"))])
-    changed = pd.DataFrame([pair((1, 1, "complete"), (2, 1, "incomplete"))])
-    assert [len(frame) for frame in restatements_of_batches([same, changed, same])] == [1]
+def test_an_id_does_not_depend_on_the_other_rows_it_is_found_with():
+    """A count column with a null in it is float in pandas; the id of a row beside it must not change."""
+    alone = pair((100, 100, "complete"), (100, 97, "incomplete"))
+    beside = pair((None, 5, "complete"), (7, 5, "incomplete"), topic="other")
+    first = restatements(pd.DataFrame([alone]))["restatement_id"].iloc[0]
+    assert restatements(pd.DataFrame([alone, beside]))["restatement_id"].iloc[0] == first
