@@ -6,6 +6,13 @@ PY := $(VENV)/bin/python
 KAUDIT := $(VENV)/bin/kaudit
 KAUDIT_CACHE_DIR ?= $(HOME)/.cache/kafka-audit
 JARS := $(KAUDIT_CACHE_DIR)/jars
+# Each jar set's marker is named by its pom's content, not dated by it: a fresh clone's pom is newer than the
+# shared cache's marker, and copying the same jars again gave them new times, which made every checkout's class
+# archives stale (the JVM checks the jars' times).
+jars_done = $(JARS)/$(1)/.done-$(shell sha256sum jvm/$(1)/pom.xml | cut -c1-16)
+KAFKA_JARS := $(call jars_done,kafka)
+SPARK_JARS := $(call jars_done,spark)
+MIRRORMAKER_JARS := $(call jars_done,mirrormaker)
 NATIVE := build/native/.done
 MVN := mvn -q -B -Dmaven.repo.local=$(KAUDIT_CACHE_DIR)/m2
 PYTEST_ARGS ?=
@@ -30,7 +37,7 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 .PHONY: setup
-setup: $(VENV)/.installed $(NATIVE) $(JARS)/kafka/.done $(JARS)/spark/.done $(JARS)/mirrormaker/.done class-archives browser ## venv + package + Kafka, Spark and MirrorMaker 2 jars + their class archives + headless Chromium (idempotent, offline once cached)
+setup: $(VENV)/.installed $(NATIVE) $(KAFKA_JARS) $(SPARK_JARS) $(MIRRORMAKER_JARS) class-archives browser ## venv + package + Kafka, Spark and MirrorMaker 2 jars + their class archives + headless Chromium (idempotent, offline once cached)
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,18 +54,18 @@ $(NATIVE): audit/hops/_fastcount.c producers/_fastaudit.c native/latency_floors.
 .PHONY: native
 native: $(NATIVE) ## build the native counting loops of the counter and the audited producer (part of setup; cached until its source changes)
 
-$(JARS)/kafka/.done: jvm/kafka/pom.xml
+$(KAFKA_JARS):
 	rm -rf $(JARS)/kafka
 	cd jvm/kafka && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(JARS)/kafka
 	touch $@
 
 # MirrorMaker 2, only for the replicator benchmark (bench/bench_mirror.py).
-$(JARS)/mirrormaker/.done: jvm/mirrormaker/pom.xml
+$(MIRRORMAKER_JARS):
 	rm -rf $(JARS)/mirrormaker
 	cd jvm/mirrormaker && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(JARS)/mirrormaker
 	touch $@
 
-$(JARS)/spark/.done: jvm/spark/pom.xml | $(VENV)/.installed
+$(SPARK_JARS): | $(VENV)/.installed
 	rm -rf $(JARS)/spark
 	cd jvm/spark && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(JARS)/spark
 	$(PY) -m audit.io.jvm prune-provided $(JARS)/spark
@@ -67,7 +74,7 @@ $(JARS)/spark/.done: jvm/spark/pom.xml | $(VENV)/.installed
 # The class-data archives the brokers and Spark drivers start from (audit/local/class_archives.py): recorded
 # once for this Java, venv and jar set, in about a minute; a later run finds them and does nothing.
 .PHONY: class-archives
-class-archives: $(VENV)/.installed $(JARS)/kafka/.done $(JARS)/spark/.done ## record the class archives brokers and Spark drivers start faster from (part of setup)
+class-archives: $(VENV)/.installed $(KAFKA_JARS) $(SPARK_JARS) ## record the class archives brokers and Spark drivers start faster from (part of setup)
 	$(PY) -m audit.local.class_archives --cache-dir $(KAUDIT_CACHE_DIR)
 
 # Debian packages the tests use, installed only when missing: Chromium and its chromedriver for the
