@@ -45,7 +45,7 @@ OTHER_ENV = frozenset(
 # KAUDIT_DRIVER_JAVA_OPTIONS: audit.io.spark
 
 CLIENT_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
-ENV_INT_PATTERN = re.compile(r"^\s*[+-]?[0-9]+\s*$")
+ENV_INT_PATTERN = re.compile(r"[+-]?[0-9]+")  # of the stripped text: int() strips less than `\s` matches
 ENV_MAX_DIGITS = 100  # int() refuses over 4300 digits with a ValueError
 ENV_BOOLS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 _SCALARS = (str, int, float, bool, Path)
@@ -206,11 +206,12 @@ def _hint(key: str, keys: Mapping[str, Any]) -> str:
 def parse(variable: str, text: str, key: str, kind: type) -> Any:
     """An environment value as the type of its key; errors name the variable."""
     if kind is int:
-        if not ENV_INT_PATTERN.match(text):
+        digits = text.strip()
+        if not ENV_INT_PATTERN.fullmatch(digits):
             raise ConfigError(f"{variable}: {show(text)} is not an integer ({key})")
-        if len(text) > ENV_MAX_DIGITS:
+        if len(digits) > ENV_MAX_DIGITS:
             raise ConfigError(f"{variable}: {show(text)} has more than {ENV_MAX_DIGITS} digits ({key})")
-        return int(text)
+        return int(digits)
     if kind is float:
         try:
             return float(text)

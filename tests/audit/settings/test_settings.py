@@ -515,6 +515,12 @@ def test_environment_errors_name_the_variable(env, message):
     assert message in error_of(load_settings, env=env)
 
 
+@pytest.mark.parametrize("text", [" 5 ", "+5", "5\n", "5\x1f", "\x1c5"])
+def test_an_integer_variable_may_be_padded_with_what_python_calls_whitespace(text):
+    """Found by the junk property test: `\\s` matched \\x1f around the digits, int() did not take it (a ValueError)."""
+    assert load_settings(env={"KAUDIT_WINDOW_MINUTES": text}).window_minutes == 5
+
+
 def test_an_environment_error_on_a_file_value_names_the_file(tmp_path):
     path = write(tmp_path, "clusters = 3\n")
     assert (
