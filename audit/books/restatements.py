@@ -3,15 +3,18 @@ that made it (the rule is audit/contract/restatements.py's).
 
 Found before the run's completeness MERGE, from the verdicts it is about to replace, and stored before
 that MERGE too: a run killed in between finds the same restatements again and, by their ids, stores
-them once. They are found with Spark columns (`restated_rows`), so a run starts no Python worker: the
-workers' start took about 2 s and 4 CPU-s in each new session, and again after a minute idle. The table is only appended to and Spark does not read it during a run, so the driver writes
-it with `deltalake` (delta_io.insert_new_from_driver). Each one carries the ids of the count records the
+them once. They are found with Spark columns (`restated_rows`), so a run starts no Python worker (their
+start took about 2 s in each new session, and again after a minute idle). The table is only appended to
+and Spark does not read it during a run, so the driver writes it with `deltalake`
+(delta_io.insert_new_from_driver). Each one carries the ids of the count records the
 run read for its window at its tier and at the reference tier: the late counts, the replayed copies or
 the recount that changed it.
 """
 
 from __future__ import annotations
 
+import operator
+from functools import reduce
 from typing import TYPE_CHECKING
 
 from audit.contract.restatements import RESTATEMENT_COLUMNS, VERDICT
@@ -89,7 +92,7 @@ def restated_rows(pairs):
     from pyspark.sql import functions as F
 
     changed = [~F.col(f"before_{name}").eqNullSafe(F.col(f"after_{name}")) for name in VERDICT]
-    restated = F.coalesce(F.col("before_final"), F.lit(False)) & _any(changed)
+    restated = F.coalesce(F.col("before_final"), F.lit(False)) & reduce(operator.or_, changed)
     verdicts = [
         F.coalesce(F.col(f"{side}_{name}").cast("string"), F.lit("None"))
         for side in ("before", "after")
@@ -103,12 +106,6 @@ def restated_rows(pairs):
         .withColumn("restatement_id", F.substring(F.sha2(text, 256), 1, 32))
         .select(*RESTATEMENT_COLUMNS)
     )
-
-
-def _any(conditions):
-    from functools import reduce
-
-    return reduce(lambda one, other: one | other, conditions)
 
 
 def _utc_text(column: str):

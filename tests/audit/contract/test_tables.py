@@ -52,6 +52,23 @@ def test_unknown_types_are_errors_naming_them(bad):
         arrow_type(bad)
 
 
+def test_a_ddl_string_gives_its_columns_in_order():
+    import pyarrow as pa
+
+    from audit.contract.arrow import ddl_schema
+
+    schema = ddl_schema("topic STRING, `window_start` TIMESTAMP, by_partition MAP<INT, BIGINT>")
+    assert schema == pa.schema(
+        [
+            ("topic", pa.string()),
+            ("window_start", pa.timestamp("us", tz="UTC")),
+            ("by_partition", pa.map_(pa.int32(), pa.int64())),
+        ]
+    )
+    with pytest.raises(ValueError, match="'topic' of 'topic' has no type"):
+        ddl_schema("topic")
+
+
 def test_every_table_has_a_schema_in_declaration_order():
     for table in TABLES.values():
         schema = arrow_schema(table)
