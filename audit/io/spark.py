@@ -108,21 +108,18 @@ def broadcast_when_small(frame):
 
 
 def local_frame(spark, rows, ddl: str):
-    """A DataFrame of the schema `ddl` (`name TYPE, ...`) from rows the driver holds: a pyarrow Table, or a list
-    of tuples (in `ddl`'s column order) or dicts, handed to Spark as Arrow. `createDataFrame` of a Python list
-    starts Python workers to unpickle it: 2 s and 2-3 CPU-s in a new session, and again once they were idle for
-    a minute."""
+    """A DataFrame of the schema `ddl` (`name TYPE, ...`) from rows the driver holds (a pyarrow Table, or tuples
+    in `ddl`'s column order), handed to Spark as Arrow. `createDataFrame` of a Python list starts Python workers
+    to unpickle it: about 2 s in a new session, and again once they were idle for a minute."""
     import pyarrow as pa
 
     from audit.contract.arrow import ddl_schema
 
     schema = ddl_schema(ddl)
     if isinstance(rows, pa.Table):
-        table = rows.select(schema.names).cast(schema)
-    else:
-        records = [row if isinstance(row, dict) else dict(zip(schema.names, row, strict=True)) for row in rows]
-        table = pa.Table.from_pylist(records, schema=schema)
-    return spark.createDataFrame(table)
+        return spark.createDataFrame(rows.select(schema.names).cast(schema))
+    records = [dict(zip(schema.names, row, strict=True)) for row in rows]
+    return spark.createDataFrame(pa.Table.from_pylist(records, schema=schema))
 
 
 def side_by_side(*steps: Callable[[], object], threads: int | None = None) -> list:
