@@ -48,12 +48,14 @@ def run_hop(
     started = time.monotonic()
     next_refresh = started
     armed_at = -STUCK_REARM_S
+    # A call that never returns would otherwise leave no trace of where: the opening, a step, the last
+    # commit and the closing are all watched. Each arming starts a watchdog thread, so it is renewed
+    # every STUCK_REARM_S, not every step (a batch).
+    faulthandler.dump_traceback_later(STUCK_STEP_S, repeat=True, file=sys.stderr)
     try:
         hop.open()
         while not stop.is_set():
             now = time.monotonic()
-            # A step inside a broker call that never returns would otherwise leave no trace of where. Each
-            # arming starts a watchdog thread, so it is renewed every STUCK_REARM_S, not every step (a batch).
             if now - armed_at >= STUCK_REARM_S:
                 faulthandler.dump_traceback_later(STUCK_STEP_S, repeat=True, file=sys.stderr)
                 armed_at = now
@@ -65,14 +67,16 @@ def run_hop(
                 break
             if max_seconds is not None and time.monotonic() - started >= max_seconds:
                 break
-        faulthandler.cancel_dump_traceback_later()
+        faulthandler.dump_traceback_later(STUCK_STEP_S, repeat=True, file=sys.stderr)
         hop.finish()
     finally:
-        faulthandler.cancel_dump_traceback_later()
-        hop.close()
+        try:
+            hop.close()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
 
 
-STUCK_STEP_S = 60.0  # no step started for this long: every thread's stack is printed, and again each time
+STUCK_STEP_S = 60.0  # no step started (or the finish and close not done) for this long: every thread's stack is printed, and again each time
 STUCK_REARM_S = 10.0  # so a step stuck 50-60 s is the shortest that prints
 
 

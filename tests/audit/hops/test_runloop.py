@@ -109,3 +109,32 @@ def test_a_stop_request_ends_the_loop_and_a_failing_step_still_closes():
     except RuntimeError:
         pass
     assert failing.calls[-1] == "close" and "finish" not in failing.calls
+
+
+STUCK_HOP = """
+import threading, time, sys
+from audit.hops import runloop
+runloop.STUCK_STEP_S = 0.5
+
+class Hop:
+    topic_refresh_s = 1.0
+    def open(self): pass
+    def refresh_topics(self): pass
+    def step(self): return True
+    def caught_up(self): return True
+    def finish(self): pass
+    def close(self): pass
+
+def hangs(self): time.sleep(1.5)
+setattr(Hop, sys.argv[1], hangs)
+runloop.run_hop(Hop(), threading.Event(), until_caught_up=True)
+"""
+
+
+@pytest.mark.parametrize("where", ["open", "finish", "close"])
+def test_a_hop_stuck_opening_finishing_or_closing_prints_every_stack(where):
+    """Not only a step: a call that never returns in the opening, the last commit or the closing
+    (a consumer's close waiting on its group) would otherwise leave a process hanging without a trace."""
+    done = subprocess.run([sys.executable, "-c", STUCK_HOP, where], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert "Thread" in done.stderr and "in hangs" in done.stderr, done.stderr
