@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import atheris
@@ -37,7 +36,9 @@ ENV_NAMES = [
     "KAUDIT_CLUSTER_DC1_CLIENT__SASL__PASSWORD",
     "KAUDIT_STATE_DIR",
 ]
-_CONFIG_FILE = Path(tempfile.mkdtemp(prefix="kaudit-fuzz-")) / "fuzz.toml"
+# In the working directory, where libFuzzer writes its findings too (`make fuzz` and the test each give
+# the run a scratch one): a temporary directory would outlive the run, as libFuzzer exits without Python's clean-up.
+_CONFIG_FILE = Path("fuzz-settings.toml")
 
 
 def fuzz_record(data: bytes) -> None:
