@@ -167,9 +167,11 @@ class ExactlyOnceReplicator(Replicator):
                 self._stored[key] = start
                 self.flows[key] = PartitionFlow(committed=hint if hint >= 0 else start, acked=start, next_offset=start)
                 starts.append(TopicPartition(key[0], key[1], start))
+        self._log_assignment(starts, from_target_positions=sum(key in stored for key in hints))
         consumer.assign(starts)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("partitions revoked", extra={"source": self.options.source, "partitions": len(partitions)})
         # Commit what is copied before the next owner reads the positions back.
         self._commit_transaction()
         self.commit()

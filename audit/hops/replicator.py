@@ -48,11 +48,21 @@ from audit.hops.mirror_state import (
 from audit.hops.mirror_topics import create_target_topics
 from audit.hops.retention import RetentionGaps, Skip, seek_past_deleted
 from audit.hops.runloop import run_hop
-from audit.io.clients import Admin, check_credentials, committed_offsets, ensure_topics, group_caught_up
+from audit.io.clients import Admin, check_credentials, committed_offsets, ensure_topics, group_lag
 
 __all__ = ["MirrorOptions", "MirrorStats", "Replicator", "provenance"]
 
 log = logging.getLogger(__name__)
+
+
+_PARTITIONS_LOGGED = 5  # a "catching up" line names at most this many partitions
+
+
+def _flow_state(flow: PartitionFlow | None) -> str:
+    """Where this instance stands on a partition, for a log line."""
+    if flow is None:
+        return "not-assigned-here"
+    return f"committed={flow.committed},acked={flow.acked},next={flow.next_offset},in-flight={len(flow.sent)}"
 
 
 class Replicator:
@@ -88,6 +98,7 @@ class Replicator:
         self._labels = (options.source, options.target)
         self._copied_metrics: dict[str, Any] = {}  # prometheus_client children, one per topic
         self._next_commit = self._next_status = 0.0  # monotonic seconds; set by run()
+        self._next_behind_log = 0.0
         self._quiet = False  # status records paused (only while finishing a run-until-caught-up)
         self.retention = RetentionGaps(
             lambda topic, partition, n: RETENTION_SKIPPED.labels(
@@ -204,11 +215,25 @@ class Replicator:
                 resume = max(start, self._released.pop((tp.topic, tp.partition), -1))
                 self.flows[(tp.topic, tp.partition)] = PartitionFlow(committed=start, acked=resume, next_offset=resume)
                 starts.append(TopicPartition(tp.topic, tp.partition, resume))
+        self._log_assignment(starts)
         consumer.assign(starts)
         if self.pause is not None and self.pause.paused(time.monotonic()):
             consumer.pause(starts)  # else the poll that assigned them could copy from them during the pause
 
+    def _log_assignment(self, starts: list[TopicPartition], **counts: int) -> None:
+        log.info(
+            "partitions assigned",
+            extra={
+                "source": self.options.source,
+                "target": self.options.target,
+                "partitions": len(starts),
+                **counts,
+                "first": " ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in starts[:_PARTITIONS_LOGGED]),
+            },
+        )
+
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("partitions revoked", extra={"source": self.options.source, "partitions": len(partitions)})
         # Deliver what is in flight, then commit it, so the next owner repeats as little as possible.
         # When stopping, run() has already waited for the target once: do not wait again.
         if not self._stop.is_set():
@@ -490,8 +515,26 @@ class Replicator:
             self._next_status = now + self.options.status_interval_s
 
     def group_caught_up(self, topics: list[str]) -> bool:
-        """Every partition of `topics` acknowledged and committed up to its end, by the group."""
-        return group_caught_up(self._consumer, self._source_admin, topics, timeout_s=self.options.client_timeout_s)
+        """Every partition of `topics` acknowledged and committed up to its end, by the group. While not,
+        says once per status interval which partitions are behind and where this instance stands on them."""
+        behind = group_lag(self._consumer, self._source_admin, topics, timeout_s=self.options.client_timeout_s)
+        if behind and time.monotonic() >= self._next_behind_log:
+            self._next_behind_log = time.monotonic() + self.options.status_interval_s
+            with self._lock:
+                flows = {key: self.flows.get(key) for key in sorted(behind)[:_PARTITIONS_LOGGED]}
+            log.info(
+                "catching up",
+                extra={
+                    "source": self.options.source,
+                    "target": self.options.target,
+                    "partitions_behind": len(behind),
+                    "lag": sum(behind.values()),
+                    "first": " ".join(
+                        f"{t}[{p}]:{behind[(t, p)]}:{_flow_state(flow)}" for (t, p), flow in flows.items()
+                    ),
+                },
+            )
+        return behind == {}
 
     def _finished(self) -> bool:
         """For run-until-caught-up: data topics first; then, with our own status records paused

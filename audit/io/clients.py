@@ -243,24 +243,32 @@ class Admin:
         self._renewed_at = time.monotonic()
 
 
-def group_caught_up(
+def group_lag(
     consumer: Consumer, admin: Admin, topics: list[str], *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S
-) -> bool:
-    """True when the consumer's group has committed up to the end of EVERY partition of `topics`:
-    judged from the broker, whatever this member's own assignment is."""
+) -> dict[tuple[str, int], int] | None:
+    """Per partition of `topics` that the consumer's group has not committed up to its end, how many
+    offsets it is behind: judged from the broker, whatever this member's own assignment is. None when
+    an end or the committed offsets are not known (a coordinator that is slow or moving)."""
     metadata = consumer.list_topics(timeout=timeout_s).topics
     partitions = [(topic, p) for topic in topics if topic in metadata for p in metadata[topic].partitions]
     ends = admin.list_offsets(partitions, OffsetSpec.latest(), timeout_s=timeout_s)
     if len(ends) != len(partitions):
-        return False
+        log.warning("end offsets unknown", extra={"partitions": len(partitions) - len(ends)})
+        return None
     try:
         committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
-    except (
-        KafkaException
-    ) as exc:  # a coordinator that is slow or moving (a broker restart): not known to be caught up yet
+    except KafkaException as exc:
         log.warning("committed offsets unknown", extra={"group_topics": len(topics), "error": exc.args[0].str()})
-        return False
-    return all(max(tp.offset, 0) >= ends[(tp.topic, tp.partition)] for tp in committed)
+        return None
+    behind = {(tp.topic, tp.partition): ends[(tp.topic, tp.partition)] - max(tp.offset, 0) for tp in committed}
+    return {key: lag for key, lag in behind.items() if lag > 0}
+
+
+def group_caught_up(
+    consumer: Consumer, admin: Admin, topics: list[str], *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S
+) -> bool:
+    """True when the consumer's group has committed up to the end of EVERY partition of `topics`."""
+    return group_lag(consumer, admin, topics, timeout_s=timeout_s) == {}
 
 
 # -- failing fast on bad credentials --------------------------------------------------------------

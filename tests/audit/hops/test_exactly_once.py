@@ -117,9 +117,14 @@ class Mirror:
         command += ["--to", "dst", self.mode, "--instance", instance, "--topic-refresh-s", "2", *args]
         return subprocess.Popen(command, stdout=log, stderr=log)
 
-    def catch_up(self) -> None:
+    def catch_up(self, timeout_s: float = 180.0) -> None:
         process = self.start("--until-caught-up")
-        assert process.wait(180) == 0, self.logs()
+        try:
+            assert process.wait(timeout_s) == 0, self.logs()
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+            pytest.fail(f"not caught up in {timeout_s:.0f} s\n{self.logs()}")
 
     def counted(self, cluster: str) -> dict[int, int]:
         """Messages of the topic (or its copy) per window that `kaudit count --until-caught-up` counts on `cluster`."""
@@ -140,7 +145,9 @@ class Mirror:
         assert at_target == at_source, f"target {sorted(at_target.items())} != source {sorted(at_source.items())}"
 
     def logs(self) -> str:
-        return "\n".join(p.read_text()[-2000:] for p in sorted(self.tmp_path.glob("mirror-*.log")))
+        """The tail of each run's log, a longer one of the latest run."""
+        paths = sorted(self.tmp_path.glob("mirror-*.log"), key=lambda p: int(p.stem.split("-")[1]))
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-(8000 if p == paths[-1] else 2000) :]}" for p in paths)
 
 
 def committed_by_the_mirror(clusters: LocalClusters, topic: str) -> int:
