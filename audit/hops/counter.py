@@ -120,21 +120,20 @@ class ClusterCounter:
 
     def open(self) -> None:
         check_credentials(self.config, self.options.cluster, timeout_s=self.options.client_timeout_s)
-        self._consumer = Consumer(
-            {
-                **self.config,
-                "group.id": self.options.group,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "client.id": f"{SERVICE}-{self.options.cluster}-{self.options.instance}",
-                # Dynamic membership on purpose: a static member (group.instance.id) was fenced by its own
-                # rejoin after a broker restart (a fatal error that hung the counter in the soak), and is
-                # handed its predecessor's assignment even when its topic list changed. A dead member's
-                # partitions move after the session timeout; the transactional id still fences zombies.
-                "session.timeout.ms": SESSION_TIMEOUT_MS,
-            }
-        )
+        self._consumer_config = {
+            **self.config,
+            "group.id": self.options.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "client.id": f"{SERVICE}-{self.options.cluster}-{self.options.instance}",
+            # Dynamic membership on purpose: a static member (group.instance.id) was fenced by its own
+            # rejoin after a broker restart (a fatal error that hung the counter in the soak), and is
+            # handed its predecessor's assignment even when its topic list changed. A dead member's
+            # partitions move after the session timeout; the transactional id still fences zombies.
+            "session.timeout.ms": SESSION_TIMEOUT_MS,
+        }
+        self._consumer = Consumer(self._consumer_config)
         self._admin = Admin(self.config)
         self._producer = self._new_producer()
         try:
@@ -222,7 +221,9 @@ class ClusterCounter:
             self._subscribed = wanted
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        committed = committed_offsets(consumer, partitions, timeout_s=self.options.client_timeout_s)
+        committed = committed_offsets(
+            consumer, partitions, timeout_s=self.options.client_timeout_s, config=self._consumer_config
+        )
         never_committed = [(tp.topic, tp.partition) for tp in committed if tp.offset < 0]
         earliest = self._list_offsets(never_committed, OffsetSpec.earliest())
         for tp in committed:

@@ -156,7 +156,9 @@ class ExactlyOnceReplicator(Replicator):
         stored = read_positions(self.target_config, self.options.group, timeout_s=self.options.client_timeout_s)
         hints = {
             (tp.topic, tp.partition): tp.offset
-            for tp in committed_offsets(consumer, partitions, timeout_s=self.options.client_timeout_s)
+            for tp in committed_offsets(
+                consumer, partitions, timeout_s=self.options.client_timeout_s, config=self._consumer_config
+            )
         }
         unknown = [key for key in hints if key not in stored and hints[key] < 0]
         earliest = self._list_offsets(unknown, OffsetSpec.earliest()) if unknown else {}

@@ -116,20 +116,19 @@ class Replicator:
     def open(self) -> None:
         check_credentials(self.source_config, self.options.source, timeout_s=self.options.client_timeout_s)
         check_credentials(self.target_config, self.options.target, timeout_s=self.options.client_timeout_s)
-        self._consumer = Consumer(
-            {
-                **self.source_config,
-                "group.id": self.options.group,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                # Aborted audit records of the counters must not be copied.
-                "isolation.level": "read_committed",
-                "client.id": f"{SERVICE}-{self.options.source}-{self.options.target}",
-                # Dynamic membership on purpose: a static member restarted with another topic list is
-                # handed its predecessor's stale assignment by the broker and copies nothing new.
-                "session.timeout.ms": self.options.session_timeout_ms,
-            }
-        )
+        self._consumer_config = {
+            **self.source_config,
+            "group.id": self.options.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            # Aborted audit records of the counters must not be copied.
+            "isolation.level": "read_committed",
+            "client.id": f"{SERVICE}-{self.options.source}-{self.options.target}",
+            # Dynamic membership on purpose: a static member restarted with another topic list is
+            # handed its predecessor's stale assignment by the broker and copies nothing new.
+            "session.timeout.ms": self.options.session_timeout_ms,
+        }
+        self._consumer = Consumer(self._consumer_config)
         self._producer = Producer(
             {
                 **self.target_config,
@@ -202,7 +201,9 @@ class Replicator:
     # -- rebalance -----------------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        committed = committed_offsets(consumer, partitions, timeout_s=self.options.client_timeout_s)
+        committed = committed_offsets(
+            consumer, partitions, timeout_s=self.options.client_timeout_s, config=self._consumer_config
+        )
         earliest = self._list_offsets(
             [(tp.topic, tp.partition) for tp in committed if tp.offset < 0], OffsetSpec.earliest()
         )

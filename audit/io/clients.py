@@ -119,24 +119,57 @@ COMMITTED_ATTEMPT_S = 5.0
 
 
 def committed_offsets(
-    consumer: Consumer, partitions: list[TopicPartition], *, timeout_s: float, attempt_s: float = COMMITTED_ATTEMPT_S
+    consumer: Consumer,
+    partitions: list[TopicPartition],
+    *,
+    timeout_s: float,
+    attempt_s: float = COMMITTED_ATTEMPT_S,
+    config: Mapping[str, Any] | None = None,
 ) -> list[TopicPartition]:
     """The group's committed offsets of `partitions`, asked anew every `attempt_s` until `timeout_s`.
 
     One request sent while a restarted broker was loading its group coordinator went unanswered for its
     whole 30 s timeout, and the error, raised inside a rebalance callback, ended the service. A fresh
-    request after a few seconds is answered once the coordinator is back."""
+    request after a few seconds is answered once the coordinator is back.
+
+    `config`, the consumer's own, lets the error tell an absent coordinator from offsets a transaction
+    holds (see `_held_by_a_transaction`)."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             return consumer.committed(partitions, timeout=max(0.1, min(attempt_s, deadline - time.monotonic())))
         except KafkaException as exc:
             if time.monotonic() >= deadline:
+                if config is not None and _held_by_a_transaction(config, partitions):
+                    raise KafkaClientError(
+                        f"the committed offsets of group {config.get('group.id')} for {len(partitions)} partitions "
+                        f"are held by a transaction that has not completed in {timeout_s:.0f} s. If it stays so past "
+                        "its transaction timeout, it is a hanging transaction (seen after a broker restart that "
+                        "dropped the transaction's markers): find it with `kafka-transactions.sh --bootstrap-server "
+                        f"{config.get('bootstrap.servers')} find-hanging --broker-id <id>` and end it with "
+                        "`kafka-transactions.sh ... abort`"
+                    ) from exc
                 raise KafkaClientError(
                     f"the group coordinator did not answer committed offsets for {len(partitions)} partitions "
                     f"in {timeout_s:.0f} s: {exc.args[0].str()}"
                 ) from exc
             log.warning("committed offsets not answered; asking again", extra={"error": exc.args[0].str()})
+
+
+def _held_by_a_transaction(config: Mapping[str, Any], partitions: list[TopicPartition]) -> bool:
+    """True when the group's offsets are answered to a read_uncommitted consumer only. A read_committed
+    consumer asks for stable offsets (KIP-447), and while a transaction holds offsets of the group the
+    coordinator answers UNSTABLE_OFFSET_COMMIT, which librdkafka retries until its timeout."""
+    if config.get("isolation.level", "read_committed") != "read_committed":
+        return False
+    probe = Consumer({**config, "isolation.level": "read_uncommitted", "enable.auto.commit": False})
+    try:
+        probe.committed(partitions, timeout=COMMITTED_ATTEMPT_S)
+        return True
+    except KafkaException:
+        return False
+    finally:
+        probe.close()
 
 
 # Answers of a partition whose leader is being elected or moved (librdkafka does not flag them all retriable).

@@ -146,3 +146,37 @@ def test_an_answer_without_an_offset_is_left_out_not_taken_as_an_end_offset():
             return answers
 
     assert list_offsets(Admin(), [("t", 0), ("t", 1)], OffsetSpec.latest()) == {("t", 0): 7}
+
+
+@pytest.mark.kafka
+def test_offsets_held_by_an_open_transaction_are_named_as_such_not_as_an_absent_coordinator(
+    local_clusters, topic_factory, unique_name
+):
+    """A transaction that sent offsets of the group and never completes (a hanging one, after a broker
+    restart dropped its markers) keeps a read_committed consumer's committed() unanswered: the error says
+    so and how to find it; once the transaction ends the same call is answered."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from audit.contract.errors import KafkaClientError
+    from audit.io.clients import committed_offsets
+
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    topic, group = topic_factory("dc1"), unique_name("g")
+    config = {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed"}
+    member = Consumer(config)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_name("tx")})
+    reader = Consumer(config)
+    partitions = [TopicPartition(topic, 0)]
+    try:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic, b"x")
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 1)], member.consumer_group_metadata(), 30)
+        with pytest.raises(KafkaClientError, match=f"offsets of group {group} .* held by a transaction") as raised:
+            committed_offsets(reader, partitions, timeout_s=3, attempt_s=1, config=config)
+        assert "find-hanging" in str(raised.value) and bootstrap in str(raised.value)
+        producer.abort_transaction(30)
+        assert committed_offsets(reader, partitions, timeout_s=30, config=config)[0].offset < 0  # nothing committed
+    finally:
+        for consumer in (member, reader):
+            consumer.close()
