@@ -76,7 +76,7 @@ def run_hop(
             faulthandler.cancel_dump_traceback_later()
 
 
-STUCK_STEP_S = 60.0  # no step started (or the finish and close not done) for this long: every thread's stack is printed, and again each time
+STUCK_STEP_S = 60.0  # no new step, or an opening or closing not done, for this long: every thread's stack is printed, and again each time
 STUCK_REARM_S = 10.0  # so a step stuck 50-60 s is the shortest that prints
 
 

@@ -285,8 +285,7 @@ def group_lag(
     metadata = consumer.list_topics(timeout=timeout_s).topics
     partitions = [(topic, p) for topic in topics if topic in metadata for p in metadata[topic].partitions]
     ends = admin.list_offsets(partitions, OffsetSpec.latest(), timeout_s=timeout_s)
-    if len(ends) != len(partitions):
-        log.warning("end offsets unknown", extra={"partitions": len(partitions) - len(ends)})
+    if len(ends) != len(partitions):  # `Admin.list_offsets` has logged which
         return None
     try:
         committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
