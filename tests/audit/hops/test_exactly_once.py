@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from audit.hops.mirror_eos import read_positions
 from audit.io.audit_log import counts_by_window, read_audit_topic
 from audit.io.clients import committed_offsets, ensure_topics
 from audit.local.clusters import LocalClusters
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.kafka
 
 PARTITIONS = 3
 DOWN_S = 8.0
+GROUP = "kaudit-mirror-src-dst"  # the replicators' group (the default for src -> dst)
 
 
 def source_traffic(clusters: LocalClusters, topic: str) -> SteadyProducer:
@@ -153,12 +155,21 @@ class Mirror:
 def committed_by_the_mirror(clusters: LocalClusters, topic: str) -> int:
     """Source offsets of `topic` the replicators' group has committed, summed (in exactly-once mode:
     committed with the copies' transactions); asked again while a fresh cluster loads its coordinator."""
-    watcher = Consumer({"bootstrap.servers": clusters["src"].bootstrap_servers, "group.id": "kaudit-mirror-src-dst"})
+    watcher = Consumer({"bootstrap.servers": clusters["src"].bootstrap_servers, "group.id": GROUP})
     try:
         partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
         return sum(max(tp.offset, 0) for tp in committed_offsets(watcher, partitions, timeout_s=60))
     finally:
         watcher.close()
+
+
+def copied_by_the_mirror(clusters: LocalClusters, topic: str) -> int:
+    """How far the replicators have copied `topic`, in source offsets summed: the group's committed offsets,
+    or the positions stored with the copies on the target (exactly once) when those are ahead: a run
+    killed between its transaction and its group commit leaves them ahead, and its successor's first
+    group commit then moves the group's offsets without copying anything."""
+    stored = read_positions({"bootstrap.servers": clusters["dst"].bootstrap_servers}, GROUP, timeout_s=60)
+    return max(committed_by_the_mirror(clusters, topic), sum(o for (t, _), o in stored.items() if t == topic))
 
 
 def wait_for_a_commit(mirror: Mirror, process: subprocess.Popen, since: int, timeout_s: float = 90.0) -> None:
@@ -177,7 +188,7 @@ def kill9_run(tmp_path, clusters, topic, mode: str, kills: int = 5) -> tuple[int
     rng = random.Random()
     with source_traffic(clusters, topic):
         for _ in range(kills):
-            since = committed_by_the_mirror(clusters, topic)
+            since = copied_by_the_mirror(clusters, topic)
             process = mirror.start()
             wait_for_a_commit(mirror, process, since)
             time.sleep(rng.uniform(0.5, 4.0))  # the kill lands somewhere in the copying that follows
