@@ -6,13 +6,17 @@ session starts offline; under `spark-submit` the caller's own `--packages` win.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from audit.io import jvm
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MASTER = "local[2]"
 
@@ -49,6 +53,18 @@ DRIVER_JIT_OPTIONS = (
 DRIVER_ZONE_OPTION = "-Duser.timezone=UTC"
 
 
+def run_python_in_utc() -> None:
+    """Make this process's local zone UTC, as the session's. PySpark gives a TIMESTAMP to Python as a naive datetime
+    in the process's local zone and reads a naive one back the same way, while SQL reads a literal in the session's
+    zone (UTC): on a host in Europe/Paris a run named every window it had read an hour off, and its first
+    increment failed its overwrite (DELTA_REPLACE_WHERE_MISMATCH) after reading the wrong windows."""
+    if time.timezone == 0 and not time.daylight:
+        return  # UTC already, or a zone that never differs from it
+    log.info("the driver's Python runs in UTC, as its Spark session", extra={"host_zone": time.tzname[0]})
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+
+
 # Replaces DRIVER_JIT_OPTIONS for every session started locally by a process that has it: the test suite sets
 # it (tests/conftest.py), so the Spark jobs of the CLI processes the tests start compile as the tests' own.
 DRIVER_JAVA_OPTIONS_ENV = "KAUDIT_DRIVER_JAVA_OPTIONS"
@@ -78,6 +94,7 @@ def spark_session(
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    run_python_in_utc()  # before the JVM starts, which then inherits it
     builder = SparkSession.builder.appName(app_name)
     settings = dict(BASE_CONF)
     if not under_spark_submit():
