@@ -86,6 +86,7 @@ class ClusterCounter:
         self._subscribed: list[str] = []
         self._stop = threading.Event()
         self._until_caught_up = False  # set by run(): a batch that reads nothing flushes at once
+        self._consumer_config: dict[str, Any] = {}  # set by open(); asked again when committed offsets are held
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._admin: Admin | None = None

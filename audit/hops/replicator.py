@@ -91,6 +91,7 @@ class Replicator:
         self.instance_id = new_instance_id(f"{SERVICE}-{options.source}-{options.target}")
         self._sequence = 0
         self._subscribed: list[str] = []
+        self._consumer_config: dict[str, Any] = {}  # set by open(); asked again when committed offsets are held
         self._target_partitions: dict[str, int] = {}
         self._lock = threading.Lock()
         self._released: dict[tuple[str, int], int] = {}  # acknowledged position of partitions given up
@@ -521,21 +522,23 @@ class Replicator:
         behind = group_lag(self._consumer, self._source_admin, topics, timeout_s=self.options.client_timeout_s)
         if behind and time.monotonic() >= self._next_behind_log:
             self._next_behind_log = time.monotonic() + self.options.status_interval_s
-            with self._lock:
-                flows = {key: self.flows.get(key) for key in sorted(behind)[:_PARTITIONS_LOGGED]}
-            log.info(
-                "catching up",
-                extra={
-                    "source": self.options.source,
-                    "target": self.options.target,
-                    "partitions_behind": len(behind),
-                    "lag": sum(behind.values()),
-                    "first": " ".join(
-                        f"{t}[{p}]:{behind[(t, p)]}:{_flow_state(flow)}" for (t, p), flow in flows.items()
-                    ),
-                },
-            )
+            self._log_behind(behind)
         return behind == {}
+
+    def _log_behind(self, behind: dict[tuple[str, int], int]) -> None:
+        """One `catching up` line: the lag of the group and this instance's offsets on the first partitions."""
+        with self._lock:
+            flows = {key: self.flows.get(key) for key in sorted(behind)[:_PARTITIONS_LOGGED]}
+        log.info(
+            "catching up",
+            extra={
+                "source": self.options.source,
+                "target": self.options.target,
+                "partitions_behind": len(behind),
+                "lag": sum(behind.values()),
+                "first": " ".join(f"{t}[{p}]:{behind[(t, p)]}:{_flow_state(flow)}" for (t, p), flow in flows.items()),
+            },
+        )
 
     def _finished(self) -> bool:
         """For run-until-caught-up: data topics first; then, with our own status records paused

@@ -489,3 +489,20 @@ def test_copy_headers(headers, path, kind, expected, why):
     from audit.hops.mirror_state import copy_headers
 
     assert copy_headers(headers, path, "dc1", kind, 1_700_000_000_000) == expected, why
+
+
+def test_a_catch_up_names_the_lag_and_where_this_instance_stands_on_each_partition(caplog, unique_name):
+    """The `catching up` line of a run until caught up (no broker: the replicator is built, never opened)."""
+    from audit.hops.mirror_state import PartitionFlow
+
+    mirror = replicator("127.0.0.1:1", "127.0.0.1:1", options_for(unique_name), PREFIX, lambda t: True)
+    mirror.flows[("orders", 0)] = PartitionFlow(committed=10, acked=12, next_offset=15)
+    caplog.set_level(logging.INFO, logger=replicator_module.__name__)
+    caplog.handler.setFormatter(KeyValueFormatter())
+
+    mirror._log_behind({("orders", 0): 7, ("orders", 1): 3})
+
+    [line] = [caplog.handler.format(r) for r in caplog.records if r.getMessage() == "catching up"]
+    assert "partitions_behind=2" in line and "lag=10" in line, line
+    assert "orders[0]:7:committed=10,acked=12,next=15,in-flight=0" in line, line
+    assert "orders[1]:3:not-assigned-here" in line, f"a partition another instance copies: {line}"
