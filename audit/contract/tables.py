@@ -28,6 +28,9 @@ class Table:
     columns: tuple[Column, ...]
     key: tuple[str, ...]  # the natural key every MERGE matches on
     partition_by: tuple[str, ...] = ()
+    # The columns whose min and max Delta keeps per file, the ones the books' reads filter on (the rest are
+    # never skipped by: rows are written in window order); empty: Delta's default, the first 32 columns.
+    stats_columns: tuple[str, ...] = ()
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -64,6 +67,7 @@ AUDIT_RECORDS = Table(
     doc="Every valid audit record of every cluster's audit topic (and the lake's), once per record_id.",
     key=("record_id",),
     partition_by=("date",),
+    stats_columns=("window_start", "kind"),
     columns=(
         _c("record_id", "STRING", "unique id: instance id + sequence; replicated or re-read copies share it"),
         _c("kind", "STRING", "`count` or `status`"),
@@ -120,6 +124,7 @@ TIER_COUNTS = Table(
     doc="Per logical topic, window and tier: the deduplicated sums of its count records.",
     key=("origin_cluster", "topic", "window_start", "tier"),
     partition_by=("date",),
+    stats_columns=("window_start",),
     columns=(
         *LOGICAL_TOPIC,
         *WINDOW,
@@ -164,6 +169,7 @@ COMPLETENESS = Table(
     doc="Per logical topic, window and tier: observed against expected (the reference tier), and a status.",
     key=("origin_cluster", "topic", "window_start", "tier"),
     partition_by=("date",),
+    stats_columns=("window_start", "status"),
     columns=(
         *LOGICAL_TOPIC,
         *WINDOW,
@@ -462,6 +468,13 @@ def markdown() -> str:
                 f"Partitioned by {', '.join(f'`{p}`' for p in table.partition_by)}."
                 if table.partition_by
                 else "Not partitioned."
+            )
+            + (
+                f" Files keep min and max of {', '.join(f'`{c}`' for c in table.stats_columns)} only: a filter on"
+                " them skips files, one on another column (`date` aside) reads every file of the partitions read"
+                " (tables created before 2026-11-27 keep them for their first 32 columns)."
+                if table.stats_columns
+                else ""
             ),
             "",
             "| column | type | meaning |",

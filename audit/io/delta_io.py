@@ -28,6 +28,14 @@ TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
 CREATING_THREADS = 4
 
 
+def table_properties(table: Table) -> dict[str, str]:
+    """The Delta properties `table` is created with: TABLE_PROPERTIES, and its `stats_columns` when it names
+    them. Min and max of every column cost a third of an append: 1M rows of 25 columns took 4.7-5.1 s with
+    Delta's default, 3.3-3.4 s with window_start's only. A table created before keeps its own setting."""
+    stats = {"delta.dataSkippingStatsColumns": ",".join(table.stats_columns)} if table.stats_columns else {}
+    return {**TABLE_PROPERTIES, **stats}
+
+
 def spark_schema(table: Table):
     from pyspark.sql.types import StructType
 
@@ -47,7 +55,7 @@ def ensure_table(spark: SparkSession, lake_root: str, table: Table) -> str:
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(spark_schema(table))
     if table.partition_by:
         builder = builder.partitionedBy(*table.partition_by)
-    for key, value in TABLE_PROPERTIES.items():
+    for key, value in table_properties(table).items():
         builder = builder.property(key, value)
     try:
         builder.execute()

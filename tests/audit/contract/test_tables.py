@@ -5,7 +5,16 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from audit.contract.tables import ALERTS, PARTITION_STATUS_TYPE, TABLES, arrow_schema, arrow_table, arrow_type
+from audit.contract.tables import (
+    ALERTS,
+    COMPLETENESS,
+    EVERY_TABLE,
+    PARTITION_STATUS_TYPE,
+    TABLES,
+    arrow_schema,
+    arrow_table,
+    arrow_type,
+)
 
 UTC_US = pa.timestamp("us", tz="UTC")
 
@@ -75,6 +84,15 @@ def test_every_table_has_a_schema_in_declaration_order():
         assert schema.names == list(table.column_names)
         assert all(f.nullable for f in schema)
     assert "alerts" in TABLES and ALERTS.key == ("alert_id",)
+
+
+def test_the_columns_delta_keeps_statistics_for_are_columns_of_their_table_and_not_its_partitions():
+    for table in EVERY_TABLE.values():
+        assert set(table.stats_columns) <= set(table.column_names) - set(table.partition_by), table.name
+        types = {c.name: c.type for c in table.columns}
+        skippable = ("STRING", "BIGINT", "INT", "DOUBLE", "TIMESTAMP", "DATE")  # Delta refuses BOOLEAN and nested
+        assert all(types[name] in skippable for name in table.stats_columns), table.name
+    assert "window_start" in COMPLETENESS.stats_columns, "every read of a few windows skips files by it"
 
 
 def test_rows_become_that_schema_and_round_trip_through_delta(tmp_path):

@@ -140,6 +140,9 @@ def test_windows_written_in_order_are_read_back_from_their_own_files_only(spark,
     one_window = table.where(delta_io.window_predicate([(DAY, windows[-1])]))
     assert len(one_window.inputFiles()) < every_file
     assert one_window.count() == 12_000
+    files = deltalake.DeltaTable(delta_io.table_path(lake, TIER_COUNTS.name)).get_add_actions(flatten=True)
+    kept = {name.removeprefix("min.") for name in files.schema.names if name.startswith("min.")}
+    assert kept == set(TIER_COUNTS.stats_columns), "min and max are kept only for the columns reads filter on"
 
 
 def test_a_table_is_empty_until_any_writer_adds_a_file_and_again_once_all_are_removed(spark, tmp_path):
