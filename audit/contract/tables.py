@@ -28,8 +28,9 @@ class Table:
     columns: tuple[Column, ...]
     key: tuple[str, ...]  # the natural key every MERGE matches on
     partition_by: tuple[str, ...] = ()
-    # The columns whose min and max Delta keeps per file, the ones the books' reads filter on (the rest are
-    # never skipped by: rows are written in window order); empty: Delta's default, the first 32 columns.
+    # The columns whose min and max Delta keeps per file: those the books' reads filter on. No other column
+    # could skip a file (rows are written in window order, so a file holds every topic and tier of its windows);
+    # empty: Delta's default, the first 32 columns.
     stats_columns: tuple[str, ...] = ()
 
     @property
