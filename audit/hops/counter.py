@@ -374,7 +374,7 @@ class ClusterCounter:
         self._pass_deleted(ends)
         positions = {key: progress.position for key, progress in self.progress.items()}
         audit_times = {key: progress.last_audit_time_ms for key, progress in self.progress.items()}
-        by_topic, withheld = topic_statuses(positions, ends, audit_times)
+        by_topic, withheld = topic_statuses(positions, self._held_back_to(ends), audit_times)
         if withheld:
             log.warning(
                 "status withheld: end offsets unknown",
@@ -395,6 +395,14 @@ class ClusterCounter:
             for topic, partitions in by_topic.items()
         ]
 
+    def _held_back_to(self, ends: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """`ends` (last stable offsets) raised to the high watermark where a transaction still open holds
+        messages back. A read_committed reader stops at an open transaction's first offset; lag 0 there
+        moved the tier's watermark past every message written after it, committed or not, that no tier
+        can read yet: against an audited producer that counted them, a loss until the transaction ended."""
+        highs = self._list_offsets(list(ends), OffsetSpec.latest(), committed=False)
+        return {key: max(end, highs.get(key, end)) for key, end in ends.items()}
+
     def _pass_deleted(self, ends: dict[tuple[str, int], int]) -> None:
         """Partitions behind whose next offset retention deleted move to the log start (`seek_past_deleted`)."""
         behind = [key for key, progress in self.progress.items() if ends.get(key, -1) > progress.position]
@@ -408,8 +416,10 @@ class ClusterCounter:
         self.retention.check(skips, lambda _keys: starts)
         self.stats.retention_skipped = self.retention.skipped
 
-    def _list_offsets(self, partitions: list[tuple[str, int]], spec: OffsetSpec) -> dict[tuple[str, int], int]:
-        return self.admin.list_offsets(partitions, spec, timeout_s=self.options.client_timeout_s)
+    def _list_offsets(
+        self, partitions: list[tuple[str, int]], spec: OffsetSpec, *, committed: bool = True
+    ) -> dict[tuple[str, int], int]:
+        return self.admin.list_offsets(partitions, spec, timeout_s=self.options.client_timeout_s, committed=committed)
 
     def flush(self, *, heartbeat: bool = True) -> bool:
         """Commit deltas, status and offsets in one transaction; False when it had to abort or postpone.

@@ -81,15 +81,17 @@ def list_offsets(
     *,
     timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S,
     errors: dict[tuple[str, int], KafkaError] | None = None,
+    committed: bool = True,
 ) -> dict[tuple[str, int], int]:
     """Offsets of many partitions in one ListOffsets round trip (a consumer's watermark query costs a
-    round trip per partition). Read-committed: `latest` is the last stable offset. A partition whose
-    answer is an error is left out and logged (and its error put in `errors`, when given)."""
+    round trip per partition). `committed`: `latest` is the last stable offset (a read_committed reader's
+    end), else the high watermark. A partition whose answer is an error is left out and logged (and its
+    error put in `errors`, when given)."""
     if not partitions:
         return {}
     futures = admin.list_offsets(
         {TopicPartition(t, p): spec for t, p in partitions},
-        isolation_level=IsolationLevel.READ_COMMITTED,
+        isolation_level=IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED,
         request_timeout=timeout_s,
     )
     offsets = {}
@@ -259,14 +261,19 @@ class Admin:
         self._renewed_at = time.monotonic()
 
     def list_offsets(
-        self, partitions: list[tuple[str, int]], spec: OffsetSpec, *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S
+        self,
+        partitions: list[tuple[str, int]],
+        spec: OffsetSpec,
+        *,
+        timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S,
+        committed: bool = True,
     ) -> dict[tuple[str, int], int]:
         errors: dict[tuple[str, int], KafkaError] = {}
-        offsets = list_offsets(self.client, partitions, spec, timeout_s=timeout_s, errors=errors)
+        offsets = list_offsets(self.client, partitions, spec, timeout_s=timeout_s, errors=errors, committed=committed)
         stale = [key for key, error in errors.items() if error.code() in STALE_EPOCH_ERRORS]
         if stale:
             self._renew()
-            offsets.update(list_offsets(self.client, stale, spec, timeout_s=timeout_s))
+            offsets.update(list_offsets(self.client, stale, spec, timeout_s=timeout_s, committed=committed))
         elif len(offsets) < len(set(partitions)) and time.monotonic() - self._renewed_at >= self.renew_every_s:
             self._renew()
         return offsets

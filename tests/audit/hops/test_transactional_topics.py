@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from confluent_kafka import Producer
 
 from audit.contract.naming import PrefixNaming
 from audit.contract.record import Kind
@@ -121,3 +122,39 @@ def test_every_tier_of_a_transactional_topic_is_complete_and_none_lags(spark, se
     aggregate = settings.cluster("aggregate").bootstrap_servers
     lake_status = last_status_by_partition(aggregate, settings.audit_topic, "lake")
     assert lake_status and all(lag == 0 for _position, _end, lag in lake_status.values()), lake_status
+
+
+def test_a_transaction_left_open_holds_the_counters_watermark_until_it_ends(local_clusters, topic_factory, unique_name):
+    """A read_committed reader stops at the first offset of an open transaction. The counter reports the lag
+    behind it up to the high watermark: lag 0 there moved the tier's watermark to now past the messages written
+    after it (here 10, committed by a plain producer that an audited one could be), and their windows turned
+    final and short at this tier, a loss until the transaction ended."""
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    prefix = unique_name("held")
+    topic = topic_factory("dc1", partitions=1, name=f"{prefix}-t")
+    audit_topic = topic_factory("dc1", name=f"{prefix}-audit")
+    plain = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+
+    def produce_plain(messages: int) -> None:
+        for _ in range(messages):
+            plain.produce(topic, b"m", partition=0)
+        assert plain.flush(30) == 0
+
+    produce_plain(5)
+    open_one = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{prefix}-open"})
+    open_one.init_transactions(30)
+    open_one.begin_transaction()
+    open_one.produce(topic, b"held", partition=0)
+    open_one.flush(30)
+    produce_plain(10)
+
+    held = counter_for(bootstrap, audit_topic, prefix).run(max_seconds=8)
+    (position, end, lag) = last_status_by_partition(bootstrap, audit_topic, "dc1")[0]
+    assert held.counted == 5 and position == 5, "read up to the open transaction"
+    assert (end, lag) == (16, 11), "the lag runs to the high watermark, past the open transaction"
+
+    open_one.commit_transaction(30)
+    ended = counter_for(bootstrap, audit_topic, prefix).run(until_caught_up=True, max_seconds=60)
+    assert ended.counted == 11 and ended.total_lag == 0, ended.lag
+    (position, end, lag) = last_status_by_partition(bootstrap, audit_topic, "dc1")[0]
+    assert lag == 0 and position == end == 17, "the commit marker's offset passed too"
