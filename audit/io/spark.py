@@ -46,21 +46,20 @@ DRIVER_JIT_OPTIONS = (
 )
 
 
-# The driver JVM's own zone. Delta rebuilds a table's whole state after every commit to check its checksum
-# when the session's zone, the JVM's or `user.timezone` is not UTC (`allFilesInCrc.verificationMode.forceOnNonUTC`):
-# 15 small appends took 14.7-18.1 s with TZ=Europe/Paris, 8.4-10.6 s in UTC, 9.8-11.0 s with this option.
-# The session's zone is UTC already (BASE_CONF); this makes the JVM's UTC on a host set to any other zone.
-DRIVER_ZONE_OPTION = "-Duser.timezone=UTC"
-
-
-def run_python_in_utc() -> None:
-    """Make this process's local zone UTC, as the session's. PySpark gives a TIMESTAMP to Python as a naive datetime
-    in the process's local zone and reads a naive one back the same way, while SQL reads a literal in the session's
-    zone (UTC): on a host in Europe/Paris a run named every window it had read an hour off, and its first
-    increment failed its overwrite (DELTA_REPLACE_WHERE_MISMATCH) after reading the wrong windows."""
-    if time.timezone == 0 and not time.daylight:
-        return  # UTC already, or a zone that never differs from it
-    log.info("the driver's Python runs in UTC, as its Spark session", extra={"host_zone": time.tzname[0]})
+def run_in_utc() -> None:
+    """Make this process's zone UTC, and with it the zone of the driver JVM it starts (the JVM takes `TZ`). The
+    session reads SQL in UTC (BASE_CONF), and both must agree with it:
+    - PySpark gives a TIMESTAMP to Python as a naive datetime in the process's zone and reads one back the same
+      way: on a host in Europe/Paris every window a run named in SQL was an hour off, and its first increment
+      failed its overwrite (DELTA_REPLACE_WHERE_MISMATCH) after reading the wrong windows;
+    - Delta rebuilds a table's whole state after every commit to check its checksum when the JVM's zone does not
+      name UTC (`allFilesInCrc.verificationMode.forceOnNonUTC`): 15 small appends took 14.7-18.1 s with
+      TZ=Europe/Paris, 8.4-10.6 s in UTC.
+    Under spark-submit the JVM runs already, in the zone its caller gave it (docs/operations.md)."""
+    if os.environ.get("TZ") == "UTC":
+        return
+    if time.timezone or time.daylight:
+        log.info("the driver runs in UTC, as its Spark session", extra={"host_zone": time.tzname[0]})
     os.environ["TZ"] = "UTC"
     time.tzset()
 
@@ -94,7 +93,7 @@ def spark_session(
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    run_python_in_utc()  # before the JVM starts, which then inherits it
+    run_in_utc()  # before the JVM starts
     builder = SparkSession.builder.appName(app_name)
     settings = dict(BASE_CONF)
     if not under_spark_submit():
@@ -102,7 +101,6 @@ def spark_session(
         settings["spark.jars"] = ",".join(str(jar) for jar in jvm.jars(cache_dir, jvm.SPARK_JARS))
         settings["spark.driver.extraJavaOptions"] = " ".join(
             [
-                DRIVER_ZONE_OPTION,
                 os.environ.get(DRIVER_JAVA_OPTIONS_ENV, DRIVER_JIT_OPTIONS),
                 *(
                     jvm.class_archive_options(cache_dir, jvm.SPARK_JARS)
