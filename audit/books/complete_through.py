@@ -11,13 +11,17 @@ the windows behind the watermark with the SQL pattern in docs/tables.md ("Readin
 
 from __future__ import annotations
 
+from collections import defaultdict
+from dataclasses import astuple
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from audit.contract.complete_through import KEY_COLUMNS, WINDOW_COLUMNS
+from audit.contract.complete_through import KEY_COLUMNS, WINDOW_COLUMNS, Watermark, advanced
 from audit.contract.completeness import COMPLETE
 from audit.contract.tables import COMPLETENESS, COMPLETENESS_WATERMARKS
 from audit.io import delta_io
+from audit.io.lake_read import read_arrow
+from audit.io.spark import local_frame
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,22 +30,62 @@ if TYPE_CHECKING:
     from audit.settings import Settings
 
 PAIR = ("origin_cluster", "topic", "tier")
+MARK_COLUMNS = ("complete_through", "first_open_window", "first_open_status")  # Watermark's fields
 
 
-def refresh_watermarks(spark: SparkSession, settings: Settings, judged) -> None:
-    """Recompute the watermark of every (topic, tier) with a window in `judged` (the rows just judged)."""
+# Judged rows up to which a run moves the stored watermarks in the driver (`advanced`); more (a first run,
+# some 800,000 windows) are cheaper to sum up by Spark over the table than to collect.
+DRIVER_ROWS = 50_000
+
+
+def refresh_watermarks(spark: SparkSession, settings: Settings, judged, rows: int) -> None:
+    """Recompute the watermark of every (topic, tier) with a window in `judged` (the `rows` rows just judged).
+
+    A pair whose stored watermark the new verdicts alone move (`advanced`: the usual run, whose windows lie
+    around the first open one) is moved in the driver; the others are summed up over `completeness`."""
+    if rows <= DRIVER_ROWS and (stored := _stored_watermarks(settings)):
+        marks, rest = _advanced_marks(judged, stored)
+        pairs = local_frame(spark, rest, "origin_cluster STRING, topic STRING, tier STRING") if rest else None
+    else:
+        marks, pairs = [], judged.select(*PAIR).distinct()
+    if pairs is not None:
+        marks += _summed_marks(spark, settings, pairs)
+    now = datetime.now(UTC)
+    # Written by the driver, as the tier tables: most runs move no watermark, and then make no commit.
+    delta_io.upsert_from_driver(settings.lake_root, COMPLETENESS_WATERMARKS, [{**m, "updated_at": now} for m in marks])
+
+
+def _stored_watermarks(settings: Settings) -> dict[tuple, Watermark]:
+    rows = read_arrow(settings.lake_root, COMPLETENESS_WATERMARKS.name, columns=[*PAIR, *MARK_COLUMNS]).to_pylist()
+    return {tuple(row[c] for c in PAIR): Watermark(*(row[c] for c in MARK_COLUMNS)) for row in rows}
+
+
+def _advanced_marks(judged, stored: dict[tuple, Watermark]) -> tuple[list[dict], list[tuple]]:
+    """The watermark rows `advanced` gives, and the pairs it leaves to the table."""
+    by_pair: dict[tuple, list[dict]] = defaultdict(list)
+    for row in judged.select(*PAIR, "logical_topic", *WINDOW_COLUMNS).toArrow().to_pylist():
+        by_pair[tuple(row[c] for c in PAIR)].append(row)
+    marks, rest = [], []
+    for pair, windows in by_pair.items():
+        mark = advanced(stored[pair], windows) if pair in stored else None
+        if mark is None:
+            rest.append(pair)
+        else:
+            named = {**dict(zip(PAIR, pair, strict=True)), "logical_topic": windows[0]["logical_topic"]}
+            marks.append({**named, **dict(zip(MARK_COLUMNS, astuple(mark), strict=True))})
+    return marks, rest
+
+
+def _summed_marks(spark: SparkSession, settings: Settings, pairs) -> list[dict]:
+    """`watermarks` of every window of `pairs` (origin_cluster, topic, tier) in `completeness`."""
     from pyspark.sql import functions as F
 
-    pairs = judged.select(*PAIR).distinct()
     windows = (
         delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
         .select(*KEY_COLUMNS, *WINDOW_COLUMNS)
         .join(F.broadcast(pairs), list(PAIR), "left_semi")
     )
-    now = datetime.now(UTC)
-    marks = [{**mark, "updated_at": now} for mark in watermarks(windows).toArrow().to_pylist()]
-    # Written by the driver, as the tier tables: most runs move no watermark, and then make no commit.
-    delta_io.upsert_from_driver(settings.lake_root, COMPLETENESS_WATERMARKS, marks)
+    return watermarks(windows).toArrow().to_pylist()
 
 
 def watermarks(windows):

@@ -204,7 +204,7 @@ def update_completeness(
     done("restatements", restatements=restated)
     delta_io.replace_windows(spark, settings.lake_root, COMPLETENESS, result, windows=windows)
     done("completeness stored", windows=judged)
-    refresh_watermarks(spark, settings, result)
+    refresh_watermarks(spark, settings, result, judged)
     done("completeness watermarks")
     return Judgement(judged, None if first_pending_end is None else first_pending_end + grace_ms)
 

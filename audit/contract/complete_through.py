@@ -13,6 +13,7 @@ hold the watermark back.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,3 +68,39 @@ def watermark_frame(windows: pd.DataFrame) -> pd.DataFrame:
     for name in ("complete_through", "first_open_window"):
         frame[name] = pd.to_datetime(frame[name], utc=True)
     return frame
+
+
+def is_closed(window: Mapping) -> bool:
+    """Final and complete: a window the watermark may pass (`final` unknown is not final)."""
+    return bool(window["final"]) and window["status"] == COMPLETE
+
+
+def advanced(stored: Watermark, judged: Iterable[Mapping]) -> Watermark | None:
+    """The watermark once `judged` (new verdicts, `WINDOW_COLUMNS`, of some windows) replace theirs, from the
+    `stored` one alone; None when the windows not judged decide it: the first open window closed (the next
+    open one may be any later window), or a window before it opened (the watermark stops before it, at
+    windows only the table knows).
+
+    Windows not judged keep their verdict, and those before the stored first open window are all closed, so
+    the watermark only moves forward over judged windows that are closed."""
+    judged = sorted(judged, key=lambda window: window["window_start"])
+    opened = [window for window in judged if not is_closed(window)]
+    first_open = stored.first_open_window
+    if first_open is None:  # every stored window was closed, all of them ending by complete_through
+        if stored.complete_through is None:
+            return None  # nothing stored to start from
+        if opened and opened[0]["window_start"] < stored.complete_through:
+            return None  # a stored window opened again
+        first = opened[0] if opened else None
+    else:
+        if opened and opened[0]["window_start"] < first_open:
+            return None
+        again = [window for window in judged if window["window_start"] == first_open]
+        if again and is_closed(again[0]):
+            return None
+        first = again[0] if again else {"window_start": first_open, "status": stored.first_open_status}
+    before = [w["window_end"] for w in judged if first is None or w["window_start"] < first["window_start"]]
+    through = max([*before, *([stored.complete_through] if stored.complete_through is not None else [])], default=None)
+    if first is None:
+        return Watermark(through, None, None)
+    return Watermark(through, first["window_start"], first["status"])

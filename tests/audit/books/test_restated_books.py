@@ -23,13 +23,32 @@ def watermarks(spark, settings) -> dict[str, tuple]:
     """tier -> (complete_through, first_open_window, first_open_status) of dc1.orders, times as epoch ms."""
 
     def ms(value):
-        return None if value is None else int(pd.Timestamp(value, tz="UTC").value // 1_000_000)
+        return None if value is None else int(at_utc(value).value // 1_000_000)
 
     return {
         r["tier"]: (ms(r["complete_through"]), ms(r["first_open_window"]), r["first_open_status"])
         for r in rows(spark, settings, COMPLETENESS_WATERMARKS, drop=())
         if r["logical_topic"] == "dc1.orders"
     }
+
+
+def summed_over_the_table(spark, settings) -> dict[str, tuple]:
+    """`watermarks` as a run that reads every window of `completeness` sums them up, in the form above."""
+    from audit.books.complete_through import watermarks as summed
+    from audit.contract.complete_through import KEY_COLUMNS, WINDOW_COLUMNS
+    from audit.contract.tables import COMPLETENESS
+    from audit.io.delta_io import read_table
+
+    windows = read_table(spark, settings.lake_root, COMPLETENESS.name).select(*KEY_COLUMNS, *WINDOW_COLUMNS)
+    return {
+        r.tier: tuple(None if v is None else int(at_utc(v).value // 1_000_000) for v in r[4:6]) + (r[6],)
+        for r in summed(windows).collect()
+        if r.logical_topic == "dc1.orders"
+    }
+
+
+def at_utc(value) -> pd.Timestamp:
+    return pd.Timestamp(value, tz="UTC")
 
 
 def restatements(spark, settings) -> list[tuple]:
@@ -69,6 +88,8 @@ def test_watermarks_follow_the_verdicts_and_changed_final_windows_are_restated(s
     late = f"aggregate-i:{writer.sequence}"
     writer.flush()
     reconcile(spark, settings, now_ms=NOW)
+    # dc1's watermark moved in the driver (W2 judged again, still closed), the aggregate's summed up (W2 closed)
+    assert watermarks(spark, settings) == summed_over_the_table(spark, settings)
     assert restatements(spark, settings) == [(W2, "aggregate", (80, 77, "incomplete"), (80, 80, "complete"), (late,))]
     assert watermarks(spark, settings)["aggregate"] == (W3 + 600_000, None, None)
 
@@ -82,6 +103,7 @@ def test_watermarks_follow_the_verdicts_and_changed_final_windows_are_restated(s
         (W1, "dc1", (100, 100, "complete"), (102, 100, "incomplete"), (recount,)),
     ]
     assert watermarks(spark, settings) == {"dc1": (None, W1, "incomplete"), "aggregate": (None, W1, "incomplete")}
+    assert watermarks(spark, settings) == summed_over_the_table(spark, settings)
 
     # A rerun over nothing new changes neither table.
     before = rows(spark, settings, COMPLETENESS_WATERMARKS, drop=()), rows(spark, settings, RESTATEMENTS, drop=())

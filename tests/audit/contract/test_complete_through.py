@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from audit.contract.complete_through import watermark_frame, watermark_of
+from audit.contract.complete_through import advanced, watermark_frame, watermark_of
 
 T0 = pd.Timestamp("2026-11-23T10:00Z")
 SIZE = pd.Timedelta(minutes=10)
@@ -110,3 +110,61 @@ def test_the_frame_form_keeps_the_key_and_gives_one_row():
         "first_open_window": T0 + SIZE,
         "first_open_status": "lagging",
     }
+
+
+def advance(before: list, verdicts: list):
+    """`advanced` from the watermark of `before` by `verdicts`, and `watermark_of` once they replace theirs."""
+    stored = watermark_of(windows(*before))
+    judged = {index for index, _, _ in verdicts}
+    after = [verdict for verdict in before if verdict[0] not in judged] + verdicts
+    return advanced(stored, windows(*verdicts).to_dict("records")), watermark_of(windows(*after))
+
+
+@pytest.mark.parametrize(
+    "before, verdicts",
+    [
+        pytest.param(
+            [(0, "complete", True), (1, "pending", False)], [(1, "lagging", False)], id="the first open turns"
+        ),
+        pytest.param(
+            [(0, "complete", True), (1, "incomplete", True)], [(0, "complete", True)], id="a closed one again"
+        ),
+        pytest.param([(0, "complete", True)], [(2, "pending", False)], id="a new open one after all closed"),
+        pytest.param([(0, "complete", True)], [(1, "complete", True)], id="a new closed one after all closed"),
+        pytest.param(
+            [(0, "complete", True), (3, "pending", False)], [(1, "complete", True)], id="a gap before the open one"
+        ),
+        pytest.param([(1, "pending", False)], [(0, "complete", True), (2, "over", True)], id="around the open one"),
+    ],
+)
+def test_the_watermark_advances_from_the_stored_one_where_the_judged_windows_decide_it(before, verdicts):
+    moved, expected = advance(before, verdicts)
+    assert moved == expected
+
+
+@pytest.mark.parametrize(
+    "before, verdicts",
+    [
+        pytest.param(
+            [(0, "complete", True), (1, "pending", False), (2, "incomplete", True)],
+            [(1, "complete", True)],
+            id="the first open one closed: the next is not judged",
+        ),
+        pytest.param(
+            [(0, "complete", True), (1, "complete", True), (2, "pending", False)],
+            [(0, "over", True)],
+            id="a closed one opened: the ones before it are not judged",
+        ),
+        pytest.param([(0, "complete", True), (1, "complete", True)], [(0, "over", True)], id="all closed, one opened"),
+    ],
+)
+def test_the_watermark_is_left_to_the_table_where_windows_not_judged_decide_it(before, verdicts):
+    moved, _ = advance(before, verdicts)
+    assert moved is None
+
+
+@given(verdict_lists, st.lists(st.tuples(st.integers(0, 40), st.sampled_from(STATUSES), st.booleans()), max_size=8))
+def test_an_advanced_watermark_is_the_one_of_all_windows(before, judged):
+    verdicts = list({index: (index, status, final) for index, status, final in judged}.values())
+    moved, expected = advance(before, verdicts)
+    assert moved is None or moved == expected
