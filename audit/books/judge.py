@@ -33,6 +33,7 @@ from audit.books.verdicts import classified
 log = logging.getLogger(__name__)
 
 REPORTED = ("origin_cluster", "topic", "tier", "watermark")  # what tier_paths reads of tier_status
+WINDOW_DDL = "origin_cluster STRING, topic STRING, window_start TIMESTAMP"  # WINDOW_KEY's types
 
 # -- 3c. completeness --------------------------------------------------------------------------
 
@@ -154,6 +155,20 @@ JUDGED_COLUMNS = {
 
 
 @dataclass(frozen=True)
+class OpenBooks:
+    """What a judge step leaves its session's next one, which then need not read `completeness` to find the
+    windows to judge again: the windows it left open (`WINDOW_KEY`: not final, or pending or lagging) and the
+    (origin_cluster, topic, tier) on the paths it judged with (a window judged since holds a row for each)."""
+
+    windows: frozenset[tuple]
+    path_tiers: frozenset[tuple]
+
+
+# Open windows a session remembers at most; with more (a tier stalled for days) the next run reads them.
+MAX_OPEN_WINDOWS = 100_000
+
+
+@dataclass(frozen=True)
 class Judgement:
     """What a judge step did: rows judged, and when the first pending verdict may turn by time alone."""
 
@@ -161,6 +176,7 @@ class Judgement:
     # The earliest window end + grace of a pending row: before it, with no new record, no verdict can
     # change (pending -> lagging is the only change time makes). None: no row is pending.
     next_due_ms: int | None
+    open_books: OpenBooks | None = None  # None: too many open windows to remember, or no path at all
 
 
 def update_completeness(
@@ -171,22 +187,26 @@ def update_completeness(
     now_ms: int,
     records=None,
     counted: set[tuple[str, str, str]] | None = None,
+    known: OpenBooks | None = None,
     done=lambda step, **fields: None,
 ) -> Judgement:
     """Judge every touched window and every window not yet final.
 
     Before merging the verdicts it appends the final windows they restate (`restatements`; `records`:
     the audit records the run read), after it refreshes the complete-through watermarks of their topics;
-    `counted`: see `tier_paths`; `done(step)` is told as each step is done.
+    `counted`: see `tier_paths`; `known`: what the session's last judge step left open (None: read from
+    `completeness`); `done(step)` is told as each step is done.
     """
     from pyspark.sql import functions as F
 
     paths = tier_paths(spark, settings, counted)
     if paths is None:
         return Judgement(windows=0, next_due_ms=None)
+    path_tiers = frozenset(tuple(row) for row in paths.select("origin_cluster", "topic", "tier").collect())
     done("tier paths")
     current = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
-    windows = _windows_to_judge(current, paths, touched, records).localCheckpoint()  # read by two joins below
+    again = _open_windows(spark, current, paths, records, known, path_tiers)
+    windows = touched.select(*WINDOW_KEY).unionByName(again).distinct().localCheckpoint()  # read by two joins
     done("windows to judge")
     grace_ms = int(settings.grace_s * 1000)
     result = _judged(spark, settings, windows, paths, now_ms, grace_ms).localCheckpoint()
@@ -199,27 +219,48 @@ def update_completeness(
     first_pending_end = min((row[3] for row in per_window if row[3] is not None), default=None)
     done("completeness judged", windows=judged)
     if not judged:
-        return Judgement(0, None)
+        return Judgement(0, None, OpenBooks(frozenset(), path_tiers))
     restated = store_restatements(spark, settings, current, result, records, windows=windows)
     done("restatements", restatements=restated)
     delta_io.replace_windows(spark, settings.lake_root, COMPLETENESS, result, windows=windows)
     done("completeness stored", windows=judged)
     refresh_watermarks(spark, settings, result, judged)
     done("completeness watermarks")
-    return Judgement(judged, None if first_pending_end is None else first_pending_end + grace_ms)
+    left_open = _left_open(result, path_tiers)
+    return Judgement(judged, None if first_pending_end is None else first_pending_end + grace_ms, left_open)
 
 
-def _windows_to_judge(current, paths, touched, records):
-    """The windows touched, those not final (or pending, lagging) and those missing a tier of their path."""
+def _is_open():
+    """A `completeness` row whose window is judged again by every run: not final, or pending or lagging."""
     from pyspark.sql import functions as F
 
-    open_windows = current.where(~F.col("final") | F.col("status").isin("pending", "lagging")).select(*WINDOW_KEY)
-    return (
-        touched.select(*WINDOW_KEY)
-        .unionByName(open_windows)
-        .unionByName(_windows_missing_a_tier(current, paths, records))
-        .distinct()
-    )
+    return ~F.col("final") | F.col("status").isin("pending", "lagging")
+
+
+def _open_windows(spark: SparkSession, current, paths, records, known: OpenBooks | None, path_tiers: frozenset):
+    """The windows judged again whether touched or not: those `current` holds open, and those missing a tier
+    of their path. From `known` when the session has it: a window can miss a tier only of a topic whose path
+    grew since, and only those topics' windows are read."""
+    from pyspark.sql import functions as F
+
+    if known is None:
+        held_open = current.where(_is_open()).select(*WINDOW_KEY)
+        return held_open.unionByName(_windows_missing_a_tier(current, paths, records))
+    held_open = local_frame(spark, list(known.windows), WINDOW_DDL)
+    grown = {(origin, topic) for origin, topic, _ in path_tiers - known.path_tiers}
+    if not grown:
+        return held_open
+    topics = local_frame(spark, list(grown), "origin_cluster STRING, topic STRING")
+    return held_open.unionByName(_windows_missing_a_tier(current, paths, topics=F.broadcast(topics)))
+
+
+def _left_open(result, path_tiers: frozenset) -> OpenBooks | None:
+    """The windows of `result` (the rows just judged, now in `completeness`) left open; every other window
+    of the table was final before this run and was not judged again, so it is not."""
+    rows = result.where(_is_open()).select(*WINDOW_KEY).distinct().limit(MAX_OPEN_WINDOWS + 1).collect()
+    if len(rows) > MAX_OPEN_WINDOWS:
+        return None
+    return OpenBooks(frozenset(tuple(row) for row in rows), path_tiers)
 
 
 def _judged(spark: SparkSession, settings: Settings, windows, paths, now_ms: int, grace_ms: int):
@@ -282,18 +323,19 @@ def _judged(spark: SparkSession, settings: Settings, windows, paths, now_ms: int
     )
 
 
-def _windows_missing_a_tier(current, paths, records=None):
+def _windows_missing_a_tier(current, paths, records=None, topics=None):
     """Windows judged before a tier joined their topic's path (the lake's first count of a topic, say):
     a window the new tier holds nothing of gets no count record from it, so nothing else touches it.
 
     A path grows only by a record of its topic (a count or a status of a new tier), so with the
-    `records` of the run only their topics are looked at; without (nothing read), every topic."""
+    `records` of the run only their topics are looked at; with `topics` (origin_cluster, topic), those;
+    with neither, every topic."""
     from pyspark.sql import functions as F
 
     if records is not None:
-        current = current.join(
-            F.broadcast(records.select("origin_cluster", "topic").distinct()), ["origin_cluster", "topic"], "left_semi"
-        )
+        topics = F.broadcast(records.select("origin_cluster", "topic").distinct())
+    if topics is not None:
+        current = current.join(topics, ["origin_cluster", "topic"], "left_semi")
     tiers = paths.groupBy("origin_cluster", "topic").agg(F.count("*").alias("tiers"))
     judged = current.groupBy(*WINDOW_KEY).agg(F.count("*").alias("rows"))
     return judged.join(F.broadcast(tiers), ["origin_cluster", "topic"]).where("rows < tiers").select(*WINDOW_KEY)

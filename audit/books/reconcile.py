@@ -59,7 +59,7 @@ from audit.books.audit_read import (
     store_offsets,
     stored_offsets,
 )
-from audit.books.judge import Judgement, counted_tiers, update_completeness
+from audit.books.judge import WINDOW_DDL, Judgement, OpenBooks, counted_tiers, update_completeness
 from audit.books.retention_gaps import store_retention_gaps
 from audit.books.tier_tables import update_tier_counts, update_tier_status
 
@@ -96,6 +96,7 @@ class RunMemory:
     judged: bool = False  # the last run judged, so `next_due_ms` holds
     next_due_ms: int | None = None  # see audit.books.judge.Judgement
     counted_tiers: set[tuple[str, str, str]] | None = None  # see audit.books.judge.counted_tiers
+    open_books: OpenBooks | None = None  # what the last judge step left open (audit.books.judge.OpenBooks)
 
     def is_quiet(self, read: int, now_ms: int) -> bool:
         """True when a run that read `read` messages at `now_ms` cannot change a verdict."""
@@ -330,8 +331,17 @@ def _judge(spark: SparkSession, settings: Settings, records, now_ms: int, step: 
         )
         step.done("tier_counts and tier_status")
     if touched is None:
-        touched = local_frame(spark, [], "origin_cluster STRING, topic STRING, window_start TIMESTAMP")
+        touched = local_frame(spark, [], WINDOW_DDL)
     memory.counted_tiers = counted_tiers(spark, settings, memory.counted_tiers, records)
-    return update_completeness(
-        spark, settings, touched, now_ms=now_ms, records=records, counted=memory.counted_tiers, done=step.done
+    judgement = update_completeness(
+        spark,
+        settings,
+        touched,
+        now_ms=now_ms,
+        records=records,
+        counted=memory.counted_tiers,
+        known=memory.open_books,
+        done=step.done,
     )
+    memory.open_books = judgement.open_books
+    return judgement

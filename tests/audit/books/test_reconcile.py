@@ -151,6 +151,16 @@ def completeness(spark, settings) -> dict[tuple[str, int, str], tuple]:
     return result
 
 
+def remembers_the_open_windows(spark, settings, memory: RunMemory) -> bool:
+    """The open windows a session remembers are those `completeness` holds: not final, or pending or lagging."""
+    held = {
+        (r["origin_cluster"], r["topic"], r["window_start"])
+        for r in rows(spark, settings, COMPLETENESS)
+        if not r["final"] or r["status"] in ("pending", "lagging")
+    }
+    return memory.open_books is not None and memory.open_books.windows == held and len(held) > 0
+
+
 def seed_books(writer: AuditWriter) -> None:
     """orders: W2 loses 3 in partition 1 at aggregate (so at the lake too); the lake repeats 5 of W1.
     clicks: written by a plain producer, so dc1 is its reference. payments: the replicator is behind."""
@@ -296,6 +306,7 @@ def test_a_tier_is_final_only_once_its_own_counter_reports_and_a_tier_that_joins
     writer.status("aggregate", "aggregate", "dc1.orders")  # counted there: only orders
     writer.flush()
     reconcile(spark, settings, now_ms=NOW, memory=memory)
+    assert remembers_the_open_windows(spark, settings, memory)
     books = completeness(spark, settings)
     assert books[("dc1.payments", W1, "aggregate")] == ("lagging", 10, 0, 10, 0), "arrived is not counted"
     assert books[("dc1.orders", W1, "aggregate")] == ("incomplete", 10, 0, 10, 0)
@@ -306,7 +317,7 @@ def test_a_tier_is_final_only_once_its_own_counter_reports_and_a_tier_that_joins
     writer.status("lake", "aggregate", "dc1.orders", service="kaudit-lake")
     writer.count("lake", "aggregate", "dc1.payments", W1, 10)  # counted, no status yet
     writer.flush()
-    reconcile(spark, settings, now_ms=NOW, memory=memory)
+    reconcile(spark, settings, now_ms=NOW, memory=memory)  # from the open windows it remembers
     books = completeness(spark, settings)
     assert books[("dc1.payments", W1, "aggregate")] == ("complete", 10, 10, 0, 0)
     assert books[("dc1.payments", W1, "lake")] == ("complete", 10, 10, 0, 0)
@@ -434,6 +445,7 @@ def test_a_session_skips_the_judging_while_nothing_is_new_and_no_window_is_due(s
     first = reconcile(spark, settings, now_ms=due - 60_000, memory=memory)
     assert not first.quiet and memory.next_due_ms == due
     assert completeness(spark, settings)[("dc1.payments", W1, "aggregate")][0] == "pending"
+    assert remembers_the_open_windows(spark, settings, memory)
     books = {t.name: rows(spark, settings, t, drop=()) for t in tables}
 
     quiet = reconcile(spark, settings, now_ms=due - 1, memory=memory)
