@@ -27,13 +27,12 @@ if TYPE_CHECKING:
 
 from audit.books.complete_through import refresh_watermarks
 from audit.books.restatements import store_restatements
-from audit.books.tier_tables import WINDOW_KEY
+from audit.books.tier_tables import WINDOW_DDL, WINDOW_KEY
 from audit.books.verdicts import classified
 
 log = logging.getLogger(__name__)
 
 REPORTED = ("origin_cluster", "topic", "tier", "watermark")  # what tier_paths reads of tier_status
-WINDOW_DDL = "origin_cluster STRING, topic STRING, window_start TIMESTAMP"  # WINDOW_KEY's types
 
 # -- 3c. completeness --------------------------------------------------------------------------
 

@@ -59,9 +59,9 @@ from audit.books.audit_read import (
     store_offsets,
     stored_offsets,
 )
-from audit.books.judge import WINDOW_DDL, Judgement, OpenBooks, counted_tiers, update_completeness
+from audit.books.judge import Judgement, OpenBooks, counted_tiers, update_completeness
 from audit.books.retention_gaps import store_retention_gaps
-from audit.books.tier_tables import update_tier_counts, update_tier_status
+from audit.books.tier_tables import WINDOW_DDL, update_tier_counts, update_tier_status
 
 log = logging.getLogger(__name__)
 

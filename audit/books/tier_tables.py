@@ -16,7 +16,7 @@ from audit.contract.tables import (
 )
 from audit.io import delta_io
 from audit.io.lake_read import read_arrow
-from audit.io.spark import broadcast_when_small
+from audit.io.spark import BROADCAST_MAX_ROWS, local_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 
 WINDOW_KEY = ("origin_cluster", "topic", "window_start")
+WINDOW_DDL = "origin_cluster STRING, topic STRING, window_start TIMESTAMP"  # WINDOW_KEY's types
 STATUS_PAIR = ("tier", "origin_cluster", "topic")  # the key of tier_status
 EPOCH = datetime.fromtimestamp(0, UTC)  # the watermark of a tier that has seen nothing for sure
 
@@ -38,14 +39,10 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
     """Re-sum every (topic, window) that received count records; returns those window keys (with `date`)."""
     from pyspark.sql import functions as F
 
-    touched = (
-        new_records.where(F.col("kind") == "count")
-        .select(*WINDOW_KEY)
-        .distinct()
-        .withColumn("date", F.to_date("window_start"))
-        .localCheckpoint()
-    )
-    windows = delta_io.windows_of(touched)
+    # In the driver (one action): the windows named below, and a frame Spark knows the size of.
+    keys = new_records.where(F.col("kind") == "count").select(*WINDOW_KEY).distinct().toArrow()
+    touched = local_frame(spark, keys, WINDOW_DDL).withColumn("date", F.to_date("window_start"))
+    windows = {(start.date(), start) for start in map(_naive_utc, keys.column("window_start").to_pylist())}
     if not windows:
         return touched
     counts = (
@@ -53,7 +50,7 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
             delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name), windows
         )
         .where(F.col("kind") == "count")
-        .join(broadcast_when_small(touched), [*WINDOW_KEY, "date"], "left_semi")
+        .join(touched if len(keys) > BROADCAST_MAX_ROWS else F.broadcast(touched), [*WINDOW_KEY, "date"], "left_semi")
     )
     sums = counts.groupBy(*WINDOW_KEY, "tier").agg(
         F.first("logical_topic").alias("logical_topic"),
@@ -84,6 +81,11 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
     ).localCheckpoint()
     delta_io.replace_windows(spark, settings.lake_root, TIER_COUNTS, rows, windows=windows)
     return touched
+
+
+def _naive_utc(moment: datetime) -> datetime:
+    """A TIMESTAMP as Arrow gives it (aware, UTC) in the form `collect` gives it (naive, the driver's zone: UTC)."""
+    return moment.astimezone(UTC).replace(tzinfo=None)
 
 
 # -- 3b. tier status ---------------------------------------------------------------------------
