@@ -270,6 +270,10 @@ def _judged(spark: SparkSession, settings: Settings, windows, paths, now_ms: int
     counts = delta_io.in_windows(
         delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name), delta_io.windows_of(windows)
     ).join(broadcast_when_small(windows), [*WINDOW_KEY, "date"], "left_semi")
+    # Read twice below (observed, expected): the files are picked and read once.
+    counts = counts.select(
+        *WINDOW_KEY, "tier", "count", "by_partition", "latency_p99_ms", "window_minutes"
+    ).localCheckpoint()
     grid = windows.join(F.broadcast(paths), ["origin_cluster", "topic"])
     observed = counts.select(
         *WINDOW_KEY,

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 WINDOW_KEY = ("origin_cluster", "topic", "window_start")
 WINDOW_DDL = "origin_cluster STRING, topic STRING, window_start TIMESTAMP"  # WINDOW_KEY's types
 STATUS_PAIR = ("tier", "origin_cluster", "topic")  # the key of tier_status
+# What a re-sum reads of `audit_records`.
+SUMMED = (*WINDOW_KEY, "date", "tier", "logical_topic", "window_minutes", "count", "bytes", "send_failed")
+SUMMED += ("no_timestamp", "by_partition", "latency_p99_ms", "latency_max_ms")
 EPOCH = datetime.fromtimestamp(0, UTC)  # the watermark of a tier that has seen nothing for sure
 
 
@@ -52,6 +55,7 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
         .where(F.col("kind") == "count")
         .join(touched if len(keys) > BROADCAST_MAX_ROWS else F.broadcast(touched), [*WINDOW_KEY, "date"], "left_semi")
     )
+    counts = counts.select(*SUMMED).localCheckpoint()  # read by both sums below: the files are picked and read once
     sums = counts.groupBy(*WINDOW_KEY, "tier").agg(
         F.first("logical_topic").alias("logical_topic"),
         F.first("window_minutes").alias("window_minutes"),
