@@ -219,9 +219,12 @@ def update_completeness(
     done("completeness judged", windows=judged)
     if not judged:
         return Judgement(0, None, OpenBooks(frozenset(), path_tiers))
-    restated = store_restatements(spark, settings, current, result, records, windows=windows)
+    before = delta_io.in_windows(current, windows)
+    if len(windows) <= delta_io.MAX_NAMED_WINDOWS:  # a few windows: read once, for the restatements and the rewrite
+        before = before.localCheckpoint()
+    restated = store_restatements(spark, settings, before, result, records)
     done("restatements", restatements=restated)
-    delta_io.replace_windows(spark, settings.lake_root, COMPLETENESS, result, windows=windows)
+    delta_io.replace_windows(spark, settings.lake_root, COMPLETENESS, result, windows=windows, existing=before)
     done("completeness stored", windows=judged)
     refresh_watermarks(spark, settings, result, judged)
     done("completeness watermarks")

@@ -31,13 +31,12 @@ from audit.books.tier_tables import WINDOW_KEY
 KEY = (*WINDOW_KEY, "tier")
 
 
-def store_restatements(spark: SparkSession, settings: Settings, current, judged, records=None, windows=None) -> int:
-    """Append the restatements of `judged` (new verdicts) against `current` (the completeness table before
-    they are merged); `records`: the valid audit records the run read; `windows`: the (date, window_start)
-    pairs of `judged`, when known (only they are read of `current`). Returns how many were found."""
+def store_restatements(spark: SparkSession, settings: Settings, current, judged, records=None) -> int:
+    """Append the restatements of `judged` (new verdicts) against `current` (the completeness rows of their
+    windows before they are merged); `records`: the valid audit records the run read. Returns how many
+    were found."""
     from pyspark.sql import functions as F
 
-    current = delta_io.in_windows(current, windows or ())
     before = current.where(F.col("final")).select(
         *KEY,
         F.lit(True).alias("before_final"),

@@ -303,9 +303,11 @@ def replace_windows(
     *,
     windows: Iterable,
     ignore: tuple[str, ...] = ("updated_at",),
+    existing=None,
 ) -> None:
     """`upsert` for a table keyed by window: the rows of every window in `windows` ((date, window_start)
     pairs: those of `rows`) are written again, in window order, in place of the files that held them.
+    `existing`: the table's rows in those windows, when the caller has read them already.
 
     One overwrite (`replaceWhere` on those windows) instead of a MERGE: a MERGE rewrites every file that
     holds a key it updates, and its output, one file per date, soon holds the whole day, so each run rewrote
@@ -325,7 +327,8 @@ def replace_windows(
     predicate = window_predicate(windows)
     if predicate is None:
         raise ValueError(f"{table.name}: rows to write but no window named for them")
-    existing = read_table(spark, lake_root, table.name).where(predicate)
+    if existing is None:
+        existing = read_table(spark, lake_root, table.name).where(predicate)
     changed = _changed(table, ignore)
     written = F.col(f"s.`{table.key[0]}`").isNotNull()  # else a row of those windows kept as it is
     fresh = written & (F.col(f"t.`{table.key[0]}`").isNull() | F.expr(changed))
