@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 from audit.books.complete_through import refresh_watermarks
 from audit.books.restatements import store_restatements
-from audit.books.tier_tables import WINDOW_DDL, WINDOW_KEY
+from audit.books.tier_tables import WINDOW_DDL, WINDOW_KEY, Resummed
 from audit.books.verdicts import classified
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,15 @@ log = logging.getLogger(__name__)
 REPORTED = ("origin_cluster", "topic", "tier", "watermark")  # what tier_paths reads of tier_status
 
 # -- 3c. completeness --------------------------------------------------------------------------
+
+JUDGED_COUNTS = (
+    *WINDOW_KEY,
+    "tier",
+    "count",
+    "by_partition",
+    "latency_p99_ms",
+    "window_minutes",
+)  # read of tier_counts
 
 
 def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, str, str]] | None = None):
@@ -181,7 +190,7 @@ class Judgement:
 def update_completeness(
     spark: SparkSession,
     settings: Settings,
-    touched,
+    resummed: Resummed | None,
     *,
     now_ms: int,
     records=None,
@@ -189,7 +198,7 @@ def update_completeness(
     known: OpenBooks | None = None,
     done=lambda step, **fields: None,
 ) -> Judgement:
-    """Judge every touched window and every window not yet final.
+    """Judge every window `resummed` (None: no count was read) and every window not yet final.
 
     Before merging the verdicts it appends the final windows they restate (`restatements`; `records`:
     the audit records the run read), after it refreshes the complete-through watermarks of their topics;
@@ -204,11 +213,14 @@ def update_completeness(
     path_tiers = frozenset(tuple(row) for row in paths.select("origin_cluster", "topic", "tier").collect())
     done("tier paths")
     current = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
-    again = _open_windows(spark, current, paths, records, known, path_tiers)
+    grown = None if known is None else {(origin, topic) for origin, topic, _ in path_tiers - known.path_tiers}
+    again = _open_windows(spark, current, paths, records, known, grown)
+    touched = resummed.windows if resummed is not None else local_frame(spark, [], WINDOW_DDL)
     windows = touched.select(*WINDOW_KEY).unionByName(again).distinct().localCheckpoint()  # read by two joins
     done("windows to judge")
     grace_ms = int(settings.grace_s * 1000)
-    result = _judged(spark, settings, windows, paths, now_ms, grace_ms).localCheckpoint()
+    counts = _counts_at_hand(spark, settings, known, grown, resummed)
+    result = _judged(spark, settings, windows, paths, now_ms, grace_ms, counts).localCheckpoint()
     pending_end = F.when(F.col("status") == PENDING, F.col("window_end_ms"))
     per_window = (  # one action for all three
         result.groupBy("date", "window_start").agg(F.count("*"), F.min(pending_end)).collect()
@@ -239,21 +251,45 @@ def _is_open():
     return ~F.col("final") | F.col("status").isin("pending", "lagging")
 
 
-def _open_windows(spark: SparkSession, current, paths, records, known: OpenBooks | None, path_tiers: frozenset):
+def _open_windows(spark: SparkSession, current, paths, records, known: OpenBooks | None, grown: set | None):
     """The windows judged again whether touched or not: those `current` holds open, and those missing a tier
     of their path. From `known` when the session has it: a window can miss a tier only of a topic whose path
-    grew since, and only those topics' windows are read."""
+    grew since (`grown`), and only those topics' windows are read."""
     from pyspark.sql import functions as F
 
     if known is None:
         held_open = current.where(_is_open()).select(*WINDOW_KEY)
         return held_open.unionByName(_windows_missing_a_tier(current, paths, records))
     held_open = local_frame(spark, list(known.windows), WINDOW_DDL)
-    grown = {(origin, topic) for origin, topic, _ in path_tiers - known.path_tiers}
     if not grown:
         return held_open
     topics = local_frame(spark, list(grown), "origin_cluster STRING, topic STRING")
     return held_open.unionByName(_windows_missing_a_tier(current, paths, topics=F.broadcast(topics)))
+
+
+def _counts_at_hand(
+    spark: SparkSession, settings: Settings, known: OpenBooks | None, grown: set | None, resummed: Resummed | None
+):
+    """The tier counts of the windows to judge that this run holds without reading `tier_counts`: where the
+    session knows every window to judge (no path grew), those it just re-summed, with the other open windows'
+    counts read from the table. None: every window's counts are read from the table."""
+    from pyspark.sql import functions as F
+
+    if known is None or grown or resummed is None or resummed.counts is None:
+        return None
+    fresh = resummed.counts.select(*JUDGED_COUNTS)
+    others = known.windows - resummed.keys
+    if not others:
+        return fresh
+    windows = local_frame(spark, list(others), WINDOW_DDL).withColumn("date", F.to_date("window_start"))
+    return fresh.unionByName(_stored_counts(spark, settings, windows).select(*JUDGED_COUNTS))
+
+
+def _stored_counts(spark: SparkSession, settings: Settings, windows):
+    """The `tier_counts` rows of `windows` (`WINDOW_KEY` and `date`)."""
+    return delta_io.in_windows(
+        delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name), delta_io.windows_of(windows)
+    ).join(broadcast_when_small(windows), [*WINDOW_KEY, "date"], "left_semi")
 
 
 def _left_open(result, path_tiers: frozenset) -> OpenBooks | None:
@@ -265,18 +301,15 @@ def _left_open(result, path_tiers: frozenset) -> OpenBooks | None:
     return OpenBooks(frozenset(tuple(row) for row in rows), path_tiers)
 
 
-def _judged(spark: SparkSession, settings: Settings, windows, paths, now_ms: int, grace_ms: int):
-    """`classify`'s verdict on each (window, tier on its topic's path), as `completeness` rows."""
+def _judged(spark: SparkSession, settings: Settings, windows, paths, now_ms: int, grace_ms: int, counts=None):
+    """`classify`'s verdict on each (window, tier on its topic's path), as `completeness` rows; `counts`: the
+    windows' tier counts (`JUDGED_COUNTS`) when the run holds them, else they are read from `tier_counts`."""
     from pyspark.sql import functions as F
 
     windows = windows.withColumn("date", F.to_date("window_start"))
-    counts = delta_io.in_windows(
-        delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name), delta_io.windows_of(windows)
-    ).join(broadcast_when_small(windows), [*WINDOW_KEY, "date"], "left_semi")
-    # Read twice below (observed, expected): the files are picked and read once.
-    counts = counts.select(
-        *WINDOW_KEY, "tier", "count", "by_partition", "latency_p99_ms", "window_minutes"
-    ).localCheckpoint()
+    if counts is None:
+        counts = _stored_counts(spark, settings, windows)
+    counts = counts.select(*JUDGED_COUNTS).localCheckpoint()  # read twice below (observed, expected)
     grid = windows.join(F.broadcast(paths), ["origin_cluster", "topic"])
     observed = counts.select(
         *WINDOW_KEY,

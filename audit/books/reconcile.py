@@ -43,7 +43,7 @@ from audit.contract.tables import (
     TIER_STATUS,
 )
 from audit.io import delta_io
-from audit.io.spark import local_frame, side_by_side
+from audit.io.spark import side_by_side
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,7 +61,7 @@ from audit.books.audit_read import (
 )
 from audit.books.judge import Judgement, OpenBooks, counted_tiers, update_completeness
 from audit.books.retention_gaps import store_retention_gaps
-from audit.books.tier_tables import WINDOW_DDL, update_tier_counts, update_tier_status
+from audit.books.tier_tables import update_tier_counts, update_tier_status
 
 log = logging.getLogger(__name__)
 
@@ -324,19 +324,17 @@ def reconcile(
 def _judge(spark: SparkSession, settings: Settings, records, now_ms: int, step: _Steps, memory: RunMemory) -> Judgement:
     """Step 3: the tier tables from the records read (None: nothing new), then completeness; `memory` is given
     the tiers `tier_counts` holds now."""
-    touched = None
+    resummed = None
     if records is not None:  # independent tables: written side by side
-        touched, _ = side_by_side(
+        resummed, _ = side_by_side(
             lambda: update_tier_counts(spark, settings, records), lambda: update_tier_status(spark, settings, records)
         )
         step.done("tier_counts and tier_status")
-    if touched is None:
-        touched = local_frame(spark, [], WINDOW_DDL)
     memory.counted_tiers = counted_tiers(spark, settings, memory.counted_tiers, records)
     judgement = update_completeness(
         spark,
         settings,
-        touched,
+        resummed,
         now_ms=now_ms,
         records=records,
         counted=memory.counted_tiers,

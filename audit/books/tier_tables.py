@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ from audit.io.lake_read import read_arrow
 from audit.io.spark import BROADCAST_MAX_ROWS, local_frame
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from audit.settings import Settings
 
@@ -38,16 +39,30 @@ SUMMED += ("no_timestamp", "by_partition", "latency_p99_ms", "latency_max_ms")
 EPOCH = datetime.fromtimestamp(0, UTC)  # the watermark of a tier that has seen nothing for sure
 
 
-def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
-    """Re-sum every (topic, window) that received count records; returns those window keys (with `date`)."""
+@dataclass(frozen=True)
+class Resummed:
+    """The (topic, window)s a run re-summed: as a frame (`WINDOW_KEY` and `date`), in the driver, and their
+    `tier_counts` rows as written (checkpointed; None when there were none)."""
+
+    windows: DataFrame
+    keys: frozenset[tuple]
+    counts: DataFrame | None
+
+
+def update_tier_counts(spark: SparkSession, settings: Settings, new_records) -> Resummed:
+    """Re-sum every (topic, window) that received count records."""
     from pyspark.sql import functions as F
 
     # In the driver (one action): the windows named below, and a frame Spark knows the size of.
     keys = new_records.where(F.col("kind") == "count").select(*WINDOW_KEY).distinct().toArrow()
     touched = local_frame(spark, keys, WINDOW_DDL).withColumn("date", F.to_date("window_start"))
-    windows = {(start.date(), start) for start in map(_naive_utc, keys.column("window_start").to_pylist())}
+    named = frozenset(
+        (origin, topic, _naive_utc(start))
+        for origin, topic, start in zip(*(keys.column(c).to_pylist() for c in WINDOW_KEY), strict=True)
+    )
+    windows = {(start.date(), start) for _, _, start in named}
     if not windows:
-        return touched
+        return Resummed(touched, named, None)
     counts = (
         delta_io.in_windows(  # as literals: Delta reads only the files that can hold them
             delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name), windows
@@ -84,7 +99,7 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records):
         .withColumn("date", F.to_date("window_start"))
     ).localCheckpoint()
     delta_io.replace_windows(spark, settings.lake_root, TIER_COUNTS, rows, windows=windows)
-    return touched
+    return Resummed(touched, named, rows)
 
 
 def _naive_utc(moment: datetime) -> datetime:

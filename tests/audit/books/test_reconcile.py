@@ -325,6 +325,31 @@ def test_a_tier_is_final_only_once_its_own_counter_reports_and_a_tier_that_joins
     assert books[("dc1.orders", W2, "lake")] == ("complete", 20, 20, 0, 0)
 
 
+def test_a_session_judges_the_windows_it_summed_from_their_new_counts_and_the_other_open_ones_from_the_table(
+    spark, settings_factory
+):
+    """--continuous: a session that knows the open windows judges those it just re-summed from the counts it
+    holds and the other open ones (payments W1, lagging) from `tier_counts`: the verdicts a new process finds."""
+    settings = settings_factory()
+    writer = AuditWriter(settings)
+    seed_books(writer)
+    memory = RunMemory()
+    reconcile(spark, settings, now_ms=NOW, memory=memory)
+    assert remembers_the_open_windows(spark, settings, memory)
+
+    writer.count("aggregate", "aggregate", "dc1.orders", W2, 3, {1: 3})  # the 3 lost on the way turn up
+    writer.count("lake", "aggregate", "dc1.orders", W2, 3, {1: 3})
+    writer.flush()
+    reconcile(spark, settings, now_ms=NOW, memory=memory)
+    books = completeness(spark, settings)
+    assert books[("dc1.orders", W2, "aggregate")] == ("complete", 80, 80, 0, 0)
+    assert books[("dc1.orders", W2, "lake")] == ("complete", 80, 80, 0, 0)
+    assert books[("dc1.payments", W1, "lake")] == ("lagging", 30, 10, 20, 0), "open, not summed again"
+    session = rows(spark, settings, COMPLETENESS)
+    reconcile(spark, settings, now_ms=NOW)  # a new process: every count read from the table
+    assert rows(spark, settings, COMPLETENESS) == session
+
+
 MALFORMED = {
     b"this is not json": "record: not JSON",
     b'{"schema_version": 1, "kind": "count", "tier": "dc1"}': "record_id: missing",
