@@ -36,14 +36,8 @@ REPORTED = ("origin_cluster", "topic", "tier", "watermark")  # what tier_paths r
 
 # -- 3c. completeness --------------------------------------------------------------------------
 
-JUDGED_COUNTS = (
-    *WINDOW_KEY,
-    "tier",
-    "count",
-    "by_partition",
-    "latency_p99_ms",
-    "window_minutes",
-)  # read of tier_counts
+# What the judging reads of `tier_counts`.
+JUDGED_COUNTS = (*WINDOW_KEY, "tier", "count", "by_partition", "latency_p99_ms", "window_minutes")
 
 
 def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, str, str]] | None = None):

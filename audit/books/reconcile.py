@@ -15,9 +15,10 @@ One run (`reconcile(spark, settings)`):
    same messages again, which the record_id and offset keys absorb.
 
 A long-lived session (`kaudit reconcile --continuous`) passes a `RunMemory` from run to run: the
-offsets and cluster states it stored, the tiers `tier_counts` holds, and when the first pending window
-turns due. A run that reads nothing new before that moment cannot change a verdict and skips step 3; a
-new process starts with an empty memory and does every step, so a restart gives the same tables.
+offsets and cluster states it stored, the tiers `tier_counts` holds, the windows left open and the tiers
+on each path (so step 3 need not scan `completeness` for them), and when the first pending window turns
+due. A run that reads nothing new before that moment cannot change a verdict and skips step 3; a new
+process starts with an empty memory and does every step, so a restart gives the same tables.
 """
 
 from __future__ import annotations
