@@ -214,7 +214,7 @@ def update_completeness(
     done("windows to judge")
     grace_ms = int(settings.grace_s * 1000)
     counts = _counts_at_hand(spark, settings, known, grown, resummed)
-    result = _judged(spark, settings, windows, paths, now_ms, grace_ms, counts).localCheckpoint()
+    result = _judged(spark, settings, windows, paths, now_ms, grace_ms, counts, resummed).localCheckpoint()
     pending_end = F.when(F.col("status") == PENDING, F.col("window_end_ms"))
     per_window = (  # one action for all three
         result.groupBy("date", "window_start").agg(F.count("*"), F.min(pending_end)).collect()
@@ -276,11 +276,13 @@ def _counts_at_hand(
     if not others:
         return fresh
     windows = local_frame(spark, list(others), WINDOW_DDL).withColumn("date", F.to_date("window_start"))
-    return fresh.unionByName(_stored_counts(spark, settings, windows).select(*JUDGED_COUNTS))
+    return fresh.unionByName(_stored_counts(spark, settings, windows, resummed).select(*JUDGED_COUNTS))
 
 
-def _stored_counts(spark: SparkSession, settings: Settings, windows):
-    """The `tier_counts` rows of `windows` (`WINDOW_KEY` and `date`)."""
+def _stored_counts(spark: SparkSession, settings: Settings, windows, resummed: Resummed | None):
+    """The `tier_counts` rows of `windows` (`WINDOW_KEY` and `date`), once this run's re-sums are stored."""
+    if resummed is not None:
+        resummed.wait_stored()
     return delta_io.in_windows(
         delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name), delta_io.windows_of(windows)
     ).join(broadcast_when_small(windows), [*WINDOW_KEY, "date"], "left_semi")
@@ -295,14 +297,24 @@ def _left_open(result, path_tiers: frozenset) -> OpenBooks | None:
     return OpenBooks(frozenset(tuple(row) for row in rows), path_tiers)
 
 
-def _judged(spark: SparkSession, settings: Settings, windows, paths, now_ms: int, grace_ms: int, counts=None):
+def _judged(
+    spark: SparkSession,
+    settings: Settings,
+    windows,
+    paths,
+    now_ms: int,
+    grace_ms: int,
+    counts=None,
+    resummed: Resummed | None = None,
+):
     """`classify`'s verdict on each (window, tier on its topic's path), as `completeness` rows; `counts`: the
-    windows' tier counts (`JUDGED_COUNTS`) when the run holds them, else they are read from `tier_counts`."""
+    windows' tier counts (`JUDGED_COUNTS`) when the run holds them, else they are read from `tier_counts`
+    (once `resummed`'s are stored)."""
     from pyspark.sql import functions as F
 
     windows = windows.withColumn("date", F.to_date("window_start"))
     if counts is None:
-        counts = _stored_counts(spark, settings, windows)
+        counts = _stored_counts(spark, settings, windows, resummed)
     counts = counts.select(*JUDGED_COUNTS).localCheckpoint()  # read twice below (observed, expected)
     grid = windows.join(F.broadcast(paths), ["origin_cluster", "topic"])
     observed = counts.select(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -324,23 +325,32 @@ def reconcile(
 
 def _judge(spark: SparkSession, settings: Settings, records, now_ms: int, step: _Steps, memory: RunMemory) -> Judgement:
     """Step 3: the tier tables from the records read (None: nothing new), then completeness; `memory` is given
-    the tiers `tier_counts` holds now."""
-    resummed = None
-    if records is not None:  # independent tables: written side by side
-        resummed, _ = side_by_side(
-            lambda: update_tier_counts(spark, settings, records), lambda: update_tier_status(spark, settings, records)
+    the tiers `tier_counts` holds now. The tier counts are written in the background while the judging goes
+    on with the counts just summed; what reads `tier_counts` waits for that write, and the step ends (the
+    offsets are stored) only once it is done."""
+    with ThreadPoolExecutor(max_workers=1) as background:
+        resummed = None
+        if records is not None:  # independent tables: side by side
+            resummed, _ = side_by_side(
+                lambda: update_tier_counts(spark, settings, records, background=background),
+                lambda: update_tier_status(spark, settings, records),
+            )
+            step.done("tier_counts summed and tier_status stored")
+        if resummed is not None and memory.counted_tiers is None:
+            resummed.wait_stored()  # counted_tiers reads them from the table
+        memory.counted_tiers = counted_tiers(spark, settings, memory.counted_tiers, records)
+        judgement = update_completeness(
+            spark,
+            settings,
+            resummed,
+            now_ms=now_ms,
+            records=records,
+            counted=memory.counted_tiers,
+            known=memory.open_books,
+            done=step.done,
         )
-        step.done("tier_counts and tier_status")
-    memory.counted_tiers = counted_tiers(spark, settings, memory.counted_tiers, records)
-    judgement = update_completeness(
-        spark,
-        settings,
-        resummed,
-        now_ms=now_ms,
-        records=records,
-        counted=memory.counted_tiers,
-        known=memory.open_books,
-        done=step.done,
-    )
+        if resummed is not None:
+            resummed.wait_stored()
+            step.done("tier_counts stored")
     memory.open_books = judgement.open_books
     return judgement

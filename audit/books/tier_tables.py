@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 from audit.contract.tables import (
@@ -47,10 +49,19 @@ class Resummed:
     windows: DataFrame
     keys: frozenset[tuple]
     counts: DataFrame | None
+    stored: Future | None = None  # the write of `counts` into tier_counts, when it runs in the background
+
+    def wait_stored(self) -> None:
+        """Return once `counts` are in `tier_counts`; raises the write's error."""
+        if self.stored is not None:
+            self.stored.result()
 
 
-def update_tier_counts(spark: SparkSession, settings: Settings, new_records) -> Resummed:
-    """Re-sum every (topic, window) that received count records."""
+def update_tier_counts(
+    spark: SparkSession, settings: Settings, new_records, *, background: Executor | None = None
+) -> Resummed:
+    """Re-sum every (topic, window) that received count records; with `background`, their rows are written
+    there while the caller goes on (see `Resummed.wait_stored`)."""
     from pyspark.sql import functions as F
 
     # In the driver (one action): the windows named below, and a frame Spark knows the size of.
@@ -98,8 +109,11 @@ def update_tier_counts(spark: SparkSession, settings: Settings, new_records) -> 
         .withColumn("updated_at", F.current_timestamp())
         .withColumn("date", F.to_date("window_start"))
     ).localCheckpoint()
-    delta_io.replace_windows(spark, settings.lake_root, TIER_COUNTS, rows, windows=windows)
-    return Resummed(touched, named, rows)
+    write = partial(delta_io.replace_windows, spark, settings.lake_root, TIER_COUNTS, rows, windows=windows)
+    if background is None:
+        write()
+        return Resummed(touched, named, rows)
+    return Resummed(touched, named, rows, background.submit(write))
 
 
 def _naive_utc(moment: datetime) -> datetime:
