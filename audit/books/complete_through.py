@@ -6,8 +6,9 @@ The rule is audit/contract/complete_through.py's (`watermark_of`); `watermarks` 
 aggregates, held to the same answers by its tests. A run refreshes only the (topic, tier) pairs whose
 windows it judged: most from their stored watermark and the new verdicts alone (`advanced`, in the driver),
 the others summed up over `completeness`. One MERGE written by `deltalake` in the driver commits only the
-rows whose watermark moved, nothing when none did, so a quiet run changes nothing. Restrict a lake (bronze) query to
-the windows behind the watermark with the SQL pattern in docs/tables.md ("Reading only complete windows").
+rows whose watermark moved, nothing when none did, so a quiet run changes nothing. Restrict a lake (bronze)
+query to the windows behind the watermark with the SQL pattern in docs/tables.md ("Reading only complete
+windows").
 """
 
 from __future__ import annotations
