@@ -338,6 +338,7 @@ def _judge(spark: SparkSession, settings: Settings, records, now_ms: int, step: 
             step.done("tier_counts summed and tier_status stored")
         if resummed is not None and memory.counted_tiers is None:
             resummed.wait_stored()  # counted_tiers reads them from the table
+            step.done("tier_counts stored")
         memory.counted_tiers = counted_tiers(spark, settings, memory.counted_tiers, records)
         judgement = update_completeness(
             spark,
@@ -350,7 +351,9 @@ def _judge(spark: SparkSession, settings: Settings, records, now_ms: int, step: 
             done=step.done,
         )
         if resummed is not None:
-            resummed.wait_stored()
-            step.done("tier_counts stored")
+            waiting = resummed.stored is not None and not resummed.stored.done()
+            resummed.wait_stored()  # raises the write's error
+            if waiting:  # logged only when the run waits for it here
+                step.done("tier_counts stored")
     memory.open_books = judgement.open_books
     return judgement
