@@ -19,7 +19,7 @@ from audit.contract.tables import (
 )
 from audit.io import delta_io
 from audit.io.lake_read import read_arrow
-from audit.io.spark import BROADCAST_MAX_ROWS, local_frame
+from audit.io.spark import broadcast_when_small, local_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -79,7 +79,7 @@ def update_tier_counts(
             delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name), windows
         )
         .where(F.col("kind") == "count")
-        .join(touched if len(keys) > BROADCAST_MAX_ROWS else F.broadcast(touched), [*WINDOW_KEY, "date"], "left_semi")
+        .join(broadcast_when_small(touched, len(keys)), [*WINDOW_KEY, "date"], "left_semi")
     )
     counts = counts.select(*SUMMED).localCheckpoint()  # read by both sums below: the files are picked and read once
     sums = counts.groupBy(*WINDOW_KEY, "tier").agg(

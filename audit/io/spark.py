@@ -123,11 +123,12 @@ def spark_session(
 BROADCAST_MAX_ROWS = 1_000_000
 
 
-def broadcast_when_small(frame):
-    """`frame` (computed once: checkpointed) marked for broadcast when it holds at most BROADCAST_MAX_ROWS."""
+def broadcast_when_small(frame, rows: int | None = None):
+    """`frame` (computed once: checkpointed) marked for broadcast when it holds at most BROADCAST_MAX_ROWS;
+    `rows`: how many it holds, when the caller knows (else they are counted)."""
     from pyspark.sql import functions as F
 
-    return F.broadcast(frame) if frame.count() <= BROADCAST_MAX_ROWS else frame
+    return F.broadcast(frame) if (frame.count() if rows is None else rows) <= BROADCAST_MAX_ROWS else frame
 
 
 def local_frame(spark, rows, ddl: str):
