@@ -121,14 +121,15 @@ def spark_session(
 # A checkpointed frame has no size Spark can plan with, so a join shuffles both sides even when this one
 # is a few windows. Up to this many rows (some tens of MB) it is broadcast instead.
 BROADCAST_MAX_ROWS = 1_000_000
+BROADCAST_MAX_NUMBERS = 10_000_000  # rows of a single BIGINT column: 8 bytes each
 
 
-def broadcast_when_small(frame, rows: int | None = None):
-    """`frame` (computed once: checkpointed) marked for broadcast when it holds at most BROADCAST_MAX_ROWS;
-    `rows`: how many it holds, when the caller knows (else they are counted)."""
+def broadcast_when_small(frame, rows: int | None = None, *, limit: int = BROADCAST_MAX_ROWS):
+    """`frame` (computed once: checkpointed) marked for broadcast when it holds at most `limit` rows;
+    `rows`: how many it holds at most, when the caller knows (else they are counted)."""
     from pyspark.sql import functions as F
 
-    return F.broadcast(frame) if (frame.count() if rows is None else rows) <= BROADCAST_MAX_ROWS else frame
+    return F.broadcast(frame) if (frame.count() if rows is None else rows) <= limit else frame
 
 
 def local_frame(spark, rows, ddl: str):
