@@ -22,7 +22,7 @@ from audit.io.lake_read import read_arrow
 from audit.io.spark import broadcast_when_small, local_frame
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from audit.settings import Settings
 
@@ -81,31 +81,32 @@ def update_tier_counts(
         .where(F.col("kind") == "count")
         .join(broadcast_when_small(touched, len(keys)), [*WINDOW_KEY, "date"], "left_semi")
     )
-    counts = counts.select(*SUMMED).localCheckpoint()  # read by both sums below: the files are picked and read once
-    sums = counts.groupBy(*WINDOW_KEY, "tier").agg(
-        F.first("logical_topic").alias("logical_topic"),
-        F.first("window_minutes").alias("window_minutes"),
-        F.sum("count").alias("count"),
-        F.sum("bytes").alias("bytes"),
-        F.sum("send_failed").alias("send_failed"),
-        F.sum("no_timestamp").alias("no_timestamp"),
-        F.count("*").alias("records"),
-        F.count("by_partition").alias("with_partitions"),
-        F.max("latency_p99_ms").alias("latency_p99_ms"),
-        F.max("latency_max_ms").alias("latency_max_ms"),
-    )
-    per_partition = (
-        counts.where(F.col("by_partition").isNotNull())
-        .select(*WINDOW_KEY, "tier", F.explode("by_partition").alias("partition", "n"))
-        .groupBy(*WINDOW_KEY, "tier", "partition")
-        .agg(F.sum("n").alias("n"))
-        .groupBy(*WINDOW_KEY, "tier")
-        .agg(F.map_from_entries(F.collect_list(F.struct("partition", "n"))).alias("by_partition"))
+    # Aggregated by hashing: logical_topic follows from the key, so it is grouped by, not taken `first` (whose
+    # string buffer makes Spark sort every row), and the partition counts are summed from each window's maps
+    # (most windows hold one record per tier), not exploded and grouped twice.
+    sums = (
+        counts.select(*SUMMED)
+        .groupBy(*WINDOW_KEY, "tier", "logical_topic")
+        .agg(
+            F.min("window_minutes").alias("window_minutes"),
+            F.sum("count").alias("count"),
+            F.sum("bytes").alias("bytes"),
+            F.sum("send_failed").alias("send_failed"),
+            F.sum("no_timestamp").alias("no_timestamp"),
+            F.count("*").alias("records"),
+            F.count("by_partition").alias("with_partitions"),
+            F.max("latency_p99_ms").alias("latency_p99_ms"),
+            F.max("latency_max_ms").alias("latency_max_ms"),
+            F.collect_list("by_partition").alias("partition_maps"),
+        )
     )
     rows = (
-        sums.join(per_partition, [*WINDOW_KEY, "tier"], "left")
         # Partition counts are only comparable when every record of the window reported them.
-        .withColumn("by_partition", F.when(F.col("with_partitions") == F.col("records"), F.col("by_partition")))
+        sums.withColumn(
+            "by_partition",
+            F.when(F.col("with_partitions") == F.col("records"), summed_maps(F.col("partition_maps"))),
+        )
+        .drop("partition_maps")
         .withColumn("updated_at", F.current_timestamp())
         .withColumn("date", F.to_date("window_start"))
     ).localCheckpoint()
@@ -114,6 +115,17 @@ def update_tier_counts(
         write()
         return Resummed(touched, named, rows)
     return Resummed(touched, named, rows, background.submit(write))
+
+
+def summed_maps(maps: Column) -> Column:
+    """The key-wise sum of an array of maps (partition -> count); a single map as it is."""
+    from pyspark.sql import functions as F
+
+    def add(total: Column, counts: Column) -> Column:
+        return F.map_zip_with(total, counts, lambda _key, a, b: F.coalesce(a, F.lit(0)) + F.coalesce(b, F.lit(0)))
+
+    empty = F.create_map().cast("MAP<INT, BIGINT>")
+    return F.when(F.size(maps) == 1, maps[0]).otherwise(F.aggregate(maps, empty, add))
 
 
 def _naive_utc(moment: datetime) -> datetime:

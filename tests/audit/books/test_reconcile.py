@@ -228,6 +228,14 @@ def test_the_books_balance_per_topic_window_and_tier(spark, settings_factory):
     assert [(r["count"], r["records"]) for r in producer_w1] == [(100, 1)], (
         "a record read from two clusters counts once"
     )
+    dc1_w1 = [
+        r
+        for r in rows(spark, settings, TIER_COUNTS)
+        if r["tier"] == "dc1" and r["topic"] == "orders" and int(r["window_start"].timestamp() * 1000) == W1
+    ]
+    assert [(r["count"], r["records"], r["by_partition"]) for r in dc1_w1] == [(100, 2, {0: 50, 1: 50})], (
+        "two records of a window sum partition by partition"
+    )
     status = {(r["logical_topic"], r["tier"]): r for r in rows(spark, settings, TIER_STATUS)}
     assert status[("dc1.payments", "aggregate")]["lag"] == 20
     assert "kaudit-mirror@dc1" in status[("dc1.payments", "aggregate")]["reporters"]
