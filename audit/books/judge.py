@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from audit.contract.completeness import PENDING, threshold_for
-from audit.contract.names import PRODUCER_TIER
 from audit.contract.tables import (
     COMPLETENESS,
     TIER_COUNTS,
     TIER_STATUS,
 )
+from audit.contract.tier_paths import PATH_DDL, paths_from
 from audit.contract.windows import MS_PER_MINUTE
 from audit.io import delta_io
 from audit.io.lake_read import read_arrow
@@ -41,25 +41,24 @@ JUDGED_COUNTS = (*WINDOW_KEY, "tier", "count", "by_partition", "latency_p99_ms",
 
 
 def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, str, str]] | None = None):
-    """Per (logical topic, tier on its path): reference tier, threshold and the tier's effective watermark.
-
-    A tier's effective watermark is the lowest of its own and of every cluster tier upstream of it on
-    the topic's path (configured `tiers` order): the lake cannot be final for data the aggregate has
-    not received yet. The reference tier is `reference_tier` when it counts the topic, else the
-    topic's origin cluster. `counted`: the (origin_cluster, topic, tier) that `tier_counts` holds, when
-    known (`counted_tiers`), else they are read from it.
-    """
+    """Per (logical topic, tier on its path): reference tier, order, the tier's effective watermark
+    (audit/contract/tier_paths.py holds the rule) and the topic's threshold; None when no topic has a path.
+    `counted`: the (origin_cluster, topic, tier) that `tier_counts` holds, when known (`counted_tiers`), else
+    they are read from it. Computed in the driver: a few rows per topic."""
     counted = counted if counted is not None else counted_tiers(spark, settings)
-    reported = local_frame(  # written by the driver (update_tier_status): read there too
-        spark,
-        read_arrow(settings.lake_root, TIER_STATUS.name, columns=REPORTED),
-        "origin_cluster STRING, topic STRING, tier STRING, watermark TIMESTAMP",
+    reported = read_arrow(settings.lake_root, TIER_STATUS.name, columns=REPORTED)  # written by the driver
+    paths = paths_from(
+        counted,
+        zip(*(reported.column(c).to_pylist() for c in REPORTED), strict=True),
+        settings.tiers,
+        settings.reference_tier,
     )
-    counted_rows = local_frame(spark, list(counted), "origin_cluster STRING, topic STRING, tier STRING")
-    rows = paths_from(counted_rows, reported, settings.tiers, settings.reference_tier).localCheckpoint()
-    if rows.isEmpty():
+    if not paths:
         return None
-    return _with_thresholds(spark, settings, rows)
+    patterns = settings.threshold_patterns()
+    thresholds: dict[tuple[str, str], float] = {}
+    rows = [(*row, thresholds.setdefault(row[:2], threshold_for(f"{row[0]}.{row[1]}", patterns))) for row in paths]
+    return local_frame(spark, rows, f"{PATH_DDL}, threshold_pct DOUBLE")
 
 
 def counted_tiers(spark: SparkSession, settings: Settings, known=None, records=None) -> set[tuple[str, str, str]]:
@@ -76,61 +75,6 @@ def counted_tiers(spark: SparkSession, settings: Settings, known=None, records=N
     return (known or set()) | {
         tuple(row) for row in rows.select("origin_cluster", "topic", "tier").distinct().collect()
     }
-
-
-def paths_from(counted, reported, tiers: tuple[str, ...], reference_tier: str):
-    """`tier_paths` without thresholds, from the (origin_cluster, topic, tier) that counted and the
-    (origin_cluster, topic, tier, watermark) that reported.
-
-    Along the path (`tiers` order, unconfigured tiers last by name, producers left out: their counts are
-    final once flushed) a tier's effective watermark is the lowest of its own and those of the tiers right
-    before it; a tier without a watermark has none, and the tiers after it start again from their own.
-    """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    topic = Window.partitionBy("origin_cluster", "topic")
-    order = F.coalesce(F.element_at(F.create_map(*_literal_pairs(tiers)), F.col("tier")), F.lit(len(tiers)))
-    along = topic.orderBy("tier_order", "tier").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    pairs = (
-        counted.join(reported, ["origin_cluster", "topic", "tier"], "full")
-        .withColumn("tier_order", order.cast("int"))
-        .withColumn(
-            "reference_tier",
-            F.when(
-                F.array_contains(F.collect_set("tier").over(topic), reference_tier), F.lit(reference_tier)
-            ).otherwise(F.col("origin_cluster")),
-        )
-        .where(F.col("tier") != PRODUCER_TIER)
-        .withColumn("run", F.sum(F.col("watermark").isNull().cast("int")).over(along))
-    )
-    run = Window.partitionBy("origin_cluster", "topic", "run").orderBy("tier_order", "tier")
-    lowest = F.min("watermark").over(run.rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    return (
-        pairs.withColumn("tier_watermark_ms", F.unix_millis(F.when(F.col("watermark").isNotNull(), lowest)))
-        .where(F.col("tier") != F.col("reference_tier"))  # after the window: the reference bounds the rest
-        .select("origin_cluster", "topic", "tier", "tier_order", "reference_tier", "tier_watermark_ms")
-    )
-
-
-def _literal_pairs(tiers):
-    """`create_map` arguments: each configured tier and its position."""
-    from pyspark.sql import functions as F
-
-    return [item for index, tier in enumerate(tiers) for item in (F.lit(tier), F.lit(index))]
-
-
-def _with_thresholds(spark: SparkSession, settings: Settings, paths):
-    """`paths` with each topic's `threshold_pct`, matched by `threshold_for` (Python regexes) per topic."""
-    from pyspark.sql import functions as F
-
-    thresholds = settings.threshold_patterns()
-    if not thresholds:
-        return paths.withColumn("threshold_pct", F.lit(threshold_for("", thresholds)))
-    topics = paths.select("origin_cluster", "topic").distinct().collect()
-    matched = [(origin, topic, threshold_for(f"{origin}.{topic}", thresholds)) for origin, topic in topics]
-    by_topic = local_frame(spark, matched, "origin_cluster STRING, topic STRING, threshold_pct DOUBLE")
-    return paths.join(F.broadcast(by_topic), ["origin_cluster", "topic"])
 
 
 # What the judge step yields per (window, tier): `classify`'s verdict with times still in epoch ms.

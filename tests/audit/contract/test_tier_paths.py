@@ -1,4 +1,4 @@
-"""The tiers on each topic's path (`paths_from`): reference tier, order, and each tier's effective watermark
+"""The tiers on each topic's path (`paths_from`, pure): reference tier, order, and each tier's effective watermark
 (the lowest of its own and those of the tiers right before it), one topic per case."""
 
 from __future__ import annotations
@@ -6,8 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from audit.books.judge import paths_from
+from audit.contract.tier_paths import paths_from
 
 TIERS = ("producer", "dc1", "dc2", "aggregate", "lake")
 
@@ -48,28 +50,41 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def paths(spark):
-    """`paths_from` over every case at once (one Spark job), by case name."""
-    counted = [("dc1", name, tier) for name, (tiers, _, _) in CASES.items() for tier in tiers]
-    reported = [
-        ("dc1", name, tier, None if ms is None else at(ms))
-        for name, (_, marks, _) in CASES.items()
-        for tier, ms in marks.items()
-    ]
+def path_of(case: str) -> list[tuple]:
+    tiers, marks, _ = CASES[case]
     rows = paths_from(
-        spark.createDataFrame(counted, "origin_cluster STRING, topic STRING, tier STRING"),
-        spark.createDataFrame(reported, "origin_cluster STRING, topic STRING, tier STRING, watermark TIMESTAMP"),
+        [("dc1", case, tier) for tier in tiers],
+        [("dc1", case, tier, None if ms is None else at(ms)) for tier, ms in marks.items()],
         TIERS,
         "producer",
-    ).collect()
-    found: dict[str, list] = {name: [] for name in CASES}
-    for row in rows:
-        assert row.origin_cluster == "dc1"
-        found[row.topic].append((row.tier, row.tier_order, row.reference_tier, row.tier_watermark_ms))
-    return found
+    )
+    assert all(row[:2] == ("dc1", case) for row in rows)
+    return [row[2:] for row in rows]
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_the_path_of_a_topic(paths, case):
-    assert sorted(paths[case], key=lambda row: row[1]) == CASES[case][2]
+def test_the_path_of_a_topic(case):
+    assert path_of(case) == CASES[case][2]
+
+
+MOMENTS = st.one_of(st.none(), st.integers(0, 10**13).map(at))
+
+
+@given(
+    st.dictionaries(st.sampled_from([*TIERS, "zoo"]), MOMENTS, min_size=1),
+    st.sets(st.sampled_from([*TIERS, "zoo"])),
+)
+def test_no_tier_is_final_beyond_its_own_watermark_nor_beyond_a_tier_before_it_on_the_same_run(marks, counted):
+    rows = paths_from(
+        [("dc1", "t", tier) for tier in counted], [("dc1", "t", *m) for m in marks.items()], TIERS, "producer"
+    )
+    for index, (_, _, tier, _, reference, effective) in enumerate(rows):
+        own = marks.get(tier)
+        assert (effective is None) == (own is None), "a tier has an effective watermark exactly when it has its own"
+        assert tier not in ("producer", reference)
+        if own is not None:
+            assert effective <= own.timestamp() * 1000
+            before = rows[index - 1] if index else None
+            if before is not None and before[5] is not None and marks.get(before[2]) is not None:
+                assert effective <= before[5], "the tier right before bounds it"
+    assert [row[3] for row in rows] == sorted(row[3] for row in rows), "in path order"
