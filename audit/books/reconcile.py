@@ -338,8 +338,9 @@ def reconcile(
 def _judge(spark: SparkSession, settings: Settings, records, now_ms: int, step: _Steps, memory: RunMemory) -> Judgement:
     """Step 3: the tier tables from the records read (None: nothing new), then completeness; `memory` is given
     the tiers `tier_counts` holds now. The tier counts are written in the background while the judging goes
-    on with the counts just summed; what reads `tier_counts` waits for that write, and the step ends (the
-    offsets are stored) only once it is done."""
+    on with the counts just summed; what reads their rows waits for that write, and the step ends (the
+    offsets are stored) only once it is done. The tiers counted need no wait: those this run wrote are the
+    tiers of its own count records, whichever version of the table the rest are read from."""
     with ThreadPoolExecutor(max_workers=1) as background:
         resummed = None
         if records is not None:  # independent tables: side by side
@@ -348,10 +349,9 @@ def _judge(spark: SparkSession, settings: Settings, records, now_ms: int, step: 
                 lambda: update_tier_status(spark, settings, records),
             )
             step.done("tier_counts summed and tier_status stored")
-        if resummed is not None and memory.counted_tiers is None:
-            resummed.wait_stored()  # counted_tiers reads them from the table
-            step.done("tier_counts stored")
-        memory.counted_tiers = counted_tiers(spark, settings, memory.counted_tiers, records)
+        if memory.counted_tiers is None:  # a new process: those stored, before or after this run's write
+            memory.counted_tiers = counted_tiers(spark, settings)
+        memory.counted_tiers = counted_tiers(spark, settings, memory.counted_tiers, records)  # and this run's
         judgement = update_completeness(
             spark,
             settings,
