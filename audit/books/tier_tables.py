@@ -81,9 +81,9 @@ def update_tier_counts(
         .where(F.col("kind") == "count")
         .join(broadcast_when_small(touched, len(keys)), [*WINDOW_KEY, "date"], "left_semi")
     )
-    # Aggregated by hashing: logical_topic follows from the key, so it is grouped by, not taken `first` (whose
-    # string buffer makes Spark sort every row), and the partition counts are summed from each window's maps
-    # (most windows hold one record per tier), not exploded and grouped twice.
+    # One aggregation: logical_topic follows from the key, so it is grouped by, not taken `first` (a string
+    # buffer that makes Spark sort every row), and the partition counts are summed from each window's maps
+    # (most windows hold one record per tier), not exploded, grouped twice and joined back.
     sums = (
         counts.select(*SUMMED)
         .groupBy(*WINDOW_KEY, "tier", "logical_topic")
