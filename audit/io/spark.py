@@ -124,11 +124,13 @@ BROADCAST_MAX_ROWS = 1_000_000
 BROADCAST_MAX_NUMBERS = 10_000_000  # rows of a single BIGINT column: 8 bytes each
 
 
-def broadcast_when_small(frame, rows: int | None = None, *, limit: int = BROADCAST_MAX_ROWS):
-    """`frame` (computed once: checkpointed) marked for broadcast when it holds at most `limit` rows;
-    `rows`: how many it holds at most, when the caller knows (else they are counted)."""
+def broadcast_when_small(frame, rows: int | None = None, *, limit: int | None = None):
+    """`frame` (computed once: checkpointed) marked for broadcast when it holds at most `limit` rows
+    (BROADCAST_MAX_ROWS unless given); `rows`: how many it holds at most, when the caller knows (else they are
+    counted)."""
     from pyspark.sql import functions as F
 
+    limit = BROADCAST_MAX_ROWS if limit is None else limit
     return F.broadcast(frame) if (frame.count() if rows is None else rows) <= limit else frame
 
 

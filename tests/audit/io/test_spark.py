@@ -25,6 +25,20 @@ def test_a_checkpointed_frame_is_broadcast_up_to_the_row_limit(spark, monkeypatc
     assert sorted(row.k for row in joined.collect()) == [1, 2, 3]
 
 
+@pytest.mark.parametrize(("limit", "broadcast"), [(3, True), (2, False)])
+def test_a_caller_s_own_limit_decides_over_the_row_limit(spark, limit, broadcast):
+    small = spark.createDataFrame([(1,), (2,), (3,)], "k INT").localCheckpoint()
+    plan = (
+        spark.range(100)
+        .withColumnRenamed("id", "k")
+        .join(spark_io.broadcast_when_small(small, 3, limit=limit), "k", "left_semi")
+        ._jdf.queryExecution()
+        .executedPlan()
+        .toString()
+    )
+    assert ("BroadcastHashJoin" in plan) == broadcast, plan
+
+
 def test_steps_side_by_side_run_at_the_same_time_and_give_their_results_in_order():
     both_running = threading.Barrier(2, timeout=10)  # broken (an error) unless the two steps overlap
 
