@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from audit.contract.names import PRODUCER_TIER
-from audit.contract.windows import EPOCH
+from audit.contract.windows import to_ms
 
 PATH_COLUMNS = ("origin_cluster", "topic", "tier", "tier_order", "reference_tier", "tier_watermark_ms")
 PATH_DDL = (
@@ -39,27 +39,21 @@ def paths_from(
         watermarks[(origin, topic)].setdefault(tier, None)
     for origin, topic, tier, watermark in reported:
         watermarks[(origin, topic)][tier] = watermark
+    order = {tier: index for index, tier in enumerate(tiers)}  # unconfigured tiers: len(tiers)
     return [
         row
         for (origin, topic), by_tier in watermarks.items()
-        for row in _path(origin, topic, by_tier, tiers, reference_tier)
+        for row in _path(origin, topic, by_tier, order, reference_tier)
     ]
 
 
-def _path(origin: str, topic: str, by_tier: dict, tiers: tuple[str, ...], reference_tier: str) -> list[tuple]:
+def _path(origin: str, topic: str, by_tier: dict, order: dict[str, int], reference_tier: str) -> list[tuple]:
     reference = reference_tier if reference_tier in by_tier else origin
-    order = {tier: index for index, tier in enumerate(tiers)}
-    along = sorted((order.get(tier, len(tiers)), tier) for tier in by_tier if tier != PRODUCER_TIER)
+    along = sorted((order.get(tier, len(order)), tier) for tier in by_tier if tier != PRODUCER_TIER)
     rows, lowest = [], None
     for tier_order, tier in along:
         watermark = by_tier[tier]
         lowest = None if watermark is None else watermark if lowest is None else min(lowest, watermark)
         if tier != reference:
-            rows.append((origin, topic, tier, tier_order, reference, None if lowest is None else _epoch_ms(lowest)))
+            rows.append((origin, topic, tier, tier_order, reference, None if lowest is None else to_ms(lowest)))
     return rows
-
-
-def _epoch_ms(moment: datetime) -> int:
-    """Milliseconds since the epoch, rounded down as Spark's `unix_millis` does; a naive time is UTC."""
-    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-    return (aware - EPOCH) // timedelta(milliseconds=1)
