@@ -42,9 +42,10 @@ JUDGED_COUNTS = (*WINDOW_KEY, "tier", "count", "by_partition", "latency_p99_ms",
 
 def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, str, str]] | None = None):
     """Per (logical topic, tier on its path): reference tier, order, the tier's effective watermark
-    (audit/contract/tier_paths.py holds the rule) and the topic's threshold; None when no topic has a path.
-    `counted`: the (origin_cluster, topic, tier) that `tier_counts` holds, when known (`counted_tiers`), else
-    they are read from it. Computed in the driver: a few rows per topic."""
+    (audit/contract/tier_paths.py holds the rule) and the topic's threshold, as a frame, with the
+    (origin_cluster, topic, tier) on the paths; None when no topic has a path. `counted`: the
+    (origin_cluster, topic, tier) that `tier_counts` holds, when known (`counted_tiers`), else they are read
+    from it. Computed in the driver: a few rows per topic."""
     counted = counted if counted is not None else counted_tiers(spark, settings)
     reported = read_arrow(settings.lake_root, TIER_STATUS.name, columns=REPORTED)  # written by the driver
     paths = paths_from(
@@ -56,9 +57,9 @@ def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, 
     if not paths:
         return None
     patterns = settings.threshold_patterns()
-    thresholds: dict[tuple[str, str], float] = {}
-    rows = [(*row, thresholds.setdefault(row[:2], threshold_for(f"{row[0]}.{row[1]}", patterns))) for row in paths]
-    return local_frame(spark, rows, f"{PATH_DDL}, threshold_pct DOUBLE")
+    thresholds = {topic: threshold_for(".".join(topic), patterns) for topic in {row[:2] for row in paths}}
+    frame = local_frame(spark, [(*row, thresholds[row[:2]]) for row in paths], f"{PATH_DDL}, threshold_pct DOUBLE")
+    return frame, frozenset(row[:3] for row in paths)
 
 
 def counted_tiers(spark: SparkSession, settings: Settings, known=None, records=None) -> set[tuple[str, str, str]]:
@@ -145,10 +146,10 @@ def update_completeness(
     """
     from pyspark.sql import functions as F
 
-    paths = tier_paths(spark, settings, counted)
-    if paths is None:
+    found = tier_paths(spark, settings, counted)
+    if found is None:
         return Judgement(windows=0, next_due_ms=None)
-    path_tiers = frozenset(tuple(row) for row in paths.select("origin_cluster", "topic", "tier").collect())
+    paths, path_tiers = found
     done("tier paths")
     current = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
     grown = None if known is None else {(origin, topic) for origin, topic, _ in path_tiers - known.path_tiers}
