@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from audit.contract.tier_paths import paths_from
+from audit.contract.windows import to_ms
 
 TIERS = ("producer", "dc1", "dc2", "aggregate", "lake")
 
@@ -83,7 +84,7 @@ def test_no_tier_is_final_beyond_its_own_watermark_nor_beyond_a_tier_before_it_o
         assert (effective is None) == (own is None), "a tier has an effective watermark exactly when it has its own"
         assert tier not in ("producer", reference)
         if own is not None:
-            assert effective <= own.timestamp() * 1000
+            assert effective <= to_ms(own)
             before = rows[index - 1] if index else None
             if before is not None and before[5] is not None and marks.get(before[2]) is not None:
                 assert effective <= before[5], "the tier right before bounds it"
