@@ -94,6 +94,8 @@ def spark_session(
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     run_in_utc()  # before the JVM starts
+    if not under_spark_submit():
+        os.environ.update(jvm.java_home_env())  # pyspark starts the JVM the class archive was recorded with
     builder = SparkSession.builder.appName(app_name)
     settings = dict(BASE_CONF)
     if not under_spark_submit():

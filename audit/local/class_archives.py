@@ -1,10 +1,12 @@
-"""Record the class-data archives (AppCDS) the brokers and the Spark drivers start from.
+"""Record the class-data archives the brokers and the Spark drivers start from.
 
-A JVM started with `-XX:ArchiveClassesAtExit` writes every class it loaded, parsed and verified, to an
-archive when it exits; a JVM started with that archive maps them instead of loading them again. `make
-setup` records one per jar set here, by starting the JVM once on a short workload like the real one:
-a broker that serves a transaction and a consumer group, a Spark driver that creates the lake's tables
-and merges into one. Where an archive is missing, every JVM starts as before (jvm.class_archive_options).
+A JVM started with `-XX:ArchiveClassesAtExit` (Java 17: AppCDS) writes every class it loaded, parsed and
+verified, to an archive when it exits; a JVM started with that archive maps them instead of loading them
+again. On Java 25, `-XX:AOTCacheOutput` writes an ahead-of-time cache instead, which also holds the classes
+linked and the profiles of the methods that ran. `make setup` records one per jar set here, by starting the
+JVM once on a short workload like the real one: a broker that serves a transaction and a consumer group, a
+Spark driver that creates the lake's tables and merges into one. Where an archive is missing, every JVM
+starts as before (jvm.class_archive_options).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ log = logging.getLogger(__name__)
 
 RECORDED_SETS = (jvm.KAFKA_JARS, jvm.SPARK_JARS)
 WORKLOAD_MESSAGES = 100
+# How long a recording JVM may take to exit: on Java 25 it starts a second JVM that writes the cache, 10-40 s.
+RECORDING_EXIT_S = 300
 
 
 def record(cache_dir: Path, name: str) -> Path:
@@ -43,8 +47,9 @@ def record(cache_dir: Path, name: str) -> Path:
         RECORDERS[name](Path(cache_dir), Path(scratch), jvm.recording_options(recording))
     if not recording.is_file() or recording.stat().st_size == 0:
         raise SetupError(f"the {name} JVM exited without writing its class archive {recording}")
-    for stale in archive.parent.glob(archive.name.rsplit("-", 1)[0] + "-*.jsa"):  # this venv's, for older jars
-        stale.unlink()
+    for suffix in jvm.ARCHIVE_SUFFIXES:  # this venv's, for older jars or another Java
+        for stale in archive.parent.glob(archive.name.rsplit("-", 1)[0] + f"-*{suffix}"):
+            stale.unlink()
     recording.replace(archive)
     log.info(
         "class archive recorded",
@@ -78,7 +83,7 @@ def run_broker(cache_dir: Path, scratch: Path, options: list[str]) -> None:
         consumer.commit(asynchronous=False)
         consumer.close()
     finally:
-        cluster.stop()  # SIGTERM: the JVM writes the archive as it exits
+        cluster.stop(timeout_s=RECORDING_EXIT_S)  # SIGTERM: the JVM writes the archive as it exits
 
 
 def run_spark_driver(cache_dir: Path, scratch: Path, options: list[str]) -> None:
@@ -101,7 +106,7 @@ def run_spark_driver(cache_dir: Path, scratch: Path, options: list[str]) -> None
     parsed.groupBy("window").count().collect()
     spark.stop()
     gateway.stdin.close()  # the gateway JVM exits when its stdin closes, and writes the archive then
-    gateway.wait(timeout=300)
+    gateway.wait(timeout=RECORDING_EXIT_S)
 
 
 RECORDERS = {jvm.KAFKA_JARS: run_broker, jvm.SPARK_JARS: run_spark_driver}

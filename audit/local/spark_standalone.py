@@ -69,7 +69,13 @@ class SparkStandalone:
 
     def _daemon(self, name: str, main_class: str, *args: str) -> None:
         out = open(self.work_dir / f"{name}.log", "w")  # noqa: SIM115 - kept open for the process's life
-        env = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": HOST, "SPARK_NO_DAEMONIZE": "1"}
+        env = {
+            **os.environ,
+            **jvm.java_home_env(),
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_LOCAL_IP": HOST,
+            "SPARK_NO_DAEMONIZE": "1",
+        }
         command = [str(spark_home() / "bin" / "spark-class"), main_class, *args]
         self.processes.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env))
         log.info("spark daemon started", extra={"daemon": name, "pid": self.processes[-1].pid})

@@ -1,10 +1,11 @@
 """The class-data archives `make setup` records (audit/local/class_archives.py) are ones the JVMs map.
 
-`-Xshare:on` makes a JVM fail to start unless it maps its archive, where the options of every day
-(`-Xshare:auto`) would start it without one, only slower."""
+`-Xshare:on` (`-XX:AOTMode=on` for Java 25's ahead-of-time cache) makes a JVM fail to start unless it maps its
+archive, where the options of every day (`auto`) would start it without one, only slower."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -18,12 +19,20 @@ from tests.conftest import cache_dir
 pytestmark = pytest.mark.kafka
 
 
-def cluster_id_command(cache: Path, tmp_path: Path, *, share: str = "-Xshare:on") -> list[str]:
+AOT = jvm.keeps_aot_cache()
+
+
+def sharing(mode: str) -> str:
+    """The option that makes the JVM map its archive: `on` (or fail), `auto` (or start without it)."""
+    return f"-XX:AOTMode={mode}" if AOT else f"-Xshare:{mode}"
+
+
+def cluster_id_command(cache: Path, tmp_path: Path, *, share: str = "on") -> list[str]:
     """A short broker-side JVM (a new cluster id) on the brokers' class path and options."""
     java, *options = LocalCluster("ids", state_dir=tmp_path, cache_dir=cache)._java_command(
         "kafka.tools.StorageTool", "random-uuid"
     )
-    return [java, share, *options]
+    return [java, sharing(share), *options]
 
 
 def test_a_broker_maps_the_archive_make_setup_recorded(tmp_path):
@@ -36,9 +45,10 @@ def test_a_spark_driver_maps_the_archive_make_setup_recorded():
     options = jvm.class_archive_options(cache_dir(), jvm.SPARK_JARS)
     assert options, "no Spark class archive: run `make setup`"
     spark_submit = jvm.pyspark_jar_dir().parent / "bin" / "spark-submit"
-    java_options = " ".join(["-Xshare:on", *options])
+    java_options = " ".join([sharing("on"), *options])
     result = subprocess.run(
         [str(spark_submit), "--conf", f"spark.driver.extraJavaOptions={java_options}", "--version"],
+        env={**os.environ, **jvm.java_home_env()},  # the Java the archive was recorded with, as spark_session does
         capture_output=True,
         text=True,
         timeout=120,
@@ -52,11 +62,16 @@ def test_an_archive_the_jvm_refuses_is_said_on_stderr_and_stdout_stays_the_progr
     monkeypatch.setattr(jvm, "class_archive", lambda cache, name: spark_archive)  # not recorded for these jars
 
     result = subprocess.run(
-        cluster_id_command(cache_dir(), tmp_path, share="-Xshare:auto"), capture_output=True, text=True, timeout=60
+        cluster_id_command(cache_dir(), tmp_path, share="auto"), capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert "[cds" not in result.stdout and "shared archive" not in result.stdout, result.stdout
-    assert "[cds" in result.stderr and "Unable to use shared archive" in result.stderr
+    tag, refusal = (
+        ("[aot", "error has occurred while processing the AOT cache")
+        if AOT
+        else ("[cds", "Unable to use shared archive")
+    )
+    assert tag not in result.stdout and "shared" not in result.stdout and "AOT" not in result.stdout, result.stdout
+    assert tag in result.stderr and refusal in result.stderr, result.stderr
 
 
 def test_recording_replaces_the_old_archive_of_these_jars_with_one_a_broker_maps(tmp_path):
@@ -65,10 +80,14 @@ def test_recording_replaces_the_old_archive_of_these_jars_with_one_a_broker_maps
     for jar in jvm.jars(cache_dir(), jvm.KAFKA_JARS):
         (cache / "jars" / jvm.KAFKA_JARS / jar.name).symlink_to(jar)
     expected = jvm.class_archive(cache, jvm.KAFKA_JARS)
-    stale = expected.with_name(expected.name.rsplit("-", 1)[0] + "-0000000000000000.jsa")
-    stale.parent.mkdir()
-    stale.write_bytes(b"recorded for jars gone since")
-    other_venvs = expected.with_name(f"{jvm.KAFKA_JARS}-00000000-0000000000000000.jsa")
+    expected.parent.mkdir()
+    stale = [
+        expected.with_name(expected.name.rsplit("-", 1)[0] + f"-0000000000000000{suffix}")
+        for suffix in jvm.ARCHIVE_SUFFIXES
+    ]
+    for archive in stale:  # for jars gone since, or another Java
+        archive.write_bytes(b"recorded for jars gone since")
+    other_venvs = expected.with_name(f"{jvm.KAFKA_JARS}-00000000-0000000000000000{expected.suffix}")
     other_venvs.write_bytes(b"recorded for jars elsewhere")
 
     archive = class_archives.record(cache, jvm.KAFKA_JARS)
