@@ -118,8 +118,14 @@ class RunMemory:
 # -- 2. checked records and rejects --------------------------------------------------------------
 
 
+# Numbers every message a run checked, in the checkpoint that holds it (so the same row has the same number in
+# every query): the copies of one record_id are told apart by this one BIGINT (once_per_record_id).
+ROW = "_row"
+
+
 def check_messages(messages, checker: RecordChecker, *, native: bool = True):
-    """The checker's rows, typed as the tables want them (times as TIMESTAMP, nested fields parsed).
+    """The checker's rows, typed as the tables want them (times as TIMESTAMP, nested fields parsed), each with
+    its number in `ROW`.
 
     `native`: records written the canonical way are checked by Spark's own JSON reader and column
     expressions (audit/books/record_columns.py), the rest in Python; False checks all in Python.
@@ -127,14 +133,16 @@ def check_messages(messages, checker: RecordChecker, *, native: bool = True):
     check runs once, however many steps use the rows."""
     from pyspark.sql import functions as F
 
+    number = F.monotonically_increasing_id()
     if native:
-        natively = checked_natively(messages, checker).localCheckpoint()
-        checked = natively.where(F.col(FAST)).select(*CHECKED_COLUMNS)
+        natively = checked_natively(messages, checker).withColumn(ROW, number).localCheckpoint()
+        checked = natively.where(F.col(FAST)).select(*CHECKED_COLUMNS, ROW)
         rest = natively.where(~F.col(FAST)).select(*SOURCE_COLUMNS)
         if not rest.isEmpty():  # else no Python worker is started (seconds in a new session)
-            checked = checked.unionByName(rest.mapInPandas(checker.check_batches, CHECKED_DDL).localCheckpoint())
+            by_python = rest.mapInPandas(checker.check_batches, CHECKED_DDL)
+            checked = checked.unionByName(by_python.withColumn(ROW, -1 - number).localCheckpoint())  # apart
     else:
-        checked = messages.mapInPandas(checker.check_batches, CHECKED_DDL).localCheckpoint()
+        checked = messages.mapInPandas(checker.check_batches, CHECKED_DDL).withColumn(ROW, number).localCheckpoint()
     at = F.timestamp_millis
     partitions_type = (
         "ARRAY<STRUCT<partition: INT, position: BIGINT, end_offset: BIGINT, lag: BIGINT, last_audit_time_ms: BIGINT>>"
@@ -180,7 +188,7 @@ def store_records_and_rejects(
     step.done("records read and checked")
     store_retention_gaps(spark, settings, checked)
     step.done("retention gaps")
-    rejects = checked.where(F.col("reason").isNotNull()).withColumn("date", F.to_date("ingested_at"))
+    rejects = checked.where(F.col("reason").isNotNull()).drop(ROW).withColumn("date", F.to_date("ingested_at"))
     records = once_per_record_id(checked.where(F.col("reason").isNull())).localCheckpoint()  # feeds every step below
     new_records = (
         records
@@ -203,20 +211,16 @@ def store_records_and_rejects(
 
 
 def once_per_record_id(valid):
-    """`valid` records (AUDIT_RECORDS columns and more) with one row per record_id, as AUDIT_RECORDS columns.
+    """`valid` records (AUDIT_RECORDS columns, ROW and more) with one row per record_id, as AUDIT_RECORDS columns.
 
     Not `dropDuplicates`: its `first` of every column keeps string buffers, which Spark aggregates by sorting
-    all the rows (a million records: 11-15 s). Here only each record_id and a row number are aggregated, by
-    hashing, and the rows kept are picked by that number (7.5 s). The rows are numbered once (checkpointed):
-    the number must be the same on both sides of the join."""
+    all the rows (a million records: 11-15 s). Here only each record_id and its rows' numbers are aggregated,
+    by hashing, and the rows kept are picked by their number (7.5 s)."""
     from pyspark.sql import functions as F
 
-    numbered = valid.select(
-        *AUDIT_RECORDS.column_names, F.monotonically_increasing_id().alias("_row")
-    ).localCheckpoint()
-    kept = numbered.groupBy("record_id").agg(F.min("_row").alias("_row")).select("_row")
-    kept = broadcast_when_small(kept, numbered.count(), limit=BROADCAST_MAX_NUMBERS)
-    return numbered.join(kept, "_row", "left_semi").drop("_row")
+    kept = valid.groupBy("record_id").agg(F.min(ROW).alias(ROW)).select(ROW)
+    kept = broadcast_when_small(kept, valid.count(), limit=BROADCAST_MAX_NUMBERS)
+    return valid.join(kept, ROW, "left_semi").select(*AUDIT_RECORDS.column_names)
 
 
 def _not_stored(spark: SparkSession, settings: Settings, records):

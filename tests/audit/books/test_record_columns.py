@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import pytest
 
-from audit.books.reconcile import check_messages
+from audit.books.reconcile import ROW, check_messages
 from audit.books.record_check import RecordChecker
 from audit.books.record_columns import (
     COUNT_KEYS,
@@ -179,8 +179,10 @@ def both_ways(spark, values: list[bytes | None], checker: RecordChecker = CHECKE
     messages = spark.createDataFrame(
         [("dc1", "_audit", 0, offset, value) for offset, value in enumerate(values)], SOURCE_DDL
     )
-    native = check_messages(messages, checker).drop("ingested_at").orderBy("read_from_offset").collect()
-    python = check_messages(messages, checker, native=False).drop("ingested_at").orderBy("read_from_offset").collect()
+    native = check_messages(messages, checker).drop("ingested_at", ROW).orderBy("read_from_offset").collect()
+    python = (
+        check_messages(messages, checker, native=False).drop("ingested_at", ROW).orderBy("read_from_offset").collect()
+    )
     fast = checked_natively(messages, checker).where(FAST).select("read_from_offset").collect()
     return native, python, {row.read_from_offset for row in fast}
 
