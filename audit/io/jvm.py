@@ -121,7 +121,8 @@ def pyspark_jar_dir() -> Path:
 # job runs on 12 instead of 16-18 (2026-11-27, Java 17); the test suite starts dozens of each. On Java 25 the
 # archive is an ahead-of-time cache, which also holds the classes linked and the methods' profiles.
 CLASS_ARCHIVES = "class-archives"
-ARCHIVE_SUFFIXES = (".jsa", ".aot")  # Java 17's class-data archive, Java 25's ahead-of-time cache
+CDS_SUFFIX, AOT_SUFFIX = ".jsa", ".aot"  # Java 17's class-data archive, Java 25's ahead-of-time cache
+ARCHIVE_SUFFIXES = (CDS_SUFFIX, AOT_SUFFIX)
 
 
 def class_archive_jars(cache_dir: Path, name: str) -> list[Path]:
@@ -144,7 +145,7 @@ def class_archive(cache_dir: Path, name: str) -> Path:
     for path in [Path(java), *jar_paths]:
         stat = path.stat()
         content.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    suffix = ARCHIVE_SUFFIXES[keeps_aot_cache(java)]
+    suffix = AOT_SUFFIX if keeps_aot_cache(java) else CDS_SUFFIX
     file_name = f"{name}-{place.hexdigest()[:8]}-{content.hexdigest()[:16]}{suffix}"
     return Path(cache_dir).expanduser() / CLASS_ARCHIVES / file_name
 
@@ -156,7 +157,7 @@ def class_archive_options(cache_dir: Path, name: str) -> list[str]:
     archive = class_archive(cache_dir, name)
     if not archive.is_file():
         return []
-    if archive.suffix == ".aot":
+    if archive.suffix == AOT_SUFFIX:
         return [f"-XX:AOTCache={archive}", *_class_data_log("warning", aot=True)]
     return [f"-XX:SharedArchiveFile={archive}", *_class_data_log("warning")]
 

@@ -94,11 +94,10 @@ def spark_session(
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     run_in_utc()  # before the JVM starts
-    if not under_spark_submit():
-        os.environ.update(jvm.java_home_env())  # pyspark starts the JVM the class archive was recorded with
     builder = SparkSession.builder.appName(app_name)
     settings = dict(BASE_CONF)
     if not under_spark_submit():
+        os.environ.update(jvm.java_home_env())  # pyspark starts the JVM the class archive was recorded with
         builder = builder.master(master or os.environ.get("KAUDIT_SPARK_MASTER", DEFAULT_MASTER))
         settings["spark.jars"] = ",".join(str(jar) for jar in jvm.jars(cache_dir, jvm.SPARK_JARS))
         settings["spark.driver.extraJavaOptions"] = " ".join(
