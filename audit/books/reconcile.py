@@ -268,7 +268,6 @@ def read_and_store(
     step = step or _Steps()
     memory = memory or RunMemory()
     delta_io.ensure_tables(
-        spark,
         settings.lake_root,
         (
             AUDIT_RECORDS.name,

@@ -134,7 +134,7 @@ class LakeJob:
         self._producer = Producer({**config, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
         self._admin = Admin(config)
         ensure_topics(config, {settings.audit_topic: 1}, timeout_s=options.client_timeout_s)
-        self.bronze = delta_io.ensure_table(spark, settings.lake_root, BRONZE)
+        self.bronze = delta_io.ensure_table(settings.lake_root, BRONZE)
 
     # -- topics --------------------------------------------------------------------------------
 

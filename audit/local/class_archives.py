@@ -87,7 +87,7 @@ def run_broker(cache_dir: Path, scratch: Path, options: list[str]) -> None:
 
 
 def run_spark_driver(cache_dir: Path, scratch: Path, options: list[str]) -> None:
-    """A Spark driver that creates the lake's tables, merges into a Delta table, reads it back and exits."""
+    """A Spark driver that reads the lake's new tables, writes and merges into a Delta table, reads it back and exits."""
     from delta.tables import DeltaTable
     from pyspark import SparkContext
 
@@ -96,7 +96,8 @@ def run_spark_driver(cache_dir: Path, scratch: Path, options: list[str]) -> None
 
     spark = spark_session(app_name="kaudit-class-archive", cache_dir=cache_dir, class_data_options=options)
     gateway = SparkContext._gateway.proc  # type: ignore[union-attr]
-    ensure_tables(spark, str(scratch / "lake"))
+    for path in ensure_tables(str(scratch / "lake")).values():  # created by deltalake, read by Spark
+        spark.read.format("delta").load(path).count()
     path = str(scratch / "merged")
     rows = spark.range(1000).selectExpr("id", "id % 10 AS window", "to_json(named_struct('n', id)) AS payload")
     rows.write.format("delta").save(path)

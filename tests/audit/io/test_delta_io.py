@@ -22,20 +22,36 @@ def test_a_table_creation_killed_before_its_first_commit_is_created_again(spark,
     lake = tmp_path / "lake"
     (lake / BRONZE.name / "_delta_log" / "_staged_commits").mkdir(parents=True)
 
-    path = delta_io.ensure_table(spark, str(lake), BRONZE)
+    path = delta_io.ensure_table(str(lake), BRONZE)
 
     assert spark.read.format("delta").load(path).columns == list(BRONZE.column_names)
     assert (lake / BRONZE.name / "_delta_log" / "00000000000000000000.json").exists()
 
 
-def test_a_table_with_commits_is_never_removed(spark, tmp_path):
+def test_a_table_with_commits_is_never_replaced(spark, tmp_path):
     lake = str(tmp_path / "lake")
-    path = delta_io.ensure_table(spark, lake, BRONZE)
+    path = delta_io.ensure_table(lake, TIER_COUNTS)
+    row = _count_row("orders", START, "dc1", 5, START)
+    spark.createDataFrame([row], delta_io.spark_schema(TIER_COUNTS)).write.format("delta").mode("append").save(path)
     delta_io._ENSURED.discard(path)  # as a new process would see it
 
-    assert delta_io.ensure_table(spark, lake, BRONZE) == path
-    assert not delta_io._remove_interrupted_creation(spark, path)
-    assert spark.read.format("delta").load(path).count() == 0
+    assert delta_io.ensure_table(lake, TIER_COUNTS) == path
+    assert deltalake.DeltaTable(path).version() == 1  # the creation and the append, nothing created again
+    assert spark.read.format("delta").load(path).count() == 1
+
+
+def test_tables_created_by_deltalake_are_what_spark_would_create(spark, tmp_path):
+    """Spark reads the declared columns, partitions and properties, and writes to them."""
+    lake = str(tmp_path / "lake")
+    path = delta_io.ensure_table(lake, TIER_COUNTS)
+
+    detail = DeltaTable.forPath(spark, path).detail().first()
+    assert spark.read.format("delta").load(path).schema == delta_io.spark_schema(TIER_COUNTS)
+    assert detail.partitionColumns == list(TIER_COUNTS.partition_by)
+    assert detail.properties == delta_io.table_properties(TIER_COUNTS)
+    row = _count_row("orders", START, "dc1", 5, START)
+    spark.createDataFrame([row], delta_io.spark_schema(TIER_COUNTS)).write.format("delta").mode("append").save(path)
+    assert delta_io.read_table(spark, lake, TIER_COUNTS.name).first()["count"] == 5
 
 
 # -- replace_windows -----------------------------------------------------------------------------
@@ -85,7 +101,7 @@ def test_replacing_a_window_keeps_its_rows_not_written_and_the_updated_at_of_tho
     """Past MAX_NAMED_WINDOWS windows the rows are MERGEd instead, to the same table."""
     monkeypatch.setattr(delta_io, "MAX_NAMED_WINDOWS", named_at_most)
     lake = str(tmp_path / "lake")
-    delta_io.ensure_table(spark, lake, TIER_COUNTS)
+    delta_io.ensure_table(lake, TIER_COUNTS)
     first = dt.datetime(2026, 11, 25, 10, 5)
     _write(
         spark,
@@ -129,7 +145,7 @@ def test_replacing_a_window_keeps_its_rows_not_written_and_the_updated_at_of_tho
 def test_windows_written_in_order_are_read_back_from_their_own_files_only(spark, tmp_path):
     """Each file covers a short run of windows, so naming a window reads few of them."""
     lake = str(tmp_path / "lake")
-    delta_io.ensure_table(spark, lake, TIER_COUNTS)
+    delta_io.ensure_table(lake, TIER_COUNTS)
     windows = [START + dt.timedelta(minutes=10 * k) for k in range(10)]
     rows = [_count_row(f"t{t:05d}", w, "dc1", 1, START) for w in windows for t in range(12_000)]
     _write(spark, lake, rows)
@@ -148,7 +164,7 @@ def test_windows_written_in_order_are_read_back_from_their_own_files_only(spark,
 def test_a_table_is_empty_until_any_writer_adds_a_file_and_again_once_all_are_removed(spark, tmp_path):
     """`is_empty` decides between a plain append and a MERGE, so it must see the latest version, whoever wrote it."""
     lake = str(tmp_path / "lake")
-    path = delta_io.ensure_table(spark, lake, TIER_COUNTS)
+    path = delta_io.ensure_table(lake, TIER_COUNTS)
     assert delta_io.is_empty(spark, lake, TIER_COUNTS)
 
     row = _count_row("orders", START, "dc1", 5, EARLIER)
@@ -168,7 +184,7 @@ def test_an_upsert_from_the_driver_writes_what_spark_reads_and_rewrites_only_cha
     from audit.io.lake_read import table_version
 
     lake = str(tmp_path / "lake")
-    delta_io.ensure_table(spark, lake, SOURCE_OFFSETS)
+    delta_io.ensure_table(lake, SOURCE_OFFSETS)
     first, later = (dt.datetime(2026, 11, 25, h, tzinfo=dt.UTC) for h in (10, 11))
 
     def offset(partition: int, next_offset: int, at: dt.datetime) -> dict:

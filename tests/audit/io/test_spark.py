@@ -83,7 +83,7 @@ print(jvm.java.util.TimeZone.getDefault().getID(), delta_snapshot.allFilesInCrcV
 
 # A window goes from Spark to Python (windows_of) and back as a SQL literal (replace_windows), as in every run.
 lake = sys.argv[1]
-delta_io.ensure_table(session, lake, TIER_COUNTS)
+delta_io.ensure_table(lake, TIER_COUNTS)
 for count in (1, 2):  # appended to the new table, then its window replaced
     row = _count_row("orders", START, "dc1", count, START)
     frame = session.createDataFrame([row], delta_io.spark_schema(TIER_COUNTS)).localCheckpoint()
