@@ -214,7 +214,7 @@ def _counts_at_hand(
     counts read from the table. None: every window's counts are read from the table."""
     from pyspark.sql import functions as F
 
-    if known is None or grown or resummed is None or resummed.counts is None:
+    if known is None or grown or resummed is None or resummed.counts is None or resummed.keys is None:
         return None
     fresh = resummed.counts.select(*JUDGED_COUNTS)
     others = known.windows - resummed.keys

@@ -73,6 +73,7 @@ class ReconcileReport:
     read: int = 0
     records: int = 0
     rejects: int = 0
+    every_record: bool = False  # audit_records held none before this run: its records are all the table holds
     windows: int = 0
     unreachable: dict[str, str] = field(default_factory=dict)  # cluster -> error
     seconds: float = 0.0
@@ -190,11 +191,8 @@ def store_records_and_rejects(
     step.done("retention gaps")
     rejects = checked.where(F.col("reason").isNotNull()).drop(ROW).withColumn("date", F.to_date("ingested_at"))
     records = once_per_record_id(checked.where(F.col("reason").isNull())).localCheckpoint()  # feeds every step below
-    new_records = (
-        records
-        if delta_io.is_empty(spark, settings.lake_root, AUDIT_RECORDS)
-        else _not_stored(spark, settings, records)
-    )
+    report.every_record = delta_io.is_empty(spark, settings.lake_root, AUDIT_RECORDS)
+    new_records = records if report.every_record else _not_stored(spark, settings, records)
     report.records = new_records.count()
     report.rejects = rejects.count()
     step.done("records deduplicated", records=report.records, rejects=report.rejects)
@@ -316,7 +314,7 @@ def reconcile(
         report.quiet = True
         step.done("nothing new and no window due: not judged", next_due_ms=memory.next_due_ms)
     else:
-        judgement = _judge(spark, settings, records, now_ms, step, memory)
+        judgement = _judge(spark, settings, records, now_ms, step, memory, every_record=report.every_record)
         report.windows = judgement.windows
         store_offsets(settings, sources, known=memory.offsets)
         step.done("offsets stored")
@@ -338,8 +336,18 @@ def reconcile(
     return report
 
 
-def _judge(spark: SparkSession, settings: Settings, records, now_ms: int, step: _Steps, memory: RunMemory) -> Judgement:
-    """Step 3: the tier tables from the records read (None: nothing new), then completeness; `memory` is given
+def _judge(
+    spark: SparkSession,
+    settings: Settings,
+    records,
+    now_ms: int,
+    step: _Steps,
+    memory: RunMemory,
+    *,
+    every_record: bool = False,
+) -> Judgement:
+    """Step 3: the tier tables from the records read (None: nothing new; `every_record`: they are all that
+    `audit_records` holds), then completeness; `memory` is given
     the tiers `tier_counts` holds now. The tier counts are written in the background while the judging goes
     on with the counts just summed; what reads their rows waits for that write, and the step ends (the
     offsets are stored) only once it is done. The tiers counted need no wait: those this run wrote are the
@@ -348,7 +356,7 @@ def _judge(spark: SparkSession, settings: Settings, records, now_ms: int, step: 
         resummed = None
         if records is not None:  # independent tables: side by side
             resummed, _ = side_by_side(
-                lambda: update_tier_counts(spark, settings, records, background=background),
+                lambda: update_tier_counts(spark, settings, records, background=background, every_record=every_record),
                 lambda: update_tier_status(spark, settings, records),
             )
             step.done("tier_counts summed and tier_status stored")

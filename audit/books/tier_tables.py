@@ -43,11 +43,11 @@ EPOCH = datetime.fromtimestamp(0, UTC)  # the watermark of a tier that has seen 
 
 @dataclass(frozen=True)
 class Resummed:
-    """The (topic, window)s a run re-summed: as a frame (`WINDOW_KEY` and `date`), in the driver, and their
-    `tier_counts` rows as written (checkpointed; None when there were none)."""
+    """The (topic, window)s a run re-summed: as a frame (`WINDOW_KEY` and `date`), in the driver (None when not
+    collected), and their `tier_counts` rows as written (checkpointed; None when there were none)."""
 
     windows: DataFrame
-    keys: frozenset[tuple]
+    keys: frozenset[tuple] | None
     counts: DataFrame | None
     stored: Future | None = None  # the write of `counts` into tier_counts, when it runs in the background
 
@@ -58,29 +58,65 @@ class Resummed:
 
 
 def update_tier_counts(
-    spark: SparkSession, settings: Settings, new_records, *, background: Executor | None = None
+    spark: SparkSession,
+    settings: Settings,
+    new_records,
+    *,
+    background: Executor | None = None,
+    every_record: bool = False,
 ) -> Resummed:
     """Re-sum every (topic, window) that received count records; with `background`, their rows are written
-    there while the caller goes on (see `Resummed.wait_stored`)."""
+    there while the caller goes on (see `Resummed.wait_stored`). `every_record`: `new_records` are all the
+    records `audit_records` holds (a first run, into a table that held none), so they are summed as they are,
+    not read back from the table for the windows they touch."""
     from pyspark.sql import functions as F
 
-    # In the driver (one action): the windows named below, and a frame Spark knows the size of.
+    if every_record:
+        counts = new_records.where(F.col("kind") == "count")
+        windows = delta_io.windows_of(counts)
+        if not windows:
+            return Resummed(
+                local_frame(spark, [], WINDOW_DDL).withColumn("date", F.to_date("window_start")), None, None
+            )
+        rows = _summed(counts)
+        touched, named = rows.select(*WINDOW_KEY, "date").distinct(), None
+    else:
+        touched, named, windows = _touched(spark, new_records)
+        if not windows:
+            return Resummed(touched, named, None)
+        counts = (
+            delta_io.in_windows(  # as literals: Delta reads only the files that can hold them
+                delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name), windows
+            )
+            .where(F.col("kind") == "count")
+            .join(broadcast_when_small(touched, len(named)), [*WINDOW_KEY, "date"], "left_semi")
+        )
+        rows = _summed(counts)
+    write = partial(delta_io.replace_windows, spark, settings.lake_root, TIER_COUNTS, rows, windows=windows)
+    if background is None:
+        write()
+        return Resummed(touched, named, rows)
+    return Resummed(touched, named, rows, background.submit(write))
+
+
+def _touched(spark: SparkSession, new_records):
+    """The (topic, window)s that received count records: as a frame Spark knows the size of, in the driver, and
+    their (date, window_start)s; in one action."""
+    from pyspark.sql import functions as F
+
     keys = new_records.where(F.col("kind") == "count").select(*WINDOW_KEY).distinct().toArrow()
     touched = local_frame(spark, keys, WINDOW_DDL).withColumn("date", F.to_date("window_start"))
     named = frozenset(
         (origin, topic, _naive_utc(start))
         for origin, topic, start in zip(*(keys.column(c).to_pylist() for c in WINDOW_KEY), strict=True)
     )
-    windows = {(start.date(), start) for _, _, start in named}
-    if not windows:
-        return Resummed(touched, named, None)
-    counts = (
-        delta_io.in_windows(  # as literals: Delta reads only the files that can hold them
-            delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name), windows
-        )
-        .where(F.col("kind") == "count")
-        .join(broadcast_when_small(touched, len(keys)), [*WINDOW_KEY, "date"], "left_semi")
-    )
+    return touched, named, {(start.date(), start) for _, _, start in named}
+
+
+def _summed(counts):
+    """`tier_counts` rows of the count records `counts`, computed once (checkpointed)."""
+    from pyspark.sql import functions as F
+
     # One aggregation: logical_topic follows from the key, so it is grouped by, not taken `first` (a string
     # buffer that makes Spark sort every row), and the partition counts are summed from each window's maps
     # (most windows hold one record per tier), not exploded, grouped twice and joined back.
@@ -100,7 +136,7 @@ def update_tier_counts(
             F.collect_list("by_partition").alias("partition_maps"),
         )
     )
-    rows = (
+    return (
         # Partition counts are only comparable when every record of the window reported them.
         sums.withColumn(
             "by_partition",
@@ -110,11 +146,6 @@ def update_tier_counts(
         .withColumn("updated_at", F.current_timestamp())
         .withColumn("date", F.to_date("window_start"))
     ).localCheckpoint()
-    write = partial(delta_io.replace_windows, spark, settings.lake_root, TIER_COUNTS, rows, windows=windows)
-    if background is None:
-        write()
-        return Resummed(touched, named, rows)
-    return Resummed(touched, named, rows, background.submit(write))
 
 
 def summed_maps(maps: Column) -> Column:

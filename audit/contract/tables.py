@@ -455,7 +455,8 @@ def markdown() -> str:
         "Every table lives under `lake_path` (default `<state_dir>/lake`), one folder each, and is written by",
         "MERGE on its key, so reruns change nothing (`tier_counts` and `completeness` by rewriting the windows a run",
         "touched, in window order: a query naming its windows reads only their files). Times are UTC. Read them with Spark SQL",
-        '(``spark.read.format("delta").load(path)``) or without a JVM with the `deltalake` package.',
+        '(``spark.read.format("delta").load(path)``) or without a JVM with the `deltalake` package. A missing table is',
+        "created by the first job that needs it, with `deltalake` (Delta protocol 1/2, no deletion vectors).",
         "",
     ]
     for table in TABLES.values():
