@@ -73,17 +73,9 @@ def update_tier_counts(
 
     if every_record:
         counts = new_records.where(F.col("kind") == "count")
-        windows = delta_io.windows_of(counts)
-        if not windows:
-            return Resummed(
-                local_frame(spark, [], WINDOW_DDL).withColumn("date", F.to_date("window_start")), None, None
-            )
-        rows = _summed(counts)
-        touched, named = rows.select(*WINDOW_KEY, "date").distinct(), None
+        windows, touched, named = delta_io.windows_of(counts), None, None
     else:
         touched, named, windows = _touched(spark, new_records)
-        if not windows:
-            return Resummed(touched, named, None)
         counts = (
             delta_io.in_windows(  # as literals: Delta reads only the files that can hold them
                 delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name), windows
@@ -91,7 +83,10 @@ def update_tier_counts(
             .where(F.col("kind") == "count")
             .join(broadcast_when_small(touched, len(named)), [*WINDOW_KEY, "date"], "left_semi")
         )
-        rows = _summed(counts)
+    if not windows:
+        return Resummed(local_frame(spark, [], WINDOW_DDL).withColumn("date", F.to_date("window_start")), named, None)
+    rows = _summed(counts)
+    touched = touched if touched is not None else rows.select(*WINDOW_KEY, "date").distinct()
     write = partial(delta_io.replace_windows, spark, settings.lake_root, TIER_COUNTS, rows, windows=windows)
     if background is None:
         write()

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from audit.contract.tables import EVERY_TABLE, Table, arrow_schema, arrow_table, table_path  # noqa: F401 (table_path is re-used by the jobs)
+from audit.io.lake_read import table_version
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -63,20 +64,10 @@ def ensure_table(lake_root: str, table: Table) -> str:
             mode="ignore",
         )
     except Exception:
-        if not _exists(path):  # else another process created it first
+        if table_version(lake_root, table.name) is None:  # else another process created it first
             raise
     _ENSURED.add(path)
     return path
-
-
-def _exists(path: str) -> bool:
-    from deltalake import DeltaTable
-
-    try:
-        DeltaTable(path)
-    except Exception:  # no commit, no folder, or unreadable: not a table here
-        return False
-    return True
 
 
 def ensure_tables(lake_root: str, names: tuple[str, ...] | None = None) -> dict[str, str]:
