@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from audit.books.record_check import CHECKED_COLUMNS, CHECKED_DDL, SOURCE_COLUMNS, RecordChecker
+from audit.books.record_check import CHECKED_DDL, SOURCE_COLUMNS, TYPED_CHECKED, RecordChecker
 from audit.books.record_columns import FAST, checked_natively
 from audit.contract.tables import (
     AUDIT_RECORDS,
@@ -137,41 +137,41 @@ def check_messages(messages, checker: RecordChecker, *, native: bool = True):
     number = F.monotonically_increasing_id()
     if native:
         natively = checked_natively(messages, checker).withColumn(ROW, number).localCheckpoint()
-        checked = natively.where(F.col(FAST)).select(*CHECKED_COLUMNS, ROW)
+        checked = natively.where(F.col(FAST)).select(*(name for name, _ in TYPED_CHECKED), ROW)
         rest = natively.where(~F.col(FAST)).select(*SOURCE_COLUMNS)
         if not rest.isEmpty():  # else no Python worker is started (seconds in a new session)
-            by_python = rest.mapInPandas(checker.check_batches, CHECKED_DDL)
+            by_python = _typed_nested(rest.mapInPandas(checker.check_batches, CHECKED_DDL))
             checked = checked.unionByName(by_python.withColumn(ROW, -1 - number).localCheckpoint())  # apart
     else:
-        checked = messages.mapInPandas(checker.check_batches, CHECKED_DDL).withColumn(ROW, number).localCheckpoint()
+        checked = _typed_nested(messages.mapInPandas(checker.check_batches, CHECKED_DDL))
+        checked = checked.withColumn(ROW, number).localCheckpoint()
     at = F.timestamp_millis
-    partitions_type = (
-        "ARRAY<STRUCT<partition: INT, position: BIGINT, end_offset: BIGINT, lag: BIGINT, last_audit_time_ms: BIGINT>>"
-    )
     return (
         checked.withColumn("window_start", at("window_start_ms"))
         .withColumn("emitted_at", at("emitted_at_ms"))
         .withColumn("watermark", at("watermark_ms"))
-        .withColumn(
-            "by_partition",
-            F.transform_keys(F.from_json("by_partition_json", "MAP<STRING,BIGINT>"), lambda k, _v: k.cast("int")),
-        )
-        .withColumn(
-            "partitions",
-            F.transform(
-                F.from_json("partitions_json", partitions_type),
-                lambda p: F.struct(
-                    p["partition"].alias("partition"),
-                    p["position"].alias("position"),
-                    p["end_offset"].alias("end_offset"),
-                    p["lag"].alias("lag"),
-                    at(p["last_audit_time_ms"]).alias("last_audit_time"),
-                ),
-            ),
-        )
         .withColumn("ingested_at", F.current_timestamp())
         .withColumn("date", F.to_date(F.coalesce("window_start", "emitted_at", "ingested_at")))
     )
+
+
+def _typed_nested(checked):
+    """The Python checker's rows (CHECKED_DDL) with their nested fields' JSON text parsed, as TYPED_CHECKED."""
+    from pyspark.sql import functions as F
+
+    partitions_type = (
+        "ARRAY<STRUCT<partition: INT, position: BIGINT, end_offset: BIGINT, lag: BIGINT, last_audit_time_ms: BIGINT>>"
+    )
+    by_partition = F.transform_keys(F.from_json("by_partition_json", "MAP<STRING,BIGINT>"), lambda k, _v: k.cast("int"))
+    partitions = F.transform(
+        F.from_json("partitions_json", partitions_type),
+        lambda p: F.struct(
+            *(p[name].alias(name) for name in ("partition", "position", "end_offset", "lag")),
+            F.timestamp_millis(p["last_audit_time_ms"]).alias("last_audit_time"),
+        ),
+    )
+    typed = {"by_partition": by_partition, "partitions": partitions}
+    return checked.select(*(typed[name].alias(name) if name in typed else F.col(name) for name, _ in TYPED_CHECKED))
 
 
 def store_records_and_rejects(

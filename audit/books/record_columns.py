@@ -84,7 +84,7 @@ def _java(pattern) -> str:
 
 
 def checked_natively(messages: DataFrame, checker: RecordChecker) -> DataFrame:
-    """`messages` (SOURCE_COLUMNS) as the checker's rows (CHECKED_COLUMNS), plus `_fast`: True where the
+    """`messages` (SOURCE_COLUMNS) as the checker's rows (TYPED_CHECKED), plus `_fast`: True where the
     row was checked here (its `value` is then null); where it is False, the row holds only its source and must
     be checked in Python."""
     from pyspark.sql import functions as F
@@ -102,7 +102,7 @@ def checked_natively(messages: DataFrame, checker: RecordChecker) -> DataFrame:
 class _Projection:
     fields: list  # the checker's output columns, named (`_fields`)
     accepted: Column  # every rule but the clock's expectations (`_accepted`)
-    out: list  # CHECKED_COLUMNS as the table types them, from `fields` and FAST
+    out: list  # TYPED_CHECKED's columns as it types them, from `fields` and FAST
 
 
 # Per session, per clock-free checker: building the columns takes thousands of calls into the JVM (about
@@ -120,25 +120,19 @@ def _projection(session, checker: RecordChecker) -> _Projection:
 def _projection_of(checker: RecordChecker) -> _Projection:
     from pyspark.sql import functions as F
 
-    from audit.books.record_check import CHECKED_COLUMNS
+    from audit.books.record_check import TYPED_CHECKED
 
     fields = _fields(F.col("p"), checker)
     # Only an accepted row's fields are kept (and cast): a refused one may hold values no cast takes.
     out = [
-        F.col(name) if name.startswith("read_from") else F.when(F.col(FAST), F.col(name) if name in fields else None)
-        for name in CHECKED_COLUMNS
+        (F.col(name) if name.startswith("read_from") else F.when(F.col(FAST), F.col(name) if name in fields else None))
+        .cast(kind)
+        .alias(name)
+        for name, kind in TYPED_CHECKED
     ]
     return _Projection(
-        fields=[column.alias(name) for name, column in fields.items()],
-        accepted=_accepted(checker),
-        out=[column.cast(kind).alias(name) for column, name, kind in zip(out, CHECKED_COLUMNS, _types(), strict=True)],
+        fields=[column.alias(name) for name, column in fields.items()], accepted=_accepted(checker), out=out
     )
-
-
-def _types() -> list[str]:
-    from audit.books.record_check import CHECKED_DDL
-
-    return [part.split()[1] for part in CHECKED_DDL.split(", ")]
 
 
 # -- the checker's fields ------------------------------------------------------------------------
@@ -150,7 +144,13 @@ def _fields(p: Column, checker: RecordChecker) -> dict[str, Column]:
 
     is_count, is_status = p["kind"] == "count", p["kind"] == "status"
     origin_cluster, origin_topic = _origin(p["cluster"], p["topic"], checker)
-    partitions = _with_times(p["partitions"], ("partition", "position", "end_offset", "lag"), ("last_audit_time",))
+    partitions = F.transform(
+        p["partitions"],
+        lambda q: F.struct(
+            *(q[name].alias(name) for name in ("partition", "position", "end_offset", "lag")),
+            F.timestamp_millis(_time_ms(q["last_audit_time"], _MILLIS)).alias("last_audit_time"),
+        ),
+    )
     gaps = _with_times(p["retention_gaps"], ("partition", "from_offset", "to_offset"), ("after_time", "before_time"))
     latency = {f"latency_{key}_ms": F.when(is_count, p["latency_ms"][key]) for key in ("p50", "p95", "p99", "max")}
     return {
@@ -169,7 +169,7 @@ def _fields(p: Column, checker: RecordChecker) -> dict[str, Column]:
         "window_minutes": F.coalesce(p["window_minutes"], F.lit(DEFAULT_WINDOW_MINUTES)),
         "count": F.when(is_count, p["count"]),
         **{name: F.when(is_count, F.coalesce(p[name], F.lit(0))) for name in ("bytes", "send_failed", "no_timestamp")},
-        "by_partition_json": F.when(is_count & p["by_partition"].isNotNull(), F.to_json(p["by_partition"])),
+        "by_partition": F.when(is_count, p["by_partition"]),  # its keys become INT as an accepted row's are cast
         **latency,
         "emitted_at_ms": _time_ms(p["emitted_at"], _MILLIS),
         "watermark_ms": F.when(is_status, _time_ms(p["watermark"], _MILLIS)),
@@ -177,7 +177,7 @@ def _fields(p: Column, checker: RecordChecker) -> dict[str, Column]:
             is_status, F.aggregate(p["partitions"], F.lit(0).cast("bigint"), lambda s, q: F.try_add(s, q["lag"]))
         ),
         "stalled": F.when(is_status, F.coalesce(p["stalled"], F.lit(False))),
-        "partitions_json": F.when(is_status, F.to_json(partitions, _WITH_NULLS)),
+        "partitions": F.when(is_status, partitions),
         "retention_gaps_json": F.when(is_status & (F.size(p["retention_gaps"]) > 0), F.to_json(gaps, _WITH_NULLS)),
     }
 
