@@ -213,12 +213,15 @@ def once_per_record_id(valid):
 
     Not `dropDuplicates`: its `first` of every column keeps string buffers, which Spark aggregates by sorting
     all the rows (a million records: 11-15 s). Here only each record_id and its rows' numbers are aggregated,
-    by hashing, and the rows kept are picked by their number (7.5 s)."""
+    by hashing, and the rows kept are picked by their number (7.5 s); when no record_id came twice (no copy
+    was read), every row is kept as it is, without that join (a million records: 4 s less)."""
     from pyspark.sql import functions as F
 
-    kept = valid.groupBy("record_id").agg(F.min(ROW).alias(ROW)).select(ROW)
-    kept = broadcast_when_small(kept, valid.count(), limit=BROADCAST_MAX_NUMBERS)
-    return valid.join(kept, ROW, "left_semi").select(*AUDIT_RECORDS.column_names)
+    kept = valid.groupBy("record_id").agg(F.min(ROW).alias(ROW)).select(ROW).localCheckpoint()
+    rows, kept_rows = valid.count(), kept.count()
+    if kept_rows < rows:
+        valid = valid.join(broadcast_when_small(kept, kept_rows, limit=BROADCAST_MAX_NUMBERS), ROW, "left_semi")
+    return valid.select(*AUDIT_RECORDS.column_names)
 
 
 def _not_stored(spark: SparkSession, settings: Settings, records):
