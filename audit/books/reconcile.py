@@ -29,7 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from audit.books.record_check import CHECKED_DDL, SOURCE_COLUMNS, TYPED_CHECKED, RecordChecker
+from audit.books.record_check import (
+    CHECKED_COLUMNS,
+    CHECKED_DDL,
+    SOURCE_COLUMNS,
+    TYPED_CHECKED,
+    TYPED_NESTED,
+    RecordChecker,
+)
 from audit.books.record_columns import FAST, checked_natively
 from audit.contract.tables import (
     AUDIT_RECORDS,
@@ -170,8 +177,13 @@ def _typed_nested(checked):
             F.timestamp_millis(p["last_audit_time_ms"]).alias("last_audit_time"),
         ),
     )
-    typed = {"by_partition": by_partition, "partitions": partitions}
-    return checked.select(*(typed[name].alias(name) if name in typed else F.col(name) for name, _ in TYPED_CHECKED))
+    parsed = {"by_partition_json": by_partition, "partitions_json": partitions}
+    return checked.select(
+        *(
+            parsed[text].alias(TYPED_NESTED[text][0]) if text in TYPED_NESTED else F.col(text)
+            for text in CHECKED_COLUMNS
+        )
+    )
 
 
 def store_records_and_rejects(
