@@ -59,7 +59,23 @@ def _gaps() -> tuple[Column, Column]:
     zero = F.lit(0).cast("bigint")
     short = F.aggregate(differences, zero, lambda total, d: total + F.when(d < 0, -d).otherwise(0))
     over = F.aggregate(differences, zero, lambda total, d: total + F.when(d > 0, d).otherwise(0))
+    # Both of one and the same partition, the most common: without lambdas, which Spark evaluates row by row
+    # outside its generated code, reading each element through a new copy of the session's settings.
+    one = (
+        (F.size(expected) == 1)
+        & (F.size(observed) == 1)
+        & (F.get(F.map_keys(expected), 0) == F.get(F.map_keys(observed), 0))
+    )
+    difference = F.coalesce(F.get(F.map_values(observed), 0), zero) - F.coalesce(F.get(F.map_values(expected), 0), zero)
     both = expected.isNotNull() & observed.isNotNull()
-    missing = F.when(both, short).otherwise(F.greatest(F.col("expected") - F.col("observed"), zero))
-    duplicated = F.when(both, over).otherwise(F.greatest(F.col("observed") - F.col("expected"), zero))
+    missing = (
+        F.when(both & one, F.greatest(-difference, zero))
+        .when(both, short)
+        .otherwise(F.greatest(F.col("expected") - F.col("observed"), zero))
+    )
+    duplicated = (
+        F.when(both & one, F.greatest(difference, zero))
+        .when(both, over)
+        .otherwise(F.greatest(F.col("observed") - F.col("expected"), zero))
+    )
     return missing, duplicated

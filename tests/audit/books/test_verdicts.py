@@ -45,13 +45,14 @@ def case_rows() -> list[tuple]:
     return rows
 
 
-def random_rows(count: int, seed: int = 11) -> list[tuple]:
+def random_rows(count: int, seed: int = 11, *, partitions: int = 6, most: int = 4) -> list[tuple]:
+    """Rows whose partition maps hold up to `most` of `partitions` partitions."""
     rng = random.Random(seed)
 
     def parts():
         if rng.random() < 0.3:
             return None
-        return {p: rng.choice([0, 1, 5, 10**6]) for p in rng.sample(range(6), rng.randint(0, 4))}
+        return {p: rng.choice([0, 1, 5, 10**6]) for p in rng.sample(range(partitions), rng.randint(0, most))}
 
     rows = []
     for index in range(count):
@@ -101,9 +102,10 @@ def test_the_contract_cases_get_the_same_verdicts(spark):
     assert [ours[i][4] for i in range(len(CASES))] == [case[4] for case in CASES]
 
 
-@pytest.mark.parametrize("seed", [11, 12])
-def test_random_rows_get_the_same_verdicts(spark, seed):
-    ours, theirs = both_ways(spark, random_rows(1000, seed))
+# The third: maps of at most one partition, of two, so both sides often hold one, the same or another.
+@pytest.mark.parametrize(("seed", "partitions", "most"), [(11, 6, 4), (12, 6, 4), (13, 2, 1)])
+def test_random_rows_get_the_same_verdicts(spark, seed, partitions, most):
+    ours, theirs = both_ways(spark, random_rows(1000, seed, partitions=partitions, most=most))
     differing = {case: (ours[case], theirs[case]) for case in ours if ours[case] != theirs[case]}
     assert not differing and len(ours) == 1000, list(differing.items())[:5]
     assert {verdict[4] for verdict in ours.values()} == {"complete", "incomplete", "over", "lagging", "pending"}
