@@ -71,6 +71,7 @@ VALID = [
     good(by_partition=None),
     good(record_id="c-1:2", latency_ms={"p50": 1.5, "p95": 2.0, "p99": 30.25, "max": 1000.0}),
     good(topic="orders", tier="dc1", cluster="dc1", by_partition={10: 4, 2: 1}),
+    good(by_partition={7: 5}),
     good(topic="aggregate.dc1.orders", tier="aggregate", cluster="aggregate"),
     good(topic="dc1.", tier="aggregate", cluster="aggregate"),
     good(topic="dc1..x", tier="aggregate", cluster="aggregate"),
@@ -106,6 +107,12 @@ HOSTILE = [
     canonical_patched(by_partition={"0": 2, "1": 4}),
     canonical_patched(by_partition={"0": None, "1": 5}),
     canonical_patched(by_partition={"2147483648": 5}, count=5),
+    canonical_patched(by_partition={"007": 5}, count=5),
+    canonical_patched(by_partition={"-1": 5}, count=5),
+    canonical_patched(by_partition={"0": 4}, count=5),
+    canonical_patched(by_partition={"0": -5}, count=-5),
+    canonical_patched(by_partition={"0": None}, count=5),
+    canonical_patched(by_partition={"0": 2**63}, count=5),
     canonical_patched(count="5"),
     canonical_patched(count=5.0),
     canonical_patched(count=None),
@@ -209,7 +216,7 @@ def test_valid_and_hostile_records_are_checked_the_same_natively_and_in_python(s
     accepted = {row.read_from_offset for row in python if row.reason is None}
     assert set(range(len(VALID))) <= fast <= accepted, "every canonical valid record takes the native path"
     # Canonical and valid though hostile-looking: null defaults, raw UTF-8 in a free-text field.
-    assert fast - set(range(len(VALID))) == {len(VALID) + 26, len(VALID) + 47}
+    assert fast - set(range(len(VALID))) == {len(VALID) + 32, len(VALID) + 53}
 
 
 def test_seeded_mutations_are_checked_the_same_natively_and_in_python(spark):
