@@ -305,8 +305,9 @@ def _counts_hold(p: Column) -> Column:
     def key_ok(k: Column) -> Column:
         return k.rlike(_PARTITION_KEY) & (k.try_cast("bigint") <= MAX_PARTITION)
 
-    # A map of one partition, the most common, is checked without lambdas: Spark evaluates those row by row
-    # outside its generated code, and reads each element through a new copy of the session's settings.
+    # A map of one partition (a one-partition topic's, every record's in the bench) is checked without lambdas:
+    # Spark evaluates those row by row outside its generated code, reading each element through a new copy of
+    # the session's settings.
     one_ok = key_ok(F.get(keys, 0)) & _in_range(F.get(counts, 0), 0, MAX_COUNT) & (F.get(counts, 0) == p["count"])
     many_ok = (
         (F.size(by_partition) <= MAX_MAP_ENTRIES)

@@ -59,8 +59,8 @@ def _gaps() -> tuple[Column, Column]:
     zero = F.lit(0).cast("bigint")
     short = F.aggregate(differences, zero, lambda total, d: total + F.when(d < 0, -d).otherwise(0))
     over = F.aggregate(differences, zero, lambda total, d: total + F.when(d > 0, d).otherwise(0))
-    # Both of one and the same partition, the most common: without lambdas, which Spark evaluates row by row
-    # outside its generated code, reading each element through a new copy of the session's settings.
+    # Both of one and the same partition (a one-partition topic's): without lambdas, which Spark evaluates row by
+    # row outside its generated code, reading each element through a new copy of the session's settings.
     one = (
         (F.size(expected) == 1)
         & (F.size(observed) == 1)
