@@ -308,7 +308,8 @@ def _counts_hold(p: Column) -> Column:
     # A map of one partition (a one-partition topic's, every record's in the bench) is checked without lambdas:
     # Spark evaluates those row by row outside its generated code, reading each element through a new copy of
     # the session's settings.
-    one_ok = key_ok(F.get(keys, 0)) & _in_range(F.get(counts, 0), 0, MAX_COUNT) & (F.get(counts, 0) == p["count"])
+    only_key, only_count = F.get(keys, 0), F.get(counts, 0)
+    one_ok = key_ok(only_key) & _in_range(only_count, 0, MAX_COUNT) & (only_count == p["count"])
     many_ok = (
         (F.size(by_partition) <= MAX_MAP_ENTRIES)
         & (F.size(F.array_distinct(keys)) == F.size(keys))  # from_json keeps a key given twice
