@@ -62,20 +62,22 @@ def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, 
     return frame, frozenset(row[:3] for row in paths)
 
 
+TIER_KEY = ["origin_cluster", "topic", "tier"]
+
+
 def counted_tiers(spark: SparkSession, settings: Settings, known=None, records=None) -> set[tuple[str, str, str]]:
     """The (origin_cluster, topic, tier) that `tier_counts` holds. A session that knows them from its last run
-    (`known`) adds those of the count `records` this run summed: a tier's counts are never removed."""
+    (`known`) adds those of the count `records` this run summed: a tier's counts are never removed. A new
+    session reads them with `deltalake`: three columns, without a Spark query (0.4-0.5 s in a small run)."""
     from pyspark.sql import functions as F
 
-    if known is not None and records is None:
-        return known
     if known is None:
-        rows = delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name)
-    else:
-        rows = records.where(F.col("kind") == "count")
-    return (known or set()) | {
-        tuple(row) for row in rows.select("origin_cluster", "topic", "tier").distinct().collect()
-    }
+        stored = read_arrow(settings.lake_root, TIER_COUNTS.name, columns=TIER_KEY).group_by(TIER_KEY).aggregate([])
+        return set(zip(*(stored.column(name).to_pylist() for name in TIER_KEY), strict=True))
+    if records is None:
+        return known
+    summed = records.where(F.col("kind") == "count").select(*TIER_KEY).distinct().collect()
+    return known | {tuple(row) for row in summed}
 
 
 # What the judge step yields per (window, tier): `classify`'s verdict with times still in epoch ms.

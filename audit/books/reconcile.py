@@ -203,7 +203,7 @@ def store_records_and_rejects(
     step.done("retention gaps")
     rejects = checked.where(F.col("reason").isNotNull()).drop(ROW).withColumn("date", F.to_date("ingested_at"))
     records = once_per_record_id(checked.where(F.col("reason").isNull())).localCheckpoint()  # feeds every step below
-    report.every_record = delta_io.is_empty(spark, settings.lake_root, AUDIT_RECORDS)
+    report.every_record = delta_io.is_empty(settings.lake_root, AUDIT_RECORDS)
     new_records = records if report.every_record else _not_stored(spark, settings, records)
     report.records = new_records.count()
     report.rejects = rejects.count()

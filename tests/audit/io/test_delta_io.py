@@ -165,16 +165,16 @@ def test_a_table_is_empty_until_any_writer_adds_a_file_and_again_once_all_are_re
     """`is_empty` decides between a plain append and a MERGE, so it must see the latest version, whoever wrote it."""
     lake = str(tmp_path / "lake")
     path = delta_io.ensure_table(lake, TIER_COUNTS)
-    assert delta_io.is_empty(spark, lake, TIER_COUNTS)
+    assert delta_io.is_empty(lake, TIER_COUNTS)
 
     row = _count_row("orders", START, "dc1", 5, EARLIER)
     rows = pa.Table.from_pylist([row], schema=arrow_schema(TIER_COUNTS))
     deltalake.write_deltalake(path, rows, mode="append")  # another process's writer, outside this JVM
-    assert not delta_io.is_empty(spark, lake, TIER_COUNTS), "another writer's append is seen"
+    assert not delta_io.is_empty(lake, TIER_COUNTS), "another writer's append is seen"
 
     DeltaTable.forPath(spark, path).delete()
     delta_io._NON_EMPTY.discard(path)  # as a new process would see it
-    assert delta_io.is_empty(spark, lake, TIER_COUNTS)
+    assert delta_io.is_empty(lake, TIER_COUNTS)
 
 
 def test_an_upsert_from_the_driver_writes_what_spark_reads_and_rewrites_only_changed_rows(spark, tmp_path):
