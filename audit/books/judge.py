@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from audit.settings import Settings
 
-from audit.books.complete_through import refresh_watermarks
+from audit.books.complete_through import PAIR, refresh_watermarks
 from audit.books.restatements import store_restatements
 from audit.books.tier_tables import WINDOW_DDL, WINDOW_KEY, Resummed
 from audit.books.verdicts import classified
@@ -46,7 +46,7 @@ def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, 
     (origin_cluster, topic, tier) on the paths; None when no topic has a path. `counted`: the
     (origin_cluster, topic, tier) that `tier_counts` holds, when known (`counted_tiers`), else they are read
     from it. Computed in the driver: a few rows per topic."""
-    counted = counted if counted is not None else counted_tiers(spark, settings)
+    counted = counted if counted is not None else counted_tiers(settings)
     reported = read_arrow(settings.lake_root, TIER_STATUS.name, columns=REPORTED)  # written by the driver
     paths = paths_from(
         counted,
@@ -62,21 +62,18 @@ def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, 
     return frame, frozenset(row[:3] for row in paths)
 
 
-TIER_KEY = ["origin_cluster", "topic", "tier"]
-
-
-def counted_tiers(spark: SparkSession, settings: Settings, known=None, records=None) -> set[tuple[str, str, str]]:
+def counted_tiers(settings: Settings, known=None, records=None) -> set[tuple[str, str, str]]:
     """The (origin_cluster, topic, tier) that `tier_counts` holds. A session that knows them from its last run
     (`known`) adds those of the count `records` this run summed: a tier's counts are never removed. A new
     session reads them with `deltalake`: three columns, without a Spark query (0.4-0.5 s in a small run)."""
     from pyspark.sql import functions as F
 
     if known is None:
-        stored = read_arrow(settings.lake_root, TIER_COUNTS.name, columns=TIER_KEY).group_by(TIER_KEY).aggregate([])
-        return set(zip(*(stored.column(name).to_pylist() for name in TIER_KEY), strict=True))
+        stored = read_arrow(settings.lake_root, TIER_COUNTS.name, columns=PAIR).group_by(PAIR).aggregate([])
+        return set(zip(*(stored.column(name).to_pylist() for name in PAIR), strict=True))
     if records is None:
         return known
-    summed = records.where(F.col("kind") == "count").select(*TIER_KEY).distinct().collect()
+    summed = records.where(F.col("kind") == "count").select(*PAIR).distinct().collect()
     return known | {tuple(row) for row in summed}
 
 

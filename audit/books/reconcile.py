@@ -376,8 +376,8 @@ def _judge(
             )
             step.done("tier_counts summed and tier_status stored")
         if memory.counted_tiers is None:  # a new process: those stored, before or after this run's write
-            memory.counted_tiers = counted_tiers(spark, settings)
-        memory.counted_tiers = counted_tiers(spark, settings, memory.counted_tiers, records)  # and this run's
+            memory.counted_tiers = counted_tiers(settings)
+        memory.counted_tiers = counted_tiers(settings, memory.counted_tiers, records)  # and this run's
         judgement = update_completeness(
             spark,
             settings,

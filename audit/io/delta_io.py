@@ -109,10 +109,15 @@ def _is_empty(path: str) -> bool:
 def _file_count(path: str) -> int:
     """The files of the table's latest version, as `deltalake` reads its log: a few milliseconds. Spark's
     DeltaLog computed the table's state for it with three jobs when the version had no checksum file, as the
-    version `ensure_table` creates has not (0.3-0.4 s a table, in every run on a new lake)."""
+    version `ensure_table` creates has not (0.3-0.4 s a table, in every run on a new lake). A table not created
+    yet holds none, as for Spark: the append creates it."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
-    return len(DeltaTable(path).file_uris())
+    try:
+        return len(DeltaTable(path).file_uris())
+    except TableNotFoundError:
+        return 0
 
 
 def is_empty(lake_root: str, table: Table) -> bool:

@@ -164,6 +164,7 @@ def test_windows_written_in_order_are_read_back_from_their_own_files_only(spark,
 def test_a_table_is_empty_until_any_writer_adds_a_file_and_again_once_all_are_removed(spark, tmp_path):
     """`is_empty` decides between a plain append and a MERGE, so it must see the latest version, whoever wrote it."""
     lake = str(tmp_path / "lake")
+    assert delta_io.is_empty(lake, TIER_COUNTS), "a table not created yet holds no file"
     path = delta_io.ensure_table(lake, TIER_COUNTS)
     assert delta_io.is_empty(lake, TIER_COUNTS)
 
