@@ -10,8 +10,12 @@ quiet on reruns. Rows with windows are written in window order, so a read that n
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import uuid
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from audit.contract.tables import EVERY_TABLE, Table, arrow_schema, arrow_table, table_path  # noqa: F401 (table_path is re-used by the jobs)
@@ -48,7 +52,8 @@ def ensure_table(lake_root: str, table: Table) -> str:
     """Create `table` under `lake_root` when it does not exist; returns its path.
 
     Created by `deltalake` in this process: a few milliseconds a table, where Spark's CREATE took 0.5-1 s
-    each in a new driver (a first run's 11 tables: 7-10 s). A creation killed before its commit leaves
+    each in a new driver (a first run's 11 tables: 7-10 s), with the checksum Spark wants (`write_first_checksum`).
+    A creation killed before its commit leaves
     a `_delta_log` folder with no commit in it, which is no table: the next call creates it there."""
     from deltalake import DeltaTable
 
@@ -66,8 +71,50 @@ def ensure_table(lake_root: str, table: Table) -> str:
     except Exception:
         if table_version(lake_root, table.name) is None:  # else another process created it first
             raise
+    write_first_checksum(path)
     _ENSURED.add(path)
     return path
+
+
+FIRST_VERSION = "00000000000000000000"  # version 0's name in `_delta_log`
+CREATION = {"commitInfo", "protocol", "metaData"}  # the actions of a commit that creates an empty table
+
+
+def write_first_checksum(path: str) -> bool:
+    """Write version 0's checksum file (Delta's protocol: "Version Checksum File"), which `deltalake` does not
+    write, when version 0 created the table empty; True when written.
+
+    Without it Spark computes the state of version 0 from the log, with four jobs of its own, at its first read
+    and its first write of each table (about 0.5 s a table in a warm session, every run on a new lake); its
+    later commits extend the checksum incrementally. Its content follows from the commit alone: no file, no
+    byte, and the commit's own protocol and metadata. Only for a local table: a URI's is left as it was made."""
+    if "://" in path and not path.startswith("file://"):
+        return False
+    log_dir = Path(path.removeprefix("file://")) / "_delta_log"
+    checksum = log_dir / f"{FIRST_VERSION}.crc"
+    if checksum.exists():
+        return False
+    lines = (log_dir / f"{FIRST_VERSION}.json").read_text().splitlines()
+    actions = [next(iter(json.loads(line).items())) for line in lines if line.strip()]
+    kinds = [kind for kind, _ in actions]
+    if sorted(kinds) != sorted(CREATION):  # files added, or more than a creation: Spark computes it
+        return False
+    found = dict(actions)
+    content = {
+        "tableSizeBytes": 0,
+        "numFiles": 0,
+        "numMetadata": 1,
+        "numProtocol": 1,
+        "setTransactions": [],
+        "domainMetadata": [],
+        "metadata": found["metaData"],
+        "protocol": found["protocol"],
+        "allFiles": [],
+    }
+    written = log_dir / f".{checksum.name}.{uuid.uuid4().hex}.tmp"  # a dot file: no reader of the log lists it
+    written.write_text(json.dumps(content))
+    os.replace(written, checksum)  # whole or not at all; two writers write the same content
+    return True
 
 
 def ensure_tables(lake_root: str, names: tuple[str, ...] | None = None) -> dict[str, str]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+from pathlib import Path
 
 import deltalake
 import pyarrow as pa
@@ -52,6 +54,45 @@ def test_tables_created_by_deltalake_are_what_spark_would_create(spark, tmp_path
     row = _count_row("orders", START, "dc1", 5, START)
     spark.createDataFrame([row], delta_io.spark_schema(TIER_COUNTS)).write.format("delta").mode("append").save(path)
     assert delta_io.read_table(spark, lake, TIER_COUNTS.name).first()["count"] == 5
+
+
+def _log_entry(path: str, name: str) -> dict:
+    """A `_delta_log` file as {action: content} (a commit) or as its JSON object (a checksum)."""
+    text = (Path(path) / "_delta_log" / name).read_text()
+    if name.endswith(".crc"):
+        return json.loads(text)
+    return {kind: action for line in text.splitlines() if line.strip() for kind, action in json.loads(line).items()}
+
+
+def test_a_new_table_has_the_checksum_of_its_version_0_and_spark_counts_on_from_it(spark, tmp_path):
+    """deltalake writes no checksum, so `ensure_table` writes version 0's (else Spark replays the log for it).
+    Spark computes the checksums of later versions from it: a wrong count in it would be wrong in all of them."""
+    lake = str(tmp_path / "lake")
+    path = delta_io.ensure_table(lake, TIER_COUNTS)
+
+    first, creation = _log_entry(path, "00000000000000000000.crc"), _log_entry(path, "00000000000000000000.json")
+    assert (first["numFiles"], first["tableSizeBytes"], first["allFiles"]) == (0, 0, [])
+    assert (first["metadata"], first["protocol"]) == (creation["metaData"], creation["protocol"])
+    assert delta_io.read_table(spark, lake, TIER_COUNTS.name).count() == 0
+    rows = [_count_row("orders", START, "dc1", 5, START), _count_row("orders", EARLIER, "dc1", 3, START)]
+    spark.createDataFrame(rows, delta_io.spark_schema(TIER_COUNTS)).repartition(2).write.format("delta").mode(
+        "append"
+    ).save(path)
+
+    files = [Path(uri.removeprefix("file://")) for uri in deltalake.DeltaTable(path).file_uris()]
+    second = _log_entry(path, "00000000000000000001.crc")
+    assert (second["numFiles"], second["tableSizeBytes"]) == (len(files), sum(f.stat().st_size for f in files))
+    assert len(second["allFiles"]) == len(files)
+    assert delta_io.read_table(spark, lake, TIER_COUNTS.name).count() == 2
+
+
+def test_no_checksum_is_written_for_a_version_0_with_files_or_a_table_not_on_this_machine(tmp_path):
+    path = str(tmp_path / "written")
+    deltalake.write_deltalake(path, pa.table({"n": [1, 2]}))  # version 0 adds a file
+
+    assert not delta_io.write_first_checksum(path)
+    assert not (Path(path) / "_delta_log" / "00000000000000000000.crc").exists()
+    assert not delta_io.write_first_checksum("s3a://bucket/lake/tier_counts")
 
 
 # -- replace_windows -----------------------------------------------------------------------------
