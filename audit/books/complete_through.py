@@ -40,12 +40,17 @@ MARK_COLUMNS = ("complete_through", "first_open_window", "first_open_status")  #
 DRIVER_ROWS = 50_000
 
 
-def refresh_watermarks(spark: SparkSession, settings: Settings, judged, rows: int) -> None:
+def refresh_watermarks(
+    spark: SparkSession, settings: Settings, judged, rows: int, *, every_window: bool = False
+) -> None:
     """Recompute the watermark of every (topic, tier) with a window in `judged` (the `rows` rows just judged).
 
     A pair whose stored watermark the new verdicts alone move (`advanced`: the usual run, whose windows lie
-    around the first open one) is moved in the driver; the others are summed up over `completeness`."""
-    if rows <= DRIVER_ROWS and (stored := _stored_watermarks(settings)):
+    around the first open one) is moved in the driver; the others are summed up over `completeness`, or over
+    `judged` itself when it holds every window of the table (`every_window`: its first verdicts)."""
+    if every_window:
+        marks, pairs = _marks_of(judged), None
+    elif rows <= DRIVER_ROWS and (stored := _stored_watermarks(settings)):
         marks, rest = _advanced_marks(judged, stored)
         pairs = local_frame(spark, rest, "origin_cluster STRING, topic STRING, tier STRING") if rest else None
     else:
@@ -82,12 +87,13 @@ def _summed_marks(spark: SparkSession, settings: Settings, pairs) -> list[dict]:
     """`watermarks` of every window of `pairs` (origin_cluster, topic, tier) in `completeness`."""
     from pyspark.sql import functions as F
 
-    windows = (
-        delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
-        .select(*KEY_COLUMNS, *WINDOW_COLUMNS)
-        .join(F.broadcast(pairs), list(PAIR), "left_semi")
-    )
-    return watermarks(windows).toArrow().to_pylist()
+    stored = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
+    return _marks_of(stored.join(F.broadcast(pairs), list(PAIR), "left_semi"))
+
+
+def _marks_of(windows) -> list[dict]:
+    """`watermarks` of `windows` (completeness rows), in the driver."""
+    return watermarks(windows.select(*KEY_COLUMNS, *WINDOW_COLUMNS)).toArrow().to_pylist()
 
 
 def watermarks(windows):

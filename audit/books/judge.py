@@ -151,8 +151,13 @@ def update_completeness(
     paths, path_tiers = found
     done("tier paths")
     current = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
+    # A table with no verdict yet (a new lake) holds no open window and restates none: it is not read.
+    first_verdicts = delta_io.is_empty(settings.lake_root, COMPLETENESS)
     grown = None if known is None else {(origin, topic) for origin, topic, _ in path_tiers - known.path_tiers}
-    again = _open_windows(spark, current, paths, records, known, grown)
+    if first_verdicts:
+        again = local_frame(spark, [], WINDOW_DDL)
+    else:
+        again = _open_windows(spark, current, paths, records, known, grown)
     touched = resummed.windows if resummed is not None else local_frame(spark, [], WINDOW_DDL)
     windows = touched.select(*WINDOW_KEY).unionByName(again).distinct().localCheckpoint()  # read by two joins
     done("windows to judge")
@@ -170,13 +175,13 @@ def update_completeness(
     if not judged:
         return Judgement(0, None, OpenBooks(frozenset(), path_tiers))
     before = delta_io.in_windows(current, windows)
-    if len(windows) <= delta_io.MAX_NAMED_WINDOWS:  # a few windows: read once, for the restatements and the rewrite
+    if not first_verdicts and len(windows) <= delta_io.MAX_NAMED_WINDOWS:  # read once: restatements and rewrite
         before = before.localCheckpoint()
-    restated = store_restatements(spark, settings, before, result, records)
+    restated = 0 if first_verdicts else store_restatements(spark, settings, before, result, records)
     done("restatements", restatements=restated)
     delta_io.replace_windows(spark, settings.lake_root, COMPLETENESS, result, windows=windows, existing=before)
     done("completeness stored", windows=judged)
-    refresh_watermarks(spark, settings, result, judged)
+    refresh_watermarks(spark, settings, result, judged, every_window=first_verdicts)
     done("completeness watermarks")
     left_open = _left_open(result, path_tiers)
     return Judgement(judged, None if first_pending_end is None else first_pending_end + grace_ms, left_open)
