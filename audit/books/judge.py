@@ -162,7 +162,7 @@ def update_completeness(
     windows = touched.select(*WINDOW_KEY).unionByName(again).distinct().localCheckpoint()  # read by two joins
     done("windows to judge")
     grace_ms = int(settings.grace_s * 1000)
-    counts = _counts_at_hand(spark, settings, known, grown, resummed)
+    counts = _counts_at_hand(spark, settings, known, grown, resummed, first_verdicts=first_verdicts)
     result = _judged(spark, settings, windows, paths, now_ms, grace_ms, counts, resummed).localCheckpoint()
     pending_end = F.when(F.col("status") == PENDING, F.col("window_end_ms"))
     per_window = (  # one action for all three
@@ -211,16 +211,28 @@ def _open_windows(spark: SparkSession, current, paths, records, known: OpenBooks
 
 
 def _counts_at_hand(
-    spark: SparkSession, settings: Settings, known: OpenBooks | None, grown: set | None, resummed: Resummed | None
+    spark: SparkSession,
+    settings: Settings,
+    known: OpenBooks | None,
+    grown: set | None,
+    resummed: Resummed | None,
+    *,
+    first_verdicts: bool = False,
 ):
     """The tier counts of the windows to judge that this run holds without reading `tier_counts`: where the
     session knows every window to judge (no path grew), those it just re-summed, with the other open windows'
-    counts read from the table. None: every window's counts are read from the table."""
+    counts read from the table; at the first verdicts (`first_verdicts`: the windows to judge are those
+    re-summed, no other), those re-summed alone, without waiting for their write. None: every window's counts
+    are read from the table."""
     from pyspark.sql import functions as F
 
-    if known is None or grown or resummed is None or resummed.counts is None or resummed.keys is None:
+    if resummed is None or resummed.counts is None:
         return None
     fresh = resummed.counts.select(*JUDGED_COUNTS)
+    if first_verdicts:
+        return fresh
+    if known is None or grown or resummed.keys is None:
+        return None
     others = known.windows - resummed.keys
     if not others:
         return fresh
