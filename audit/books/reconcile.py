@@ -377,7 +377,8 @@ def _judge(
             step.done("tier_counts summed and tier_status stored")
         if memory.counted_tiers is None:  # a new process: those stored, before or after this run's write
             memory.counted_tiers = counted_tiers(settings)
-        memory.counted_tiers = counted_tiers(settings, memory.counted_tiers, records)  # and this run's
+        summed = resummed.counts if resummed is not None else None  # fewer rows than the records summed
+        memory.counted_tiers = counted_tiers(settings, memory.counted_tiers, summed)  # and this run's
         judgement = update_completeness(
             spark,
             settings,
