@@ -52,9 +52,9 @@ def ensure_table(lake_root: str, table: Table) -> str:
     """Create `table` under `lake_root` when it does not exist; returns its path.
 
     Created by `deltalake` in this process: a few milliseconds a table, where Spark's CREATE took 0.5-1 s
-    each in a new driver (a first run's 11 tables: 7-10 s), with the checksum Spark wants (`write_first_checksum`).
-    A creation killed before its commit leaves
-    a `_delta_log` folder with no commit in it, which is no table: the next call creates it there."""
+    each in a new driver (a first run's 11 tables: 7-10 s), with the checksum Spark reads
+    (`write_first_checksum`). A creation killed before its commit leaves a `_delta_log` folder with no commit
+    in it, which is no table: the next call creates it there."""
     from deltalake import DeltaTable
 
     path = table_path(lake_root, table.name)
@@ -91,10 +91,10 @@ def write_first_checksum(path: str) -> bool:
     if "://" in path and not path.startswith("file://"):
         return False
     log_dir = Path(path.removeprefix("file://")) / "_delta_log"
-    checksum = log_dir / f"{FIRST_VERSION}.crc"
-    if checksum.exists():
-        return False
-    lines = (log_dir / f"{FIRST_VERSION}.json").read_text().splitlines()
+    checksum, commit = log_dir / f"{FIRST_VERSION}.crc", log_dir / f"{FIRST_VERSION}.json"
+    if checksum.exists() or not commit.exists() or (log_dir / f"{int(FIRST_VERSION) + 1:020d}.json").exists():
+        return False  # there already, cleaned up with the old log, or of no use: Spark reads a later version
+    lines = commit.read_text().splitlines()
     actions = [next(iter(json.loads(line).items())) for line in lines if line.strip()]
     kinds = [kind for kind, _ in actions]
     if sorted(kinds) != sorted(CREATION):  # files added, or more than a creation: Spark computes it

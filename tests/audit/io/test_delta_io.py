@@ -95,6 +95,22 @@ def test_no_checksum_is_written_for_a_version_0_with_files_or_a_table_not_on_thi
     assert not delta_io.write_first_checksum("s3a://bucket/lake/tier_counts")
 
 
+def test_a_table_whose_first_commit_was_cleaned_up_is_ensured_without_a_checksum(tmp_path):
+    """An old lake: Delta deletes commits older than its log retention once a checkpoint covers them."""
+    lake = str(tmp_path / "lake")
+    path = delta_io.ensure_table(lake, TIER_COUNTS)
+    delta_io.insert_new_from_driver(lake, TIER_COUNTS, [_count_row("orders", START, "dc1", 5, START)])
+    deltalake.DeltaTable(path).create_checkpoint()
+    log = Path(path) / "_delta_log"
+    for name in ("00000000000000000000.json", "00000000000000000000.crc"):
+        (log / name).unlink()
+    delta_io._ENSURED.discard(path)  # as a new process would see it
+
+    assert delta_io.ensure_table(lake, TIER_COUNTS) == path
+    assert not (log / "00000000000000000000.crc").exists()
+    assert deltalake.DeltaTable(path).to_pyarrow_table().num_rows == 1
+
+
 # -- replace_windows -----------------------------------------------------------------------------
 
 DAY = dt.date(2026, 11, 25)
