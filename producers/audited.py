@@ -119,8 +119,11 @@ class AuditedProducer:
         self._create_time_topics: set[str] = set()  # the Python path's; the native one keeps its own
         self._native = native_module.Tally(window_minutes * 60_000) if native_module is not None else None
         self._sequence = itertools.count(1)
-        self._unacked: dict[str, bytes] = {}  # record id -> encoded audit record awaiting its ack
+        # Audit records awaiting their ack, and those of them sent and not yet answered. A delivery report changes
+        # both on whichever thread serves it, while emit() lists them on another: _acks_lock guards them.
+        self._unacked: dict[str, bytes] = {}  # record id -> encoded audit record
         self._in_flight: set[str] = set()
+        self._acks_lock = threading.Lock()
         self._next_emit = time.monotonic() + flush_interval_s
         self._closed = False
         if self._native is not None:
@@ -306,11 +309,14 @@ class AuditedProducer:
                     latency_ms=tally.latency_ms(),
                     by_partition=dict(tally.by_partition) or None,
                 )
-                self._unacked[rid] = encode(record)
+                payload = encode(record)
+                with self._acks_lock:
+                    self._unacked[rid] = payload
                 ACKED.labels(self.cluster, topic).inc(tally.count)
                 FAILED.labels(self.cluster, topic).inc(tally.send_failed)
-            pending = [(rid, payload) for rid, payload in self._unacked.items() if rid not in self._in_flight]
-            self._in_flight.update(rid for rid, _payload in pending)
+            with self._acks_lock:
+                pending = [(rid, payload) for rid, payload in self._unacked.items() if rid not in self._in_flight]
+                self._in_flight.update(rid for rid, _payload in pending)
         for rid, payload in pending:
             self._send_audit_record(rid, payload)
         return len(pending)
@@ -333,9 +339,11 @@ class AuditedProducer:
 
     def _send_audit_record(self, rid: str, payload: bytes) -> None:
         def delivered(err: KafkaError | None, _msg) -> None:
-            self._in_flight.discard(rid)
+            with self._acks_lock:
+                self._in_flight.discard(rid)
+                if err is None:
+                    self._unacked.pop(rid, None)
             if err is None:
-                self._unacked.pop(rid, None)
                 EMITTED.labels(self.cluster).inc()
             else:
                 # Kept in _unacked: the next emission sends it again under the same id.
