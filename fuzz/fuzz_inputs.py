@@ -16,14 +16,18 @@ import sys
 from pathlib import Path
 
 import atheris
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE
 
-with atheris.instrument_imports():
+# Coverage is traced in the parsers and in the libraries that read the same bytes (TOML, pydantic's settings and
+# validation), not in everything they import: instrumenting asyncio, email, confluent_kafka and the rest took
+# about 19 of a 3-second run's 23 s and gave the fuzzer no edge that leads into a parser.
+INSTRUMENTED = ("audit", "tomllib", "pydantic", "pydantic_settings")
+
+with atheris.instrument_imports(include=INSTRUMENTED):
     from audit import settings
     from audit.contract import audit_time, record, windows
     from audit.contract.errors import ConfigError
     from audit.hops.replicator import provenance
-
-from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE
 
 TARGETS = ("record", "settings", "headers")
 ENV_NAMES = [
