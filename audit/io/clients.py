@@ -135,12 +135,19 @@ def committed_offsets(
     request after a few seconds is answered once the coordinator is back.
 
     `config`, the consumer's own, lets the error tell an absent coordinator from offsets a transaction
-    holds (see `_held_by_a_transaction`)."""
+    holds (see `_held_by_a_transaction`).
+
+    A consumer being closed gets none (`[]`): librdkafka serves an assignment that arrives during `close()`, whose
+    callback then asks, but no partition of it will be read. Every request failed at once for 30 s (a counter run
+    to caught up whose group had caught up before its assignment came), then the run failed."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             return consumer.committed(partitions, timeout=max(0.1, min(attempt_s, deadline - time.monotonic())))
         except KafkaException as exc:
+            if exc.args[0].code() == KafkaError._DESTROY:
+                log.info("committed offsets not asked: the consumer is closing", extra={"partitions": len(partitions)})
+                return []
             if time.monotonic() >= deadline:
                 if config is not None and _held_by_a_transaction(config, partitions):
                     raise KafkaClientError(
