@@ -76,7 +76,11 @@ def ensure_table(lake_root: str, table: Table) -> str:
     return path
 
 
-FIRST_VERSION = "00000000000000000000"  # version 0's name in `_delta_log`
+def log_name(version: int) -> str:
+    """A version's file name in `_delta_log`, without its suffix: 20 digits."""
+    return f"{version:020d}"
+
+
 CREATION = {"commitInfo", "protocol", "metaData"}  # the actions of a commit that creates an empty table
 
 
@@ -91,8 +95,8 @@ def write_first_checksum(path: str) -> bool:
     if "://" in path and not path.startswith("file://"):
         return False
     log_dir = Path(path.removeprefix("file://")) / "_delta_log"
-    checksum, commit = log_dir / f"{FIRST_VERSION}.crc", log_dir / f"{FIRST_VERSION}.json"
-    if checksum.exists() or not commit.exists() or (log_dir / f"{int(FIRST_VERSION) + 1:020d}.json").exists():
+    checksum, commit = log_dir / f"{log_name(0)}.crc", log_dir / f"{log_name(0)}.json"
+    if checksum.exists() or not commit.exists() or (log_dir / f"{log_name(1)}.json").exists():
         return False  # there already, cleaned up with the old log, or of no use: Spark reads a later version
     lines = commit.read_text().splitlines()
     actions = [next(iter(json.loads(line).items())) for line in lines if line.strip()]
