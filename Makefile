@@ -101,7 +101,7 @@ test-fast: $(VENV)/.installed $(NATIVE) ## the tests that need no broker, Spark 
 	$(VENV)/bin/pytest -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
 .PHONY: test-open-bugs
-test-open-bugs: setup ## run only the tests that expose known open bugs (marked open_bug; none today)
+test-open-bugs: setup ## run only the tests that expose known open bugs (marked open_bug; see the README's Tests section)
 	$(VENV)/bin/pytest -m open_bug $(PYTEST_ARGS)
 
 .PHONY: fuzz

@@ -1,0 +1,47 @@
+"""A replicator's stall that ends must show as lag at the tiers after it, never as a loss, whatever the order in
+which the tiers' status records arrive.
+
+Found in a `make test` (2026-11-28 21:50, the demo test): the replicator dc2 -> aggregate was stalled; the lake job's
+status said lag 0 on the aggregate's copy of dc2.clicks, which was still empty (21:49:49). The replicator resumed,
+the aggregate counted the backlog (355 messages of a window long past, 21:49:54) and reported caught up. The books
+took the lake's effective watermark as the lowest of its own (21:49:49) and the aggregate's newest (21:49:52):
+both past the window's end and grace, so the lake was final at 0 of 355, a LOSS was emailed, and a RECOVERED
+followed a minute later. The lake's lag 0 covered only what the aggregate held when the lake reported, and the
+aggregate's watermark at that moment was unknown (its replicator stalled).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from audit.books.reconcile import reconcile
+from tests.audit.books.test_reconcile import MINUTE, NOW, W1, AuditWriter, completeness
+
+STALLED_AT = NOW - 5 * MINUTE  # the replicator's last status while stalled: its watermark unknown
+LAKE_SAW_NOTHING_AT = NOW - 3 * MINUTE  # the lake's newest status: lag 0 on a copy still empty
+CAUGHT_UP_AT = NOW - 1 * MINUTE  # the replicator and the aggregate's counter, once the backlog was copied
+
+
+@pytest.mark.open_bug
+def test_a_lake_status_older_than_the_backlogs_arrival_upstream_leaves_the_window_lagging(spark, settings_factory):
+    settings = settings_factory()
+    w = AuditWriter(settings)
+    w.count("producer", "dc1", "clicks", W1, 355, to=("dc1",))
+    w.count("dc1", "dc1", "clicks", W1, 355)
+    w.count("aggregate", "aggregate", "dc1.clicks", W1, 355)  # the backlog, counted once the replicator resumed
+    w.status("dc1", "dc1", "clicks")
+    w.status("aggregate", "dc1", "clicks", lag=2400, service="kaudit-mirror", emitted_at=STALLED_AT)
+    w.status("lake", "aggregate", "dc1.clicks", service="kaudit-lake", emitted_at=LAKE_SAW_NOTHING_AT)
+    w.status("aggregate", "dc1", "clicks", service="kaudit-mirror", emitted_at=CAUGHT_UP_AT)
+    w.status("aggregate", "aggregate", "dc1.clicks", emitted_at=CAUGHT_UP_AT)
+    w.flush()
+
+    reconcile(spark, settings, now_ms=NOW)
+
+    books = completeness(spark, settings)
+    assert books[("dc1.clicks", W1, "aggregate")][0] == "complete"
+    status = books[("dc1.clicks", W1, "lake")][0]
+    assert status != "incomplete", (
+        "the lake's lag 0 predates the backlog's arrival at the aggregate: lagging until the lake reports again, "
+        f"not a loss (got {status})"
+    )
