@@ -5,17 +5,20 @@ touched or not yet final (`completeness`)."""
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from audit.contract.completeness import PENDING, threshold_for
 from audit.contract.tables import (
     COMPLETENESS,
+    PARTITION_STATUS,
     TIER_COUNTS,
     TIER_STATUS,
 )
 from audit.contract.tier_paths import PATH_DDL, paths_from
-from audit.contract.windows import MS_PER_MINUTE
+from audit.contract.watermark_points import WatermarkPoint
+from audit.contract.windows import EPOCH, MS_PER_MINUTE, to_ms
 from audit.io import delta_io
 from audit.io.lake_read import read_arrow
 from audit.io.spark import broadcast_when_small, local_frame
@@ -27,12 +30,12 @@ if TYPE_CHECKING:
 
 from audit.books.complete_through import PAIR, refresh_watermarks
 from audit.books.restatements import store_restatements
-from audit.books.tier_tables import WINDOW_DDL, WINDOW_KEY, Resummed
+from audit.books.tier_tables import WINDOW_DDL, WINDOW_KEY, Resummed, stored_points
 from audit.books.verdicts import classified
 
 log = logging.getLogger(__name__)
 
-REPORTED = ("origin_cluster", "topic", "tier", "watermark")  # what tier_paths reads of tier_status
+REPORTED = ("origin_cluster", "topic", "tier", "watermark", "last_status_at")  # what tier_paths reads of tier_status
 
 # -- 3c. completeness --------------------------------------------------------------------------
 
@@ -47,12 +50,8 @@ def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, 
     (origin_cluster, topic, tier) that `tier_counts` holds, when known (`counted_tiers`), else they are read
     from it. Computed in the driver: a few rows per topic."""
     counted = counted if counted is not None else counted_tiers(settings)
-    reported = read_arrow(settings.lake_root, TIER_STATUS.name, columns=REPORTED)  # written by the driver
     paths = paths_from(
-        counted,
-        zip(*(reported.column(c).to_pylist() for c in REPORTED), strict=True),
-        settings.tiers,
-        settings.reference_tier,
+        counted, reported_points(settings), settings.tiers, settings.reference_tier, read_positions(settings)
     )
     if not paths:
         return None
@@ -60,6 +59,40 @@ def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, 
     thresholds = {topic: threshold_for(".".join(topic), patterns) for topic in {row[:2] for row in paths}}
     frame = local_frame(spark, [(*row, thresholds[row[:2]]) for row in paths], f"{PATH_DDL}, threshold_pct DOUBLE")
     return frame, frozenset(row[:3] for row in paths)
+
+
+def reported_points(settings: Settings) -> list[tuple]:
+    """(origin_cluster, topic, tier, kept points) of every tier that reported (`_tier_points`, written by the
+    driver). A `tier_status` row without points (a lake written before they were kept) is one point of its
+    newest watermark, with the tier before it unknown: its windows and those of the tiers after it are lagging
+    until the reporters have reported again."""
+    reported = {
+        (origin, topic, tier): points for (tier, origin, topic), points in stored_points(settings.lake_root).items()
+    }
+    status = read_arrow(settings.lake_root, TIER_STATUS.name, columns=REPORTED)  # written by the driver
+    for origin, topic, tier, watermark, last_status_at in zip(*(status.column(c).to_pylist() for c in REPORTED)):
+        if (origin, topic, tier) not in reported:
+            newest = to_ms(last_status_at or EPOCH)
+            reported[(origin, topic, tier)] = [
+                WatermarkPoint(newest, None, None if watermark is None else to_ms(watermark))
+            ]
+    return [(*pair, points) for pair, points in reported.items()]
+
+
+READ = ("origin_cluster", "topic", "tier", "cluster", "seen_topic", "partition", "position", "emitted_at")
+
+
+def read_positions(settings: Settings) -> dict[tuple, dict[tuple, tuple[int, int]]]:
+    """Per (origin_cluster, topic, tier), the (position, emitted_at ms) of each of its reporter partitions' newest
+    status (`_partition_status`), by (cluster, seen_topic, partition): what `tier_paths.caught_up_at` compares."""
+    status = read_arrow(settings.lake_root, PARTITION_STATUS.name, columns=READ)  # written by the driver
+    positions: dict[tuple, dict[tuple, tuple[int, int]]] = defaultdict(dict)
+    for origin, topic, tier, cluster, seen, partition, position, emitted in zip(
+        *(status.column(c).to_pylist() for c in READ)
+    ):
+        if position is not None and emitted is not None:
+            positions[(origin, topic, tier)][(cluster, seen, partition)] = (position, to_ms(emitted))
+    return positions
 
 
 def counted_tiers(settings: Settings, known=None, counts=None) -> set[tuple[str, str, str]]:

@@ -49,6 +49,7 @@ from audit.contract.tables import (
     RETENTION_GAPS,
     SOURCE_OFFSETS,
     TIER_COUNTS,
+    TIER_POINTS,
     TIER_STATUS,
 )
 from audit.io import delta_io
@@ -289,6 +290,7 @@ def read_and_store(
             TIER_STATUS.name,
             COMPLETENESS.name,
             PARTITION_STATUS.name,
+            TIER_POINTS.name,
             SOURCE_OFFSETS.name,
             CLUSTER_READS.name,
             RETENTION_GAPS.name,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from audit.contract.arrow import arrow_schema, arrow_table, arrow_type  # noqa: F401 (re-exported: the tables' one import)
+from audit.contract.watermark_points import POINT_DDL, REPORTER_KEY
 
 
 @dataclass(frozen=True)
@@ -379,7 +380,7 @@ TABLES: dict[str, Table] = {
 PARTITION_STATUS = Table(
     name="_partition_status",
     doc="The newest status of every (tier, cluster, topic, service, partition) reporter: what tier_status sums up.",
-    key=("tier", "cluster", "seen_topic", "service", "partition"),
+    key=REPORTER_KEY,
     columns=(
         _c("tier", "STRING", "tier the reporter speaks for"),
         _c("cluster", "STRING", "cluster the reporter reads"),
@@ -398,6 +399,17 @@ PARTITION_STATUS = Table(
     ),
 )
 
+TIER_POINTS = Table(
+    name="_tier_points",
+    doc="Each tier's watermark at its newest status moments: what bounds the tier after it on a topic's path.",
+    key=("tier", "origin_cluster", "topic"),
+    columns=(
+        _c("tier", "STRING", "counting point"),
+        *LOGICAL_TOPIC[:2],
+        _c("points", f"ARRAY<{POINT_DDL}>", "audit/contract/watermark_points.py's points, oldest first"),
+    ),
+)
+
 SOURCE_OFFSETS = Table(
     name="_reconcile_offsets",
     doc="Next offset of every audit-topic partition the reconciliation has read, per cluster.",
@@ -411,7 +423,7 @@ SOURCE_OFFSETS = Table(
     ),
 )
 
-INTERNAL_TABLES: dict[str, Table] = {t.name: t for t in (PARTITION_STATUS, SOURCE_OFFSETS)}
+INTERNAL_TABLES: dict[str, Table] = {t.name: t for t in (PARTITION_STATUS, TIER_POINTS, SOURCE_OFFSETS)}
 EVERY_TABLE: dict[str, Table] = {**TABLES, **INTERNAL_TABLES}  # the declared ones and the internal ones
 
 

@@ -4,8 +4,10 @@ every tier's status records share (the time up to which the tier has seen everyt
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 
 from audit.contract.record import PartitionStatus
+from audit.contract.windows import EPOCH
 
 
 def watermark_ms(partitions: Iterable[PartitionStatus], now_ms: int) -> int | None:
@@ -48,3 +50,18 @@ def topic_statuses(
             PartitionStatus(partition, position, end, end - position, last_audit_times.get((topic, partition)))
         )
     return {topic: parts for topic, parts in by_topic.items() if topic not in unknown}, sorted(unknown)
+
+
+def tier_watermark(tier: str, cluster_names: tuple[str, ...], partitions: list[dict]) -> datetime | None:
+    """A tier's watermark from the newest status of each of its reporter partitions (`_partition_status` rows):
+    the lowest `partition_watermark`.
+
+    A replicator into a cluster tier says what has arrived there, not what the tier's counter has counted:
+    without a status of the tier's own counter (a counter not started or hung) the tier has seen nothing for
+    sure (the epoch), else its windows would turn final with nothing counted."""
+    own = [row for row in partitions if not (tier in cluster_names and row["cluster"] != tier)]
+    if not own:
+        return EPOCH
+    return min(
+        (row["partition_watermark"] for row in partitions if row["partition_watermark"] is not None), default=None
+    )

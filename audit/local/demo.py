@@ -67,7 +67,7 @@ class Findings:
         default_factory=list
     )  # (tier, expected, missing) of the dropped window
     stall_seen: bool = False  # the stalled replicator showed as stalled/lagging
-    stall_counted_as_loss: bool = False  # never: a final incomplete row for the stalled cluster's topics
+    stall_counted_as_loss: bool = False  # never: a final incomplete row or a LOSS email for the stalled cluster
     stall_recovered: bool = False
     lagging_keys: set[str] = field(default_factory=set)  # topic|window|tier seen lagging while stalled
     emails: list[tuple[Path, str]] = field(default_factory=list)
@@ -124,7 +124,12 @@ def observe(settings: Settings, plan: PipelinePlan, findings: Findings) -> None:
         .any()
     )
     findings.stall_seen = findings.stall_seen or stalled_now or bool(findings.lagging_keys)
-    findings.stall_counted_as_loss = bool((stalled["status"] == "incomplete").any())
+    # Sticky, and read from the mail too: a false loss that recovered a run later was still emailed.
+    dropped_topic = f" LOSS {drop.cluster}.{drop.topic} at "
+    emailed_loss = any(
+        f" LOSS {plan.stall.cluster}." in subject and dropped_topic not in subject for _path, subject in findings.emails
+    )
+    findings.stall_counted_as_loss |= emailed_loss or bool((stalled["status"] == "incomplete").any())
     complete_now = set(keys[stalled["status"] == "complete"])
     # Recovered: no stall reported, and every window that lagged during the stall is complete now.
     findings.stall_recovered = findings.stall_seen and not stalled_now and findings.lagging_keys <= complete_now

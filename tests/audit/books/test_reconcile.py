@@ -103,9 +103,10 @@ class AuditWriter:
         service: str = "kaudit-counter",
         emitted_at: int = FRESH,
         to: str | None = None,
+        position: int = 1000,
     ) -> None:
         self.sequence += 1
-        partitions = [PartitionStatus(0, 1000, 1000 + lag, lag, last_audit_time)]
+        partitions = [PartitionStatus(0, position, position + lag, lag, last_audit_time)]
         record = status_record(
             record_id=f"{service}-{tier}:{self.sequence}",
             tier=tier,

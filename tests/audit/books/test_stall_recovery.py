@@ -12,28 +12,27 @@ aggregate's watermark at that moment was unknown (its replicator stalled).
 
 from __future__ import annotations
 
-import pytest
-
 from audit.books.reconcile import reconcile
-from tests.audit.books.test_reconcile import MINUTE, NOW, W1, AuditWriter, completeness
+from audit.contract.tables import COMPLETENESS
+from tests.audit.books.test_reconcile import MINUTE, NOW, W1, AuditWriter, completeness, rows
 
 STALLED_AT = NOW - 5 * MINUTE  # the replicator's last status while stalled: its watermark unknown
 LAKE_SAW_NOTHING_AT = NOW - 3 * MINUTE  # the lake's newest status: lag 0 on a copy still empty
 CAUGHT_UP_AT = NOW - 1 * MINUTE  # the replicator and the aggregate's counter, once the backlog was copied
+LANDED_AT = NOW - MINUTE // 2  # the lake's next status
 
 
-@pytest.mark.open_bug
 def test_a_lake_status_older_than_the_backlogs_arrival_upstream_leaves_the_window_lagging(spark, settings_factory):
     settings = settings_factory()
     w = AuditWriter(settings)
     w.count("producer", "dc1", "clicks", W1, 355, to=("dc1",))
     w.count("dc1", "dc1", "clicks", W1, 355)
     w.count("aggregate", "aggregate", "dc1.clicks", W1, 355)  # the backlog, counted once the replicator resumed
-    w.status("dc1", "dc1", "clicks")
-    w.status("aggregate", "dc1", "clicks", lag=2400, service="kaudit-mirror", emitted_at=STALLED_AT)
-    w.status("lake", "aggregate", "dc1.clicks", service="kaudit-lake", emitted_at=LAKE_SAW_NOTHING_AT)
-    w.status("aggregate", "dc1", "clicks", service="kaudit-mirror", emitted_at=CAUGHT_UP_AT)
-    w.status("aggregate", "aggregate", "dc1.clicks", emitted_at=CAUGHT_UP_AT)
+    w.status("dc1", "dc1", "clicks", position=355)
+    w.status("aggregate", "dc1", "clicks", lag=355, service="kaudit-mirror", emitted_at=STALLED_AT, position=0)
+    w.status("lake", "aggregate", "dc1.clicks", service="kaudit-lake", emitted_at=LAKE_SAW_NOTHING_AT, position=0)
+    w.status("aggregate", "dc1", "clicks", service="kaudit-mirror", emitted_at=CAUGHT_UP_AT, position=355)
+    w.status("aggregate", "aggregate", "dc1.clicks", emitted_at=CAUGHT_UP_AT, position=355)
     w.flush()
 
     reconcile(spark, settings, now_ms=NOW)
@@ -45,3 +44,10 @@ def test_a_lake_status_older_than_the_backlogs_arrival_upstream_leaves_the_windo
         "the lake's lag 0 predates the backlog's arrival at the aggregate: lagging until the lake reports again, "
         f"not a loss (got {status})"
     )
+
+    w.count("lake", "aggregate", "dc1.clicks", W1, 355)  # the lake lands the backlog and says so
+    w.status("lake", "aggregate", "dc1.clicks", service="kaudit-lake", emitted_at=LANDED_AT, position=355)
+    w.flush()
+    reconcile(spark, settings, now_ms=NOW)
+    lake = [r for r in rows(spark, settings, COMPLETENESS) if (r["logical_topic"], r["tier"]) == ("dc1.clicks", "lake")]
+    assert [(r["status"], r["final"]) for r in lake] == [("complete", True)], "final once it reported again"

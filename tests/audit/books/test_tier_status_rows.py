@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from audit.books.tier_tables import EPOCH, tier_status_rows
+from audit.books.tier_tables import tier_status_rows
+from audit.contract.windows import EPOCH
 
 CLUSTERS = ("dc1", "aggregate")
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)

@@ -1,5 +1,6 @@
 """The tiers on each topic's path (`paths_from`, pure): reference tier, order, and each tier's effective watermark
-(the lowest of its own and those of the tiers right before it), one topic per case."""
+(the lowest of its own and of the tier right before it as it stood when the tier reported), one topic per case.
+audit/contract/test_watermark_points.py proves the rule against a model of tiers copying one another."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from audit.contract.tier_paths import paths_from
-from audit.contract.windows import to_ms
+from audit.contract.watermark_points import WatermarkPoint
 
 TIERS = ("producer", "dc1", "dc2", "aggregate", "lake")
 
@@ -51,11 +52,16 @@ CASES = {
 }
 
 
+def always(ms: int | None) -> list[WatermarkPoint]:
+    """A tier's points when only its newest watermark matters: one point, reported before any other."""
+    return [] if ms is None else [WatermarkPoint(0, 0, ms)]
+
+
 def path_of(case: str) -> list[tuple]:
     tiers, marks, _ = CASES[case]
     rows = paths_from(
         [("dc1", case, tier) for tier in tiers],
-        [("dc1", case, tier, None if ms is None else at(ms)) for tier, ms in marks.items()],
+        [("dc1", case, tier, always(ms)) for tier, ms in marks.items()],
         TIERS,
         "producer",
     )
@@ -68,7 +74,7 @@ def test_the_path_of_a_topic(case):
     assert path_of(case) == CASES[case][2]
 
 
-MOMENTS = st.one_of(st.none(), st.integers(0, 10**13).map(at))
+MOMENTS = st.one_of(st.none(), st.integers(0, 10**13))
 
 
 @given(
@@ -77,14 +83,17 @@ MOMENTS = st.one_of(st.none(), st.integers(0, 10**13).map(at))
 )
 def test_no_tier_is_final_beyond_its_own_watermark_nor_beyond_a_tier_before_it_on_the_same_run(marks, counted):
     rows = paths_from(
-        [("dc1", "t", tier) for tier in counted], [("dc1", "t", *m) for m in marks.items()], TIERS, "producer"
+        [("dc1", "t", tier) for tier in counted],
+        [("dc1", "t", tier, always(mark)) for tier, mark in marks.items()],
+        TIERS,
+        "producer",
     )
     for index, (_, _, tier, _, reference, effective) in enumerate(rows):
         own = marks.get(tier)
         assert (effective is None) == (own is None), "a tier has an effective watermark exactly when it has its own"
         assert tier not in ("producer", reference)
         if own is not None:
-            assert effective <= to_ms(own)
+            assert effective <= own
             before = rows[index - 1] if index else None
             if before is not None and before[5] is not None and marks.get(before[2]) is not None:
                 assert effective <= before[5], "the tier right before bounds it"
