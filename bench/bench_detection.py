@@ -10,8 +10,10 @@ first starting a few minutes ahead (start-up). For each of those windows it meas
 
 - final: when the window turned final for the tier that lost (the aggregate): the moment its
   effective watermark passed window end + grace. That watermark is the lowest of the newest status
-  watermarks of every reporter on the path (the dc1 counter, the replicator, the aggregate counter),
-  as the books take it; the benchmark reads those status records itself from both audit topics;
+  watermarks of every reporter on the path (the dc1 counter, the replicator, the aggregate counter);
+  the benchmark reads those status records itself from both audit topics. The books bound a tier by
+  the tier before it as it stood when the tier reported (audit/contract/watermark_points.py), which
+  can only make them see the window final later than this moment: any delay that adds is measured;
 - emailed: when the mailbox received the first email whose X-Kaudit-Alert-Ids names the window's
   loss at the aggregate (the file's modification time).
 
