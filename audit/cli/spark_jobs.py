@@ -122,7 +122,9 @@ def run_reconcile(args: argparse.Namespace, settings: Settings) -> int:
             _alerts(settings)
         if not args.continuous or (args.max_runs and runs >= args.max_runs):
             break
-        status_delay_ms = int((settings.flush_interval_s + 1) * 1000)
+        # The tier before reports its watermark past a due window within one flush; the tier after it counts only
+        # once it has reported after that (audit/contract/watermark_points.py): within a second flush.
+        status_delay_ms = int((2 * settings.flush_interval_s + 1) * 1000)
         if stop.wait(memory.seconds_to_next_run(args.interval_s, time.time_ns() // 1_000_000, status_delay_ms)):
             break
     return 1 if failed else 0
