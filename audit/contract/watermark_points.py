@@ -28,7 +28,7 @@ from audit.contract.windows import to_ms
 
 # A reporter partition: the key of `_partition_status` (audit/contract/tables.py).
 REPORTER_KEY = ("tier", "cluster", "seen_topic", "service", "partition")
-# Points kept per tier and topic: with two reporters every 10 s, 80 s (and 0.15 s to read 6,000 tiers' points).
+# Points kept per tier and topic: with two reporters every 10 s, 80 s; cheap to read (tier_tables.stored_points).
 KEPT_POINTS = 16
 POINT_DDL = "STRUCT<status_at_ms: BIGINT, reported_from_ms: BIGINT, watermark_ms: BIGINT>"
 
