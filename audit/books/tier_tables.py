@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 WINDOW_KEY = ("origin_cluster", "topic", "window_start")
 WINDOW_DDL = "origin_cluster STRING, topic STRING, window_start TIMESTAMP"  # WINDOW_KEY's types
-STATUS_PAIR = ("tier", "origin_cluster", "topic")  # the key of tier_status
+STATUS_PAIR = TIER_STATUS.key  # (tier, origin_cluster, topic), also the key of _tier_points
 # What a re-sum reads of `audit_records`.
 SUMMED = (*WINDOW_KEY, "date", "tier", "logical_topic", "window_minutes", "count", "bytes", "send_failed")
 SUMMED += ("no_timestamp", "by_partition", "latency_p99_ms", "latency_max_ms")

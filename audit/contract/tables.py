@@ -402,10 +402,9 @@ PARTITION_STATUS = Table(
 TIER_POINTS = Table(
     name="_tier_points",
     doc="Each tier's watermark at its newest status moments: what bounds the tier after it on a topic's path.",
-    key=("tier", "origin_cluster", "topic"),
+    key=TIER_STATUS.key,  # one row per tier_status row
     columns=(
-        _c("tier", "STRING", "counting point"),
-        *LOGICAL_TOPIC[:2],
+        *(c for c in TIER_STATUS.columns if c.name in TIER_STATUS.key),
         _c("points", f"ARRAY<{POINT_DDL}>", "audit/contract/watermark_points.py's points, oldest first"),
     ),
 )
