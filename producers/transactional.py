@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Producer
 
+from audit.io.clients import abort_written
+
 log = logging.getLogger(__name__)
 
 TRANSACTION_TIMEOUT_S = 30.0
@@ -83,7 +85,7 @@ class TransactionalLoad:
             if commit:
                 self._commit()
             else:
-                self.producer.abort_transaction(TRANSACTION_TIMEOUT_S)
+                abort_written(self.producer, TRANSACTION_TIMEOUT_S)
             return True
         except KafkaException as exc:
             stats.errors += 1

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from confluent_kafka import Producer
 
 from audit.contract.windows import window_start
+from audit.io.clients import abort_written
 
 WINDOW_MINUTES = 10
 BASE_MS = 1_763_800_000_000 // (WINDOW_MINUTES * 60_000) * (WINDOW_MINUTES * 60_000)
@@ -47,7 +48,7 @@ def produce_transactions(
         if commit:
             producer.commit_transaction(30)
         else:
-            producer.abort_transaction(30)
+            abort_written(producer, 30)
     return expected
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from audit.contract.errors import KafkaClientError
@@ -237,6 +237,18 @@ def bounded(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
     if failure:
         raise failure[0]
     return outcome[0]
+
+
+def abort_written(producer: Producer, timeout_s: float) -> None:
+    """Abort the open transaction once every message produced in it is acknowledged.
+
+    librdkafka (#4849, open) may send the abort's EndTxn before the coordinator has handled the
+    AddPartitionsToTxn of the transaction's first messages; the coordinator, seeing no transaction yet,
+    refuses with INVALID_TXN_STATE, fatal: the producer is lost (CI, a test's aborted batch). A message is
+    acknowledged only once its partition is in the transaction, so after the flush the abort is safe;
+    the acknowledged messages are aborted like the rest (a read_committed reader never sees them)."""
+    producer.flush(timeout_s)
+    producer.abort_transaction(timeout_s)
 
 
 def is_stuck(error: KafkaError) -> bool:

@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from audit.io.clients import bounded, is_stuck
+from audit.io.clients import abort_written, bounded, is_stuck
 
 
 def test_the_admin_client_is_renewed_after_an_unanswered_query_at_most_once_per_interval():
@@ -201,8 +201,56 @@ def test_offsets_held_by_an_open_transaction_are_named_as_such_not_as_an_absent_
         with pytest.raises(KafkaClientError, match=f"offsets of group {group} .* held by a transaction") as raised:
             committed_offsets(reader, partitions, timeout_s=3, attempt_s=1, config=config)
         assert "find-hanging" in str(raised.value) and bootstrap in str(raised.value)
-        producer.abort_transaction(30)
+        abort_written(producer, 30)
         assert committed_offsets(reader, partitions, timeout_s=30, config=config)[0].offset < 0  # nothing committed
     finally:
         for consumer in (member, reader):
             consumer.close()
+
+
+@pytest.mark.kafka
+def test_an_abort_waits_for_its_messages_so_they_reach_the_log_aborted_and_no_reader_sees_them(
+    local_clusters, topic_factory, unique_name
+):
+    """`abort_written` aborts only once the coordinator holds the transaction's partitions (librdkafka
+    #4849: an abort sent before that is refused, fatally). The messages, held back by a long linger,
+    are written and then aborted: each partition ends with them and an abort marker, and a
+    read_committed reader gets none of them."""
+    from confluent_kafka import Consumer, Producer
+
+    from audit.io.clients import watermarks
+
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    topic = topic_factory("dc1", partitions=2)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_name("tx"), "linger.ms": 10_000})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for sequence in range(10):
+        producer.produce(topic, b"aborted %d" % sequence, partition=sequence % 2)
+    abort_written(producer, 30)
+
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique_name("g"),
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        assert [watermarks(reader, topic, p)[1] for p in (0, 1)] == [5 + 1, 5 + 1]  # messages + abort marker
+        reader.subscribe([topic])
+        ends, read = set(), []
+        deadline = time.monotonic() + 30
+        while len(ends) < 2 and time.monotonic() < deadline:
+            message = reader.poll(1)
+            if message is None:
+                continue
+            if message.error() and message.error().code() == KafkaError._PARTITION_EOF:
+                ends.add(message.partition())
+            elif not message.error():
+                read.append(message.value())
+        assert ends == {0, 1} and read == []
+    finally:
+        reader.close()
