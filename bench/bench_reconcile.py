@@ -28,6 +28,7 @@ import pandas as pd
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from audit.books.reconcile import RunMemory, reconcile
+from audit.books.record_check import import_expectations_early
 from audit.contract.completeness import classify
 from audit.contract.record import PartitionStatus, count_record, encode, parse, status_record
 from audit.contract.windows import window_start
@@ -189,6 +190,7 @@ def main() -> None:
                 f"writing {total:,} audit records ({args.topics} topics x {args.windows} windows x {len(TIERS)} tiers)"
             )
             produce(dc1, topic, records(args.topics, args.windows, first_window=first, sequence="a"), total)
+            import_expectations_early()  # as `kaudit reconcile` does, while the JVM starts
             spark = spark_session(app_name="bench-reconcile", cache_dir=cache)
             spark.sparkContext.setLogLevel("ERROR")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -262,6 +263,19 @@ class RecordChecker:
                     out.at[row, "reason"] = (
                         f"{column}: {_describe(hit[column])} fails {config.type} ({_bounds(config.kwargs)})"
                     )
+
+
+def import_expectations_early() -> threading.Thread:
+    """Import great_expectations in a daemon thread. The import alone takes 5-7 s of this machine's Python;
+    a process that is about to wait for something else (a new Spark session's JVM, some seconds) calls this
+    first, and the first run's check finds the suite's classes imported instead of waiting for them."""
+
+    def run() -> None:
+        import great_expectations  # noqa: F401  (imported for its side effect: the module cache)
+
+    thread = threading.Thread(target=run, name="import-great-expectations", daemon=True)
+    thread.start()
+    return thread
 
 
 _CONTEXT = None

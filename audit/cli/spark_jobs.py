@@ -100,7 +100,9 @@ def run_lake(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_reconcile(args: argparse.Namespace, settings: Settings) -> int:
     from audit.books.reconcile import RunMemory, reconcile
+    from audit.books.record_check import import_expectations_early
 
+    import_expectations_early()  # while the JVM starts
     spark = _spark(settings, "kaudit-reconcile")
     stop = threading.Event()
     stop_on_signals(stop.set)

@@ -125,3 +125,23 @@ def test_a_status_whose_lags_sum_past_int64_is_rejected_not_a_crash():
     assert out["reason"].iloc[1] == (
         f"partitions: the lags sum to {2 * (2**63 - 1)}, over the largest Kafka offset {2**63 - 1}"
     )
+
+
+def test_the_suite_can_be_imported_in_the_background_while_the_process_waits_for_spark():
+    """`kaudit reconcile` imports great_expectations (5-7 s) while its JVM starts: in a fresh interpreter the
+    thread leaves the module imported, and the checker's suite is then built from it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from audit.books.record_check import import_expectations_early\n"
+        "assert 'great_expectations' not in sys.modules, 'imported before it was asked for'\n"
+        "import_expectations_early().join(120)\n"
+        "assert 'great_expectations' in sys.modules\n"
+        "from tests.audit.books.test_record_check import CHECKER\n"
+        "print(len(CHECKER.expectations()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "6"
