@@ -76,7 +76,24 @@ def in_schedule_order(items: list) -> list:
         by_kind[kind].append(tests)
     alternating = [tests for pair in zip_longest(by_kind["spark"], by_kind["kafka"]) for tests in pair if tests]
     rest = by_kind["rest"]
-    return slow + [test for tests in [*alternating, *rest] for test in tests]
+    ordered = slow + [test for tests in [*alternating, *rest] for test in tests]
+    return _shared_runs_last(ordered)
+
+
+def _shared_runs_last(items: list) -> list:
+    """A module marked `shared_run` computes one thing for all its tests, whichever workers run them: its first
+    test stays in place and the others go last. Dealt one after another, they had a second worker wait a
+    minute on the first one's lock (the notebook's run: 59 s of setup twice in the CI's durations)."""
+    seen: set[str] = set()
+    first, later = [], []
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        if item.get_closest_marker("shared_run") and module in seen:
+            later.append(item)
+        else:
+            seen.add(module)
+            first.append(item)
+    return first + later
 
 
 def cache_dir() -> Path:

@@ -38,3 +38,16 @@ def test_slow_tests_first_then_spark_and_kafka_modules_alternate_whole_and_the_r
         "d.py::one",
         "a.py::quick",
     ]
+
+
+def test_a_shared_run_module_keeps_its_first_test_in_place_and_its_others_go_last():
+    """So no second worker waits on the first one's lock while the shared fixture runs."""
+    items = [
+        Item("n.py::first", ("spark", "shared_run")),
+        Item("n.py::second", ("spark", "shared_run")),
+        Item("n.py::third", ("spark", "shared_run")),
+        Item("c.py::one", ("kafka",)),
+        Item("a.py::quick"),
+    ]
+    ordered = [item.nodeid for item in in_schedule_order(items)]
+    assert ordered == ["n.py::first", "c.py::one", "a.py::quick", "n.py::second", "n.py::third"]

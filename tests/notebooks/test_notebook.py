@@ -32,7 +32,7 @@ FAULTS = [Loss(LOST_TOPIC, LOST_TIER, 3, LOST_COUNT), Duplicate("orders", "lake"
 
 BRONZE_PER_WINDOW = 2
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.shared_run]
 
 
 def bronze(completeness):
