@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 from audit.books.complete_through import PAIR, refresh_watermarks
 from audit.books.restatements import store_restatements
-from audit.books.tier_tables import WINDOW_DDL, WINDOW_KEY, Reported, Resummed, stored_points
+from audit.books.tier_tables import WINDOW_DDL, WINDOW_KEY, Resummed, stored_points
 from audit.books.verdicts import classified
 
 log = logging.getLogger(__name__)
@@ -43,22 +43,16 @@ REPORTED = ("origin_cluster", "topic", "tier", "watermark", "last_status_at")  #
 JUDGED_COUNTS = (*WINDOW_KEY, "tier", "count", "by_partition", "latency_p99_ms", "window_minutes")
 
 
-def tier_paths(
-    spark: SparkSession,
-    settings: Settings,
-    counted: set[tuple[str, str, str]] | None = None,
-    reported: Reported | None = None,
-):
+def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, str, str]] | None = None):
     """Per (logical topic, tier on its path): reference tier, order, the tier's effective watermark
     (audit/contract/tier_paths.py holds the rule) and the topic's threshold, as a frame, with the
     (origin_cluster, topic, tier) on the paths; None when no topic has a path. `counted`: the
     (origin_cluster, topic, tier) that `tier_counts` holds, when known (`counted_tiers`), else they are read
-    from it; `reported`: what the status tables hold, when this run's status step has it, else they are read.
-    Computed in the driver: a few rows per topic."""
+    from it. Computed in the driver: a few rows per topic."""
     counted = counted if counted is not None else counted_tiers(settings)
-    points = reported_points(settings, None if reported is None else reported.points)
-    positions = read_positions(settings, None if reported is None else reported.partitions)
-    paths = paths_from(counted, points, settings.tiers, settings.reference_tier, positions)
+    paths = paths_from(
+        counted, reported_points(settings), settings.tiers, settings.reference_tier, read_positions(settings)
+    )
     if not paths:
         return None
     patterns = settings.threshold_patterns()
@@ -67,13 +61,14 @@ def tier_paths(
     return frame, frozenset(row[:3] for row in paths)
 
 
-def reported_points(settings: Settings, stored: dict[tuple, list[WatermarkPoint]] | None = None) -> list[tuple]:
+def reported_points(settings: Settings) -> list[tuple]:
     """(origin_cluster, topic, tier, kept points) of every tier that reported (`_tier_points`, written by the
-    driver; `stored`: its points by `STATUS_PAIR`, when at hand). A `tier_status` row without points (a lake
-    written before they were kept) is one point of its newest watermark, with the tier before it unknown: its
-    windows and those of the tiers after it are lagging until the reporters have reported again."""
-    stored = stored if stored is not None else stored_points(settings.lake_root)
-    reported = {(origin, topic, tier): points for (tier, origin, topic), points in stored.items()}
+    driver). A `tier_status` row without points (a lake written before they were kept) is one point of its
+    newest watermark, with the tier before it unknown: its windows and those of the tiers after it are lagging
+    until the reporters have reported again."""
+    reported = {
+        (origin, topic, tier): points for (tier, origin, topic), points in stored_points(settings.lake_root).items()
+    }
     status = read_arrow(settings.lake_root, TIER_STATUS.name, columns=REPORTED)  # written by the driver
     for origin, topic, tier, watermark, last_status_at in zip(*(status.column(c).to_pylist() for c in REPORTED)):
         if (origin, topic, tier) not in reported:
@@ -87,26 +82,16 @@ def reported_points(settings: Settings, stored: dict[tuple, list[WatermarkPoint]
 READ = ("origin_cluster", "topic", "tier", "cluster", "seen_topic", "partition", "position", "emitted_at")
 
 
-def read_positions(
-    settings: Settings, partitions: list[dict] | None = None
-) -> dict[tuple, dict[tuple, tuple[int, int]]]:
+def read_positions(settings: Settings) -> dict[tuple, dict[tuple, tuple[int, int]]]:
     """Per (origin_cluster, topic, tier), the (position, emitted_at ms) of each of its reporter partitions' newest
-    status (`_partition_status`; `partitions`: its rows, when at hand), by (cluster, seen_topic, partition): what
-    `tier_paths.caught_up_at` compares. Of two reporters' statuses of one partition, the newest."""
-    if partitions is None:
-        status = read_arrow(settings.lake_root, PARTITION_STATUS.name, columns=READ)  # written by the driver
-        rows = zip(*(status.column(c).to_pylist() for c in READ))
-    else:
-        rows = (tuple(row[c] for c in READ) for row in partitions)
+    status (`_partition_status`), by (cluster, seen_topic, partition): what `tier_paths.caught_up_at` compares."""
+    status = read_arrow(settings.lake_root, PARTITION_STATUS.name, columns=READ)  # written by the driver
     positions: dict[tuple, dict[tuple, tuple[int, int]]] = defaultdict(dict)
-    for origin, topic, tier, cluster, seen, partition, position, emitted in rows:
-        if position is None or emitted is None:
-            continue
-        seen_by, read = positions[(origin, topic, tier)], (position, to_ms(emitted))
-        # Two reporters of the tier on one partition (another service reading it): the newest status counts,
-        # whatever order the rows come in.
-        if (cluster, seen, partition) not in seen_by or read[1] > seen_by[(cluster, seen, partition)][1]:
-            seen_by[(cluster, seen, partition)] = read
+    for origin, topic, tier, cluster, seen, partition, position, emitted in zip(
+        *(status.column(c).to_pylist() for c in READ)
+    ):
+        if position is not None and emitted is not None:
+            positions[(origin, topic, tier)][(cluster, seen, partition)] = (position, to_ms(emitted))
     return positions
 
 
@@ -180,19 +165,18 @@ def update_completeness(
     records=None,
     counted: set[tuple[str, str, str]] | None = None,
     known: OpenBooks | None = None,
-    reported: Reported | None = None,
     done=lambda step, **fields: None,
 ) -> Judgement:
     """Judge every window `resummed` (None: no count was read) and every window not yet final.
 
     Before merging the verdicts it appends the final windows they restate (`restatements`; `records`:
     the audit records the run read), after it refreshes the complete-through watermarks of their topics;
-    `counted` and `reported`: see `tier_paths`; `known`: what the session's last judge step left open (None:
-    read from `completeness`); `done(step)` is told as each step is done.
+    `counted`: see `tier_paths`; `known`: what the session's last judge step left open (None: read from
+    `completeness`); `done(step)` is told as each step is done.
     """
     from pyspark.sql import functions as F
 
-    found = tier_paths(spark, settings, counted, reported)
+    found = tier_paths(spark, settings, counted)
     if found is None:
         return Judgement(windows=0, next_due_ms=None)
     paths, path_tiers = found

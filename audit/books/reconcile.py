@@ -370,9 +370,9 @@ def _judge(
     offsets are stored) only once it is done. The tiers counted need no wait: those this run wrote are the
     tiers of its own count records, whichever version of the table the rest are read from."""
     with ThreadPoolExecutor(max_workers=1) as background:
-        resummed, reported = None, None
+        resummed = None
         if records is not None:  # independent tables: side by side
-            resummed, reported = side_by_side(
+            resummed, _ = side_by_side(
                 lambda: update_tier_counts(spark, settings, records, background=background, every_record=every_record),
                 lambda: update_tier_status(spark, settings, records),
             )
@@ -389,7 +389,6 @@ def _judge(
             records=records,
             counted=memory.counted_tiers,
             known=memory.open_books,
-            reported=reported,
             done=step.done,
         )
         if resummed is not None:

@@ -164,17 +164,7 @@ def _naive_utc(moment: datetime) -> datetime:
 # -- 3b. tier status ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Reported:
-    """What the status tables hold once a run's statuses are written: every tier's kept points, by `STATUS_PAIR`,
-    and every reporter partition's newest status (`_partition_status` rows). Handed to the judge step, which would
-    otherwise read back the two tables this step has just read and written (0.7 s a run at 2,000 topics)."""
-
-    points: dict[tuple, list[WatermarkPoint]]
-    partitions: list[dict]
-
-
-def update_tier_status(spark: SparkSession, settings: Settings, new_records) -> Reported | None:
+def update_tier_status(spark: SparkSession, settings: Settings, new_records) -> None:
     """Keep each reporter partition's newest status, then sum them up per tier and logical topic: for the
     (tier, topic) pairs that received status records, the only ones whose sums can change. Each pair's
     statuses are replayed in the order they were emitted, and the tier's watermark after each moment kept
@@ -182,40 +172,34 @@ def update_tier_status(spark: SparkSession, settings: Settings, new_records) -> 
 
     The tables are small (one row per reporter partition, per tier and topic) and Spark does not read them
     during a run, so they are kept in the driver and written by `deltalake` (delta_io.upsert_from_driver):
-    Spark's MERGE took 1-2 s each, mostly its own bookkeeping. Returns what they hold then; None when no status
-    record was read (nothing written)."""
+    Spark's MERGE took 1-2 s each, mostly its own bookkeeping."""
     from pyspark.sql import functions as F
 
     recent = _recent_partition_statuses(new_records.where(F.col("kind") == "status")).toArrow().to_pylist()
     if not recent:
-        return None
+        return
     by_pair: dict[tuple, list[dict]] = defaultdict(list)
     for row in recent:
         by_pair[tuple(row[c] for c in STATUS_PAIR)].append(row)
     states: dict[tuple, dict[tuple, dict]] = defaultdict(dict)
-    untouched = []
     for row in read_arrow(settings.lake_root, PARTITION_STATUS.name).to_pylist():
         pair = tuple(row[c] for c in STATUS_PAIR)
         if pair in by_pair:
             states[pair][reporter(row)] = row
-        else:
-            untouched.append(row)
-    points = stored_points(settings.lake_root)
-    changed, written = [], []
+    stored = stored_points(settings.lake_root)
+    changed, points = [], []
     for pair, statuses in by_pair.items():
         state = states[pair]
         new_points, reporters = replayed(state, statuses, partial(tier_watermark, pair[0], settings.cluster_names))
         changed += [state[key] for key in reporters]
-        points[pair] = kept(points.get(pair, ()), new_points)
-        written.append({**dict(zip(STATUS_PAIR, pair, strict=True)), "points": _as_stored(points[pair])})
+        points.append({**dict(zip(STATUS_PAIR, pair, strict=True)), "points": kept(stored.get(pair, ()), new_points)})
     delta_io.upsert_from_driver(settings.lake_root, PARTITION_STATUS, changed, ignore=(), update_when=NEWER_STATUS)
     now = datetime.now(UTC)
     partitions = [row for state in states.values() for row in state.values()]
     delta_io.upsert_from_driver(
         settings.lake_root, TIER_STATUS, tier_status_rows(partitions, settings.cluster_names, now)
     )
-    delta_io.upsert_from_driver(settings.lake_root, TIER_POINTS, written, ignore=())
-    return Reported(points, untouched + partitions)
+    delta_io.upsert_from_driver(settings.lake_root, TIER_POINTS, [_as_stored(row) for row in points], ignore=())
 
 
 # `replayed`'s order of a reporter partition's statuses, for the stored newest one (deltalake's SQL).
@@ -238,8 +222,8 @@ def stored_points(lake_root: str) -> dict[tuple, list[WatermarkPoint]]:
     return {pair: every[bounds[index] : bounds[index + 1]] for index, pair in enumerate(pairs)}
 
 
-def _as_stored(points: list[WatermarkPoint]) -> list[dict]:
-    return [point._asdict() for point in points]
+def _as_stored(row: dict) -> dict:
+    return {**row, "points": [point._asdict() for point in row["points"]]}
 
 
 def _recent_partition_statuses(statuses):

@@ -80,37 +80,3 @@ def test_the_positions_read_are_each_reporters_newest_by_cluster_topic_and_parti
             ("dc1", "ledger", 1): (11, to_ms(emitted)),
         }
     }
-
-
-def test_what_the_status_step_hands_the_judge_is_what_the_tables_hold_after_its_write(spark, tmp_path):
-    """`update_tier_status` returns the points and partition statuses it wrote, with the untouched tiers' as
-    stored, so the judge step need not read them back: the same as reading them back."""
-    from audit.books.judge import read_positions
-    from audit.books.tier_tables import update_tier_status
-    from audit.contract.tables import PARTITION_STATUS
-    from audit.settings import Settings
-    from tests.audit.books.test_tier_counts_spark import WINDOW_MS, _records
-
-    settings = Settings(lake_path=str(tmp_path / "lake"))
-    lake = settings.lake_root
-    delta_io.ensure_tables(lake, (PARTITION_STATUS.name, TIER_STATUS.name, TIER_POINTS.name))
-    emitted = dt.datetime.fromtimestamp((WINDOW_MS - 60_000) / 1000, dt.UTC)
-    untouched = {"tier": "lake", "cluster": "aggregate", "seen_topic": "dc1.clicks", "service": "kaudit-lake"}
-    replaced = {"tier": "aggregate", "cluster": "aggregate", "seen_topic": "dc1.orders", "service": ""}  # the record's
-    beside = {**replaced, "service": "another-reader"}  # another reporter of the same partition, older
-    rows = [
-        {**reporter, "origin_cluster": "dc1", "topic": topic, "partition": 0, "position": 3, "lag": 0,
-         "emitted_at": emitted, "record_id": f"old-{topic}", "partition_watermark": emitted}
-        for reporter, topic in ((untouched, "clicks"), (replaced, "orders"), (beside, "orders"))
-    ]  # fmt: skip
-    delta_io.upsert_from_driver(lake, PARTITION_STATUS, rows, ignore=())
-    delta_io.upsert_from_driver(lake, TIER_POINTS, [stored([WatermarkPoint(to_ms(emitted), 1, 2)])], ignore=())
-
-    reported = update_tier_status(spark, settings, _records(spark, settings))
-
-    assert reported is not None
-    assert reported.points == stored_points(lake)
-    assert len(reported.points) == 2 and len(reported.points[("aggregate", "dc1", "orders")]) == 1
-    assert len(reported.partitions) == 3, "the touched reporter replaced, the others as stored"
-    assert read_positions(settings, reported.partitions) == read_positions(settings)
-    assert read_positions(settings)[("dc1", "orders", "aggregate")] == {("aggregate", "dc1.orders", 0): (5, WINDOW_MS)}
