@@ -190,9 +190,11 @@ def update_tier_status(spark: SparkSession, settings: Settings, new_records) -> 
     changed, points = [], []
     for pair, statuses in by_pair.items():
         state = states[pair]
-        new_points, reporters = replayed(state, statuses, partial(tier_watermark, pair[0], settings.cluster_names))
+        before = stored.get(pair, ())
+        watermark = partial(tier_watermark, pair[0], settings.cluster_names)
+        new_points, reporters = replayed(state, statuses, watermark, stored=before)
         changed += [state[key] for key in reporters]
-        points.append({**dict(zip(STATUS_PAIR, pair, strict=True)), "points": kept(stored.get(pair, ()), new_points)})
+        points.append({**dict(zip(STATUS_PAIR, pair, strict=True)), "points": kept(before, new_points)})
     delta_io.upsert_from_driver(settings.lake_root, PARTITION_STATUS, changed, ignore=(), update_when=NEWER_STATUS)
     now = datetime.now(UTC)
     partitions = [row for state in states.values() for row in state.values()]

@@ -15,11 +15,15 @@ seen at t: combining the two made old windows final, and short, at the lake (a f
   before the later tier's `reported_from_ms` on (or, when offsets show the later tier read as far as this
   tier's counter had, before that counter's status); by none (unknown) if no kept point is that old
   (audit/contract/tier_paths.py applies it).
+- Within a cluster tier the same holds between its counter and the replicators into it: the counter's lag 0 at t
+  covers what had arrived by t, so a point made after a replicator's newer status is bounded by the tier's points
+  as they stood at the counter's status (`counted_bound`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from itertools import groupby
 from typing import NamedTuple
@@ -51,16 +55,20 @@ def replayed(
     statuses: Iterable[dict],
     watermark: Callable[[list[dict]], datetime | None],
     limit: int = KEPT_POINTS,
+    stored: Sequence[WatermarkPoint] = (),
 ) -> tuple[list[WatermarkPoint], set[tuple]]:
     """Apply one tier and topic's `statuses` (rows of `_partition_status`'s columns, in any order) to `state`
-    (its newest status per reporter partition, updated in place) in the order they were emitted.
+    (its newest status per reporter partition, updated in place) in the order they were emitted; `stored`: the
+    tier's points kept before (what `counted_bound` looks back on).
 
     Returns the tier's point after each of the last `limit` moments that changed `state` (`watermark` of the
-    partitions' rows gives its watermark; older points would not be kept) and the reporter partitions whose
-    newest status changed. A status older than the newest one of its partition changes nothing."""
+    partitions' rows gives its watermark, `counted_bound` bounds it; older points would not be kept) and the
+    reporter partitions whose newest status changed. A status older than the newest one of its partition changes
+    nothing."""
     ordered = sorted(statuses, key=_emission)
     moments = [moment for moment, _ in groupby(ordered, key=lambda row: row["emitted_at"])]
     pointed = set(moments[-limit:])
+    history = {point.status_at_ms: point for point in stored}
     points: list[WatermarkPoint] = []
     changed: set[tuple] = set()
     for moment, rows in groupby(ordered, key=lambda row: row["emitted_at"]):
@@ -70,8 +78,11 @@ def replayed(
             if key not in state or _emission(row) > _emission(state[key]):
                 state[key], applied = row, True
                 changed.add(key)
-        if applied and moment in pointed:
-            point = _point(list(state.values()), watermark)
+        if not applied:
+            continue
+        point = _point(list(state.values()), watermark, history)
+        history[point.status_at_ms] = point
+        if moment in pointed:
             if points and points[-1].status_at_ms == point.status_at_ms:
                 points[-1] = point  # the same moment, known better
             else:
@@ -79,15 +90,45 @@ def replayed(
     return points, changed
 
 
+def counted_bound(rows: list[dict], history: Mapping[int, WatermarkPoint]) -> tuple[bool, int | None]:
+    """Whether a cluster tier's watermark must be bounded, and by what (epoch ms; None: unknown), because a
+    reporter that copies into the tier (a replicator) reported after the tier's own counter.
+
+    The counter's "lag 0 at t" covers what had arrived by t: a backlog the replicator delivered after t is in
+    the tier but not in its counts, however caught up the replicator says it is now. So the counter's claim holds
+    only up to the tier's watermark as it stood at the counter's status: the lowest of its points from the last
+    one at or before that status on (`history`, by `status_at_ms`). No point that old: unknown. The counter's next
+    status, emitted after the replicator's, lifts the bound (docs/reliability.md, "A backlog delivered after the
+    counter's status")."""
+    counters = [row["emitted_at"] for row in rows if row["cluster"] == row["tier"]]
+    copiers = [row["emitted_at"] for row in rows if row["cluster"] != row["tier"]]
+    if not counters or not copiers or max(copiers) <= min(counters):
+        return False, None
+    counted_at = to_ms(min(counters))
+    moments = sorted(history)
+    first = bisect_right(moments, counted_at) - 1
+    if first < 0:
+        return True, None
+    marks = [history[moment].watermark_ms for moment in moments[first:]]
+    known = [mark for mark in marks if mark is not None]
+    return True, min(known) if len(known) == len(marks) else None
+
+
 def _emission(row: dict) -> tuple:
     """The order of a reporter partition's statuses: by emission, ties by record id (as the stored newest)."""
     return row["emitted_at"], row["record_id"] or ""
 
 
-def _point(rows: list[dict], watermark: Callable[[list[dict]], datetime | None]) -> WatermarkPoint:
+def _point(
+    rows: list[dict], watermark: Callable[[list[dict]], datetime | None], history: Mapping[int, WatermarkPoint]
+) -> WatermarkPoint:
     mark = watermark(rows)
+    mark_ms = None if mark is None else to_ms(mark)
+    bounded, bound = counted_bound(rows, history)
+    if bounded:
+        mark_ms = None if mark_ms is None or bound is None else min(mark_ms, bound)
     emitted = [row["emitted_at"] for row in rows]
-    return WatermarkPoint(to_ms(max(emitted)), to_ms(min(emitted)), None if mark is None else to_ms(mark))
+    return WatermarkPoint(to_ms(max(emitted)), to_ms(min(emitted)), mark_ms)
 
 
 def kept(
