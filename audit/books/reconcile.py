@@ -116,7 +116,8 @@ class RunMemory:
     def seconds_to_next_run(self, interval_s: float, now_ms: int, status_delay_ms: int) -> float:
         """How long a session waits before its next run: `interval_s`, unless the first pending window turns
         due before that. Then the next run starts `status_delay_ms` after that moment (the reporters'
-        statuses that make it final take up to two flushes: the tier before's, then the tier's own after it),
+        statuses that make it final take up to three flushes: the tier before's, then the tier's own after it, and
+        for a cluster tier its counter's after its replicator's),
         so a loss in that window is judged one run after it could be, not up to one interval plus one run later."""
         if not self.judged or self.next_due_ms is None:
             return interval_s
