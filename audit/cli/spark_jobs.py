@@ -126,7 +126,7 @@ def run_reconcile(args: argparse.Namespace, settings: Settings) -> int:
             break
         # The tier before reports its watermark past a due window within one flush; the tier after it counts only
         # once it has reported after that (audit/contract/watermark_points.py): within a second flush; and a cluster
-        # tier's counter counts only once it has reported after the replicator into it did (`counted_bound`):
+        # tier's counter counts only once it has reported after the replicator into it did (`counted_since`):
         # within a third. Two flushes left the first run after a due window too early for the cluster tiers
         # about twice in three (bench_detection 2026-11-29: p50 49.6-50.6 s against 27.5 s before the bound).
         status_delay_ms = int((3 * settings.flush_interval_s + 1) * 1000)

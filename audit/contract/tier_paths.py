@@ -8,8 +8,8 @@ topic, held by the driver, so the rule is computed there (a Spark query took 1-2
 - A tier's effective watermark is the lowest of its own and of the tier right before it as it stood when the
   tier reported (audit/contract/watermark_points.py holds that rule): the lake cannot be final for data the
   aggregate had not received when the lake said it was caught up. Or, once the tier's reporters have read as far
-  as the tier before's own counter had, of the tier before as it stood at that counter's status (`caught_up_at`). A tier that never
-  reported has none, and the tiers after it start again from their own.
+  as the tier before's own counter had (and the tier's own counter reported after that), of the tier before as it
+  stood at that counter's status (`caught_up_at`). A tier that never reported has none, and the tiers after it start again from their own.
 - The reference tier itself is not judged (the others are judged against it).
 """
 
@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from audit.contract.names import PRODUCER_TIER
-from audit.contract.watermark_points import WatermarkPoint
+from audit.contract.watermark_points import WatermarkPoint, counted_after_copies
 
 PATH_COLUMNS = ("origin_cluster", "topic", "tier", "tier_order", "reference_tier", "tier_watermark_ms")
 PATH_DDL = (
@@ -63,7 +63,7 @@ def _path(
             caught_up = None
             if before_tier is not None:
                 caught_up = caught_up_at(
-                    read.get((origin, topic, tier)), read.get((origin, topic, before_tier)), before_tier
+                    read.get((origin, topic, tier)), read.get((origin, topic, before_tier)), before_tier, tier
                 )
             marks = _Marks(by_tier[tier], before, caught_up_at=caught_up)
         effective = marks.newest() if marks is not None else None
@@ -74,17 +74,22 @@ def _path(
 
 
 def caught_up_at(
-    reader: Mapping[tuple, tuple] | None, before: Mapping[tuple, tuple] | None, cluster: str
+    reader: Mapping[tuple, tuple] | None, before: Mapping[tuple, tuple] | None, cluster: str, tier: str
 ) -> int | None:
-    """The moment as of which a tier holds all the tier before it (`cluster`) had, by offsets: the oldest newest
-    status of that cluster's own reporters (its counter), when the tier's reporters have read on `cluster`, partition
-    by partition, at least as far as those had. None when they have not.
+    """The moment as of which a tier (`tier`) has counted all the tier before it (`cluster`) had, by offsets: the
+    oldest newest status of that cluster's own reporters (its counter), when the tier's reporters have read on
+    `cluster`, partition by partition, at least as far as those had, and the tier's own counter, if it has one,
+    reported after they read (else it had not counted it: `watermark_points.counted_since`). None otherwise.
 
     A stopped pipeline whose replicator reported last a few seconds before the origin's counter is then final: its
     time of report alone says nothing of what the origin received in those seconds, its offsets do."""
     own = {key: seen for key, seen in (before or {}).items() if key[0] == cluster}
     reached = reader or {}
     if not own or any(reached.get(key, (-1, 0))[0] < position for key, (position, _) in own.items()):
+        return None
+    counted = [emitted for key, (_, emitted) in reached.items() if key[0] == tier]
+    copied = [emitted for key, (_, emitted) in reached.items() if key[0] == cluster]
+    if not counted_after_copies(counted, copied):
         return None
     return min(emitted for _, emitted in own.values())
 

@@ -17,7 +17,8 @@ seen at t: combining the two made old windows final, and short, at the lake (a f
   (audit/contract/tier_paths.py applies it).
 - Within a cluster tier the same holds between its counter and the replicators into it: the counter's lag 0 at t
   covers what had arrived by t, so a point made after a replicator's newer status is bounded by the tier's points
-  as they stood at the counter's status (`counted_bound`).
+  as they stood at the counter's status, each bounded by the tier before it as of its own oldest status
+  (`counted_since`).
 """
 
 from __future__ import annotations
@@ -59,10 +60,10 @@ def replayed(
 ) -> tuple[list[WatermarkPoint], set[tuple]]:
     """Apply one tier and topic's `statuses` (rows of `_partition_status`'s columns, in any order) to `state`
     (its newest status per reporter partition, updated in place) in the order they were emitted; `stored`: the
-    tier's points kept before (what `counted_bound` looks back on).
+    tier's points kept before (what `counted_since` looks back on).
 
     Returns the tier's point after each of the last `limit` moments that changed `state` (`watermark` of the
-    partitions' rows gives its watermark, `counted_bound` bounds it; older points would not be kept) and the
+    partitions' rows gives its watermark, `counted_since` bounds it; older points would not be kept) and the
     reporter partitions whose newest status changed. A status older than the newest one of its partition changes
     nothing."""
     ordered = sorted(statuses, key=_emission)
@@ -90,28 +91,29 @@ def replayed(
     return points, changed
 
 
-def counted_bound(rows: list[dict], history: Mapping[int, WatermarkPoint]) -> tuple[bool, int | None]:
-    """Whether a cluster tier's watermark must be bounded, and by what (epoch ms; None: unknown), because a
-    reporter that copies into the tier (a replicator) reported after the tier's own counter.
+def counted_since(rows: list[dict], history: Mapping[int, WatermarkPoint]) -> list[WatermarkPoint] | None:
+    """The tier's points that bound a cluster tier's new point because a reporter that copies into the tier (a
+    replicator) reported after the tier's own counter (None: no bound; empty: no point that old, unknown).
 
     The counter's "lag 0 at t" covers what had arrived by t: a backlog the replicator delivered after t is in
     the tier but not in its counts, however caught up the replicator says it is now. So the counter's claim holds
-    only up to the tier's watermark as it stood at the counter's status: the lowest of its points from the last
-    one at or before that status on (`history`, by `status_at_ms`). No point that old: unknown. The counter's next
-    status, emitted after the replicator's, lifts the bound (docs/reliability.md, "A backlog delivered after the
-    counter's status")."""
-    counters = [row["emitted_at"] for row in rows if row["cluster"] == row["tier"]]
-    copiers = [row["emitted_at"] for row in rows if row["cluster"] != row["tier"]]
-    if not counters or not copiers or max(copiers) <= min(counters):
-        return False, None
-    counted_at = to_ms(min(counters))
+    only up to the tier as it stood at the counter's status: its points from the last one at or before that status
+    on (`history`, by `status_at_ms`), each of them valid only as far as the tier before it held at its own oldest
+    status. The counter's next status, emitted after the replicator's, lifts the bound (docs/reliability.md, "A
+    backlog delivered after the counter's status")."""
+    counted = [to_ms(row["emitted_at"]) for row in rows if row["cluster"] == row["tier"]]
+    copied = [to_ms(row["emitted_at"]) for row in rows if row["cluster"] != row["tier"]]
+    if counted_after_copies(counted, copied):
+        return None
     moments = sorted(history)
-    first = bisect_right(moments, counted_at) - 1
-    if first < 0:
-        return True, None
-    marks = [history[moment].watermark_ms for moment in moments[first:]]
-    known = [mark for mark in marks if mark is not None]
-    return True, min(known) if len(known) == len(marks) else None
+    first = bisect_right(moments, min(counted)) - 1
+    return [history[moment] for moment in moments[first:]] if first >= 0 else []
+
+
+def counted_after_copies(counted: Sequence[int], copied: Sequence[int]) -> bool:
+    """Whether a tier's counter (its newest statuses emitted at `counted`) counted what the reporters that copy into
+    the tier (`copied`) had delivered: true when either is missing (a lake job lands and counts in one status)."""
+    return not counted or not copied or max(copied) <= min(counted)
 
 
 def _emission(row: dict) -> tuple:
@@ -123,12 +125,23 @@ def _point(
     rows: list[dict], watermark: Callable[[list[dict]], datetime | None], history: Mapping[int, WatermarkPoint]
 ) -> WatermarkPoint:
     mark = watermark(rows)
-    mark_ms = None if mark is None else to_ms(mark)
-    bounded, bound = counted_bound(rows, history)
-    if bounded:
-        mark_ms = None if mark_ms is None or bound is None else min(mark_ms, bound)
     emitted = [row["emitted_at"] for row in rows]
-    return WatermarkPoint(to_ms(max(emitted)), to_ms(min(emitted)), mark_ms)
+    point = WatermarkPoint(to_ms(max(emitted)), to_ms(min(emitted)), None if mark is None else to_ms(mark))
+    since = counted_since(rows, history)
+    if since is None:
+        return point
+    if not since:
+        return point._replace(watermark_ms=None)
+    # Each of those points holds only as far as the tier before it held at its oldest status: the new point's
+    # oldest status becomes theirs, which the tier before bounds (audit/contract/tier_paths.py).
+    return point._replace(
+        watermark_ms=_lowest([point.watermark_ms, *(old.watermark_ms for old in since)]),
+        reported_from_ms=_lowest([point.reported_from_ms, *(old.reported_from_ms for old in since)]),
+    )
+
+
+def _lowest(values: list[int | None]) -> int | None:
+    return None if None in values else min(values)  # type: ignore[type-var]
 
 
 def kept(

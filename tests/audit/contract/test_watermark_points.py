@@ -133,6 +133,41 @@ def test_a_backlog_delivered_after_the_counters_status_keeps_the_tier_lagging_un
     assert alone[-1].watermark_ms == 100_000, "never behind: the tier as it stood at the counter's status"
 
 
+def test_a_counter_bound_holds_only_as_far_as_the_tier_before_held_when_the_tier_last_counted():
+    """Found by the model below (2026-11-29): the lake's reader said lag 0 at t=2 on an aggregate that held nothing
+    yet, its counter counted nothing at t=4, the aggregate then received dc1's message of t=1 and the lake copied it;
+    the reader reported again at t=10, having read as far as the aggregate's counter had. The counter's claim of t=4
+    rests on the aggregate as it stood at t=2 (unknown), and the reader's offsets say what the lake holds, not what
+    its counter counted: the lake is unknown until its counter reports again."""
+    states: dict[str, dict] = {"dc1": {}, "aggregate": {}, "lake": {}}
+    dc1, _ = replayed(states["dc1"], [status("dc1", 2, position=1)], lowest)
+    aggregate, _ = replayed(
+        states["aggregate"],
+        [status("aggregate", 6, reads="dc1", position=1), status("aggregate", 10, position=1)],
+        lowest,
+    )
+    read = [status("lake", 2, reads="aggregate"), status("lake", 4), status("lake", 10, reads="aggregate", position=1)]
+    lake, _ = replayed(states["lake"], read, lowest)
+    marks = {"dc1": dc1, "aggregate": aggregate, "lake": lake}
+    assert effective(marks, states)["lake"] is None, "the lake's counter counted nothing of the aggregate's backlog"
+    counted, _ = replayed(states["lake"], [status("lake", 12, position=1)], lowest, stored=lake)
+    marks["lake"] = kept(lake, counted)
+    assert effective(marks, states)["lake"] == 2_000, "counted since: as far as dc1's counter at t=2"
+
+
+def test_a_counter_bound_carries_the_tier_befores_bound_of_the_points_it_rests_on():
+    """The lake's counter counted at t=40 what the lake held, which was the aggregate as it stood at t=20 (the reader's
+    lag 0 then), when the aggregate was behind since t=5. The reader's newer status (t=50) does not lift that."""
+    dc1 = points_of([status("dc1", 10), status("dc1", 30), status("dc1", 60)])
+    aggregate = points_of(
+        [status("aggregate", 20, reads="dc1", lag=4, last_audit=5), status("aggregate", 20)]
+        + [status("aggregate", 30, reads="dc1"), status("aggregate", 30)]
+    )
+    lake = points_of([status("lake", 20, reads="aggregate"), status("lake", 40), status("lake", 50, reads="aggregate")])
+    assert lake[-1].reported_from_ms == 20_000, "the oldest status behind the points the counter's claim rests on"
+    assert effective({"dc1": dc1, "aggregate": aggregate, "lake": lake})["lake"] == 5_000
+
+
 def test_a_tier_with_no_point_as_old_as_its_successors_status_leaves_it_unknown():
     marks = {"dc1": points_of([status("dc1", 40)]), "aggregate": points_of([status("aggregate", 30)])}
     assert effective(marks)["aggregate"] is None, "what dc1 held at t=30 is not known"
