@@ -33,7 +33,6 @@ from audit.contract.watermarks import topic_statuses, watermark_ms
 from audit.hops import fastcount
 from audit.hops.counter_state import (
     ABORTS,
-    FENCED,
     FLUSHES,
     LAG,
     LAST_FLUSH,
@@ -49,6 +48,7 @@ from audit.hops.counter_state import (
 from audit.hops.retention import RetentionGaps, Skip, seek_past_deleted, skips_in_batch
 from audit.hops.runloop import run_hop
 from audit.io.clients import (
+    FENCED,
     LATE_ANSWER_S,
     Admin,
     bounded,

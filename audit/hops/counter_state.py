@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError
 from prometheus_client import Counter, Gauge
 
 from audit.contract.names import DEFAULT_AUDIT_TOPIC
@@ -16,8 +15,6 @@ TRANSACTION_TIMEOUT_MS = 60_000
 SESSION_TIMEOUT_MS = 10_000
 DEFAULT_CLIENT_TIMEOUT_S = 30.0
 DEFAULT_TRANSACTION_CALL_TIMEOUT_S = 5.0
-# Another live producer with our transactional id: renewing would fence it in turn, for ever.
-FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED}
 
 MESSAGES = Counter("kaudit_counter_messages_total", "Messages counted", ["cluster", "topic"])
 LAG = Gauge("kaudit_counter_lag_messages", "End offset minus position", ["cluster", "topic", "partition"])

@@ -27,10 +27,11 @@ from collections import defaultdict
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
+from audit.contract.errors import KafkaClientError
 from audit.hops.mirror_state import COPIED, ERRORS, PartitionFlow, copy_headers, provenance
 from audit.hops.replicator import Replicator
 from audit.hops.retention import Skip
-from audit.io.clients import LATE_ANSWER_S, bounded, committed_offsets, ensure_topics, is_stuck
+from audit.io.clients import FENCED, LATE_ANSWER_S, bounded, committed_offsets, ensure_topics, is_lost
 
 log = logging.getLogger(__name__)
 
@@ -232,29 +233,43 @@ class ExactlyOnceReplicator(Replicator):
         return min(self.options.commit_interval_s, 1.0)
 
     def _begin(self) -> bool:
-        """Open a transaction unless one is open. False when the producer was stuck and was replaced: the
+        """Open a transaction unless one is open. False when the producer was lost (stuck, or fatal) and was replaced: the
         consumer is back at the committed positions, so the messages in hand are read again."""
         if self._in_transaction:
             return True
         try:
             self._bounded(self._producer.begin_transaction, "begin_transaction")
         except KafkaException as exc:
-            if not is_stuck(exc.args[0]):
-                raise
-            self._replace_stuck_producer(exc.args[0])
-            return False
+            if is_lost(exc.args[0]):
+                self._replace_lost_producer(exc.args[0])
+                return False
+            if exc.args[0].fatal():
+                raise self._unrecoverable(exc.args[0]) from exc
+            raise
         self._in_transaction = True
         self._transaction_started = time.monotonic()
         return True
 
-    def _replace_stuck_producer(self, error: KafkaError) -> None:
+    def _replace_lost_producer(self, error: KafkaError) -> None:
         log.warning(
-            "transactional producer stuck; a new one takes over and what the old one left open is aborted",
-            extra={**self._log_extra(), "error": error.str()},
+            "transactional producer lost (stuck or in a fatal state); a new one takes over and what the old one "
+            "left open is aborted",
+            extra={**self._log_extra(), "error": error.str(), "code": error.code()},
         )
-        self._in_transaction = False  # the stuck producer is not asked to abort: the new one's init does
+        self._in_transaction = False  # the lost producer is not asked to abort: the new one's init does
         self._start_producer()
         self._abort()
+
+    def _unrecoverable(self, error: KafkaError) -> KafkaClientError:
+        """The error a fatal state no new producer cures stops the replicator with (`clients.FENCED_OR_REFUSED`)."""
+        what = f"replicator {self.options.source} -> {self.options.target}"
+        if error.code() in FENCED:
+            return KafkaClientError(
+                f"{what}: transactional id {self.transactional_id} was taken over by another instance "
+                f"({error.str()}); give each instance its own --instance",
+                code=error.code(),
+            )
+        return KafkaClientError(f"{what}: transactional id {self.transactional_id}: {error.str()}", code=error.code())
 
     def _commit_transaction(self) -> bool:
         """Write the pending positions and commit them with the copies; False when aborted."""
@@ -273,11 +288,11 @@ class ExactlyOnceReplicator(Replicator):
                 lambda: self._bounded(lambda: producer.commit_transaction(timeout_s), "commit_transaction"),
             )
         except KafkaException as exc:
-            if is_stuck(exc.args[0]):
-                self._replace_stuck_producer(exc.args[0])
+            if is_lost(exc.args[0]):
+                self._replace_lost_producer(exc.args[0])
                 return False
             if exc.args[0].fatal():
-                raise
+                raise self._unrecoverable(exc.args[0]) from exc
             self._abort()
             return False
         self._in_transaction = False
@@ -313,9 +328,11 @@ class ExactlyOnceReplicator(Replicator):
                     lambda: self._bounded(lambda: producer.abort_transaction(timeout_s), "abort_transaction"),
                 )
             except KafkaException as exc:
-                if is_stuck(exc.args[0]):
-                    self._start_producer()  # its init aborts what the stuck one left open
-                elif exc.args[0].fatal() or not self._stop.is_set():
+                if is_lost(exc.args[0]):
+                    self._start_producer()  # its init aborts what the lost one left open
+                elif exc.args[0].fatal():
+                    raise self._unrecoverable(exc.args[0]) from exc
+                elif not self._stop.is_set():
                     raise
         self._in_transaction = False
         self._pending.clear()

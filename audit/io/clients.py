@@ -256,6 +256,23 @@ def is_stuck(error: KafkaError) -> bool:
     return error.code() == KafkaError._TIMED_OUT and error.fatal()
 
 
+# Another live producer with our transactional id: renewing would fence it in turn, for ever.
+FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
+# Fatal errors of a transactional producer that a new producer with the same transactional id would not cure:
+# fenced, or the client may not use the id.
+FENCED_OR_REFUSED = FENCED | {
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+}
+
+
+def is_lost(error: KafkaError) -> bool:
+    """A transactional producer to replace with a new one, whose init aborts what it left open: stuck
+    (`is_stuck`), or in a fatal state a new one cures (INVALID_TXN_STATE from librdkafka #4849, say)."""
+    return is_stuck(error) or (error.fatal() and error.code() not in FENCED_OR_REFUSED)
+
+
 ADMIN_RENEW_EVERY_S = 15.0
 
 

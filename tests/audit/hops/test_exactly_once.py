@@ -16,8 +16,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from audit.contract.errors import KafkaClientError
 from audit.hops.mirror_eos import read_positions
 from audit.io.audit_log import counts_by_window, read_audit_topic
 from audit.io.clients import committed_offsets, ensure_topics
@@ -302,6 +303,104 @@ def test_status_records_lag_and_retention_gaps_work_in_exactly_once_mode(cluster
     assert reported_gaps(src, options.audit_topic, "aggregate") == {(0, 100, 130)}
     target = read_all(dst, f"dc1.{topic}", committed=True)
     assert sum(target.values()) == len(target) == 120
+
+
+class FailingOnce:
+    """A transactional producer whose first commit fails with `make_error()` instead of committing (the rest goes
+    to the real one): the transaction stays open on the broker, for the next producer's init to abort."""
+
+    def __init__(self, producer, make_error) -> None:
+        self._producer, self._make_error, self.failed = producer, make_error, False
+
+    def commit_transaction(self, *args):
+        if not self.failed:
+            self.failed = True
+            raise KafkaException(self._make_error(self._producer))
+        return self._producer.commit_transaction(*args)
+
+    def __getattr__(self, name: str):
+        return getattr(self._producer, name)
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+
+def exactly_once_replicator(clusters, topic: str, unique_name, make_error):
+    """An in-process exactly-once replicator of `topic` whose first producer's first commit fails with
+    `make_error(real producer)`; returns it and the list of producers it made."""
+    import dataclasses
+
+    from audit.contract.naming import PrefixNaming
+    from audit.hops.mirror_eos import ExactlyOnceReplicator
+    from tests.audit.hops.test_replicator import options_for
+
+    options = dataclasses.replace(options_for(unique_name), client_timeout_s=5.0)
+    mirror = ExactlyOnceReplicator(
+        {"bootstrap.servers": clusters["src"].bootstrap_servers},
+        {"bootstrap.servers": clusters["dst"].bootstrap_servers},
+        options,
+        PrefixNaming(frozenset({"dc1", "aggregate"})),
+        lambda t: t == topic,
+    )
+    made: list = []
+
+    def new_producer(real=mirror._new_producer):
+        made.append(real())
+        return FailingOnce(made[-1], make_error) if len(made) == 1 else made[-1]
+
+    mirror._new_producer = new_producer
+    return mirror, made
+
+
+def test_a_fatal_transaction_error_costs_a_new_producer_not_the_replicator(clusters, topic, unique_name):
+    """librdkafka may leave a transactional producer in a fatal state a new one cures (INVALID_TXN_STATE when
+    an EndTxn overtakes its AddPartitionsToTxn, #4849; CI hit it on 2026-11-29). The replicator stopped there;
+    now a new producer with the same transactional id takes over, its init aborting the open transaction."""
+    from tests.audit.hops.test_replicator import produce
+
+    invalid_state = KafkaError(KafkaError.INVALID_TXN_STATE, "injected: EndTxn before AddPartitionsToTxn", fatal=True)
+    mirror, made = exactly_once_replicator(clusters, topic, unique_name, lambda _producer: invalid_state)
+    produce(clusters["src"].bootstrap_servers, topic, 300, partitions=PARTITIONS)
+    stats = mirror.run(until_caught_up=True, max_seconds=90)
+
+    assert len(made) == 2, "the producer in a fatal state was replaced"
+    assert mirror.aborts >= 1 and stats.lag == 0
+    target = read_all(clusters["dst"].bootstrap_servers, f"dc1.{topic}", committed=True)
+    assert sum(target.values()) == len(target) == 300, "each message exactly once"
+
+
+def test_a_replicator_fenced_by_another_producer_with_its_id_stops_and_does_not_fence_it_back(
+    clusters, topic, unique_name
+):
+    """Another process took this instance's transactional id (a second instance of the same name, or the
+    restarted one while this one was cut off): the broker fences this one. A new producer would fence the other
+    back, and the two would take turns: the replicator stops with the broker's error instead."""
+    from confluent_kafka import Producer
+
+    from tests.audit.hops.test_replicator import produce
+
+    rival: list = []
+
+    def fenced(producer) -> KafkaError:
+        other = Producer(
+            {"bootstrap.servers": clusters["dst"].bootstrap_servers, "transactional.id": mirror.transactional_id}
+        )
+        other.init_transactions(30)  # a real fence: the broker bumps the id's epoch
+        rival.append(other)
+        try:
+            producer.commit_transaction(10)
+        except KafkaException as exc:
+            return exc.args[0]
+        raise AssertionError("the fenced producer committed")
+
+    mirror, made = exactly_once_replicator(clusters, topic, unique_name, fenced)
+    produce(clusters["src"].bootstrap_servers, topic, 300, partitions=PARTITIONS)
+    with pytest.raises(KafkaClientError, match="taken over by another instance.*give each instance its own --instance"):
+        mirror.run(until_caught_up=True, max_seconds=90)
+
+    assert rival, "the rival producer fenced the replicator's"
+    assert len(made) == 1, "no new producer fenced the rival back"
+    assert read_all(clusters["dst"].bootstrap_servers, f"dc1.{topic}", committed=True) == Counter()
 
 
 @pytest.mark.parametrize("stuck_call", ["begin_transaction", "commit_transaction"])
