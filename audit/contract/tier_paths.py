@@ -9,7 +9,8 @@ topic, held by the driver, so the rule is computed there (a Spark query took 1-2
   tier reported (audit/contract/watermark_points.py holds that rule): the lake cannot be final for data the
   aggregate had not received when the lake said it was caught up. Or, once the tier's reporters have read as far
   as the tier before's own counter had (and the tier's own counter reported after that), of the tier before as it
-  stood at that counter's status (`caught_up_at`). A tier that never reported has none, and the tiers after it start again from their own.
+  stood at that counter's status (`caught_up_at`). A tier that never reported has none, and the tiers after it
+  start again from their own.
 - The reference tier itself is not judged (the others are judged against it).
 """
 

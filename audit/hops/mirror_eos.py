@@ -233,8 +233,8 @@ class ExactlyOnceReplicator(Replicator):
         return min(self.options.commit_interval_s, 1.0)
 
     def _begin(self) -> bool:
-        """Open a transaction unless one is open. False when the producer was lost (stuck, or fatal) and was replaced: the
-        consumer is back at the committed positions, so the messages in hand are read again."""
+        """Open a transaction unless one is open. False when the producer was lost (stuck, or in a fatal state) and
+        was replaced: the consumer is back at the committed positions, so the messages in hand are read again."""
         if self._in_transaction:
             return True
         try:
