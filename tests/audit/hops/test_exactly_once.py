@@ -325,9 +325,9 @@ class FailingOnce:
         return len(self._producer)
 
 
-def exactly_once_replicator(clusters, topic: str, unique_name, make_error):
-    """An in-process exactly-once replicator of `topic` whose first producer's first commit fails with
-    `make_error(real producer)`; returns it and the list of producers it made."""
+def exactly_once_replicator(clusters, topic: str, unique_name, wrap_first):
+    """An in-process exactly-once replicator of `topic` whose first producer is `wrap_first(real producer)`;
+    returns it and the list of the real producers it made."""
     import dataclasses
 
     from audit.contract.naming import PrefixNaming
@@ -346,7 +346,7 @@ def exactly_once_replicator(clusters, topic: str, unique_name, make_error):
 
     def new_producer(real=mirror._new_producer):
         made.append(real())
-        return FailingOnce(made[-1], make_error) if len(made) == 1 else made[-1]
+        return wrap_first(made[-1]) if len(made) == 1 else made[-1]
 
     mirror._new_producer = new_producer
     return mirror, made
@@ -359,7 +359,9 @@ def test_a_fatal_transaction_error_costs_a_new_producer_not_the_replicator(clust
     from tests.audit.hops.test_replicator import produce
 
     invalid_state = KafkaError(KafkaError.INVALID_TXN_STATE, "injected: EndTxn before AddPartitionsToTxn", fatal=True)
-    mirror, made = exactly_once_replicator(clusters, topic, unique_name, lambda _producer: invalid_state)
+    mirror, made = exactly_once_replicator(
+        clusters, topic, unique_name, lambda producer: FailingOnce(producer, lambda _producer: invalid_state)
+    )
     produce(clusters["src"].bootstrap_servers, topic, 300, partitions=PARTITIONS)
     stats = mirror.run(until_caught_up=True, max_seconds=90)
 
@@ -393,7 +395,7 @@ def test_a_replicator_fenced_by_another_producer_with_its_id_stops_and_does_not_
             return exc.args[0]
         raise AssertionError("the fenced producer committed")
 
-    mirror, made = exactly_once_replicator(clusters, topic, unique_name, fenced)
+    mirror, made = exactly_once_replicator(clusters, topic, unique_name, lambda producer: FailingOnce(producer, fenced))
     produce(clusters["src"].bootstrap_servers, topic, 300, partitions=PARTITIONS)
     with pytest.raises(KafkaClientError, match="taken over by another instance.*give each instance its own --instance"):
         mirror.run(until_caught_up=True, max_seconds=90)
@@ -410,30 +412,16 @@ def test_a_transactional_call_that_never_returns_costs_a_new_producer_not_the_re
     """librdkafka was seen never to return from a transactional call after a broker restart (#5511). Past
     the client timeout the replicator leaves that producer to its thread and starts a new one, whose init
     aborts what the stuck one left open: everything is copied, exactly once."""
-    import dataclasses
     import threading
 
-    from audit.contract.naming import PrefixNaming
-    from audit.hops.mirror_eos import ExactlyOnceReplicator
     from tests.audit.hops.test_counter import HangingOnce
-    from tests.audit.hops.test_replicator import options_for, produce
+    from tests.audit.hops.test_replicator import produce
 
     src, dst = clusters["src"].bootstrap_servers, clusters["dst"].bootstrap_servers
-    options = dataclasses.replace(options_for(unique_name), client_timeout_s=5.0)
-    mirror = ExactlyOnceReplicator(
-        {"bootstrap.servers": src},
-        {"bootstrap.servers": dst},
-        options,
-        PrefixNaming(frozenset({"dc1", "aggregate"})),
-        lambda t: t == topic,
+    released = threading.Event()
+    mirror, made = exactly_once_replicator(
+        clusters, topic, unique_name, lambda producer: HangingOnce(producer, stuck_call, released)
     )
-    made, released = [], threading.Event()
-
-    def new_producer(real=mirror._new_producer):
-        made.append(real())
-        return HangingOnce(made[-1], stuck_call, released) if len(made) == 1 else made[-1]
-
-    mirror._new_producer = new_producer
     produce(src, topic, 300, partitions=PARTITIONS)
     try:
         stats = mirror.run(until_caught_up=True, max_seconds=90)
