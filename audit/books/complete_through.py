@@ -43,16 +43,27 @@ DRIVER_ROWS = 50_000
 def refresh_watermarks(
     spark: SparkSession, settings: Settings, judged, rows: int, *, every_window: bool = False
 ) -> None:
-    """Recompute the watermark of every (topic, tier) with a window in `judged` (the `rows` rows just judged).
+    """Recompute the watermark of every (topic, tier) with a window in `judged` (the `rows` rows just judged: a
+    frame, or a pyarrow Table the driver judged).
 
     A pair whose stored watermark the new verdicts alone move (`advanced`: the usual run, whose windows lie
     around the first open one) is moved in the driver; the others are summed up over `completeness`, or over
     `judged` itself when it holds every window of the table (`every_window`: its first verdicts)."""
+    import pyarrow as pa
+
+    in_driver = judged if isinstance(judged, pa.Table) else None
+    if in_driver is not None and (every_window or rows > DRIVER_ROWS):
+        judged = spark.createDataFrame(in_driver)
     if every_window:
         marks, pairs = _marks_of(judged), None
     elif rows <= DRIVER_ROWS and (stored := _stored_watermarks(settings)):
-        marks, rest = _advanced_marks(judged, stored)
+        marks, rest = _advanced_marks(in_driver if in_driver is not None else judged, stored)
         pairs = local_frame(spark, rest, "origin_cluster STRING, topic STRING, tier STRING") if rest else None
+    elif in_driver is not None:  # no watermark stored yet
+        pairs = local_frame(
+            spark, in_driver.group_by(list(PAIR)).aggregate([]), "origin_cluster STRING, topic STRING, tier STRING"
+        )
+        marks = []
     else:
         marks, pairs = [], judged.select(*PAIR).distinct()
     if pairs is not None:
@@ -68,9 +79,14 @@ def _stored_watermarks(settings: Settings) -> dict[tuple, Watermark]:
 
 
 def _advanced_marks(judged, stored: dict[tuple, Watermark]) -> tuple[list[dict], list[tuple]]:
-    """The watermark rows `advanced` gives, and the pairs it leaves to the table."""
+    """The watermark rows `advanced` gives for `judged` (a frame or a pyarrow Table), and the pairs it leaves to
+    the table."""
     by_pair: dict[tuple, list[dict]] = defaultdict(list)
-    for row in judged.select(*PAIR, "logical_topic", *WINDOW_COLUMNS).toArrow().to_pylist():
+    import pyarrow as pa
+
+    columns = [*PAIR, "logical_topic", *WINDOW_COLUMNS]
+    rows = judged.select(columns) if isinstance(judged, pa.Table) else judged.select(*columns).toArrow()
+    for row in rows.to_pylist():
         by_pair[tuple(row[c] for c in PAIR)].append(row)
     marks, rest = [], []
     for pair, windows in by_pair.items():

@@ -9,12 +9,16 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from audit.contract.completeness import PENDING, threshold_for
 from audit.contract.tables import (
     COMPLETENESS,
     PARTITION_STATUS,
+    RESTATEMENTS,
     TIER_COUNTS,
     TIER_STATUS,
+    arrow_table,
 )
 from audit.contract.tier_paths import PATH_DDL, paths_from
 from audit.contract.watermark_points import WatermarkPoint
@@ -24,11 +28,13 @@ from audit.io.lake_read import read_arrow
 from audit.io.spark import broadcast_when_small, local_frame
 
 if TYPE_CHECKING:
+    import pandas as pd
     from pyspark.sql import SparkSession
 
     from audit.settings import Settings
 
 from audit.books.complete_through import PAIR, refresh_watermarks
+from audit.books.judge_driver import due_and_windows, judged_frame, left_open, restated, restatement_rows
 from audit.books.restatements import store_restatements
 from audit.books.tier_tables import WINDOW_DDL, WINDOW_KEY, Resummed, stored_points
 from audit.books.verdicts import classified
@@ -46,7 +52,7 @@ JUDGED_COUNTS = (*WINDOW_KEY, "tier", "count", "by_partition", "latency_p99_ms",
 def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, str, str]] | None = None):
     """Per (logical topic, tier on its path): reference tier, order, the tier's effective watermark
     (audit/contract/tier_paths.py holds the rule) and the topic's threshold, as a frame, with the
-    (origin_cluster, topic, tier) on the paths; None when no topic has a path. `counted`: the
+    (origin_cluster, topic, tier) on the paths and the frame's rows; None when no topic has a path. `counted`: the
     (origin_cluster, topic, tier) that `tier_counts` holds, when known (`counted_tiers`), else they are read
     from it. Computed in the driver: a few rows per topic."""
     counted = counted if counted is not None else counted_tiers(settings)
@@ -57,8 +63,8 @@ def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, 
         return None
     patterns = settings.threshold_patterns()
     thresholds = {topic: threshold_for(".".join(topic), patterns) for topic in {row[:2] for row in paths}}
-    frame = local_frame(spark, [(*row, thresholds[row[:2]]) for row in paths], f"{PATH_DDL}, threshold_pct DOUBLE")
-    return frame, frozenset(row[:3] for row in paths)
+    rows = [(*row, thresholds[row[:2]]) for row in paths]
+    return local_frame(spark, rows, f"{PATH_DDL}, threshold_pct DOUBLE"), frozenset(row[:3] for row in paths), rows
 
 
 def reported_points(settings: Settings) -> list[tuple]:
@@ -144,6 +150,10 @@ class OpenBooks:
 # Open windows a session remembers at most; with more (a tier stalled for days) the next run reads them.
 MAX_OPEN_WINDOWS = 100_000
 
+# Windows (of a topic) up to which a run judges in the driver (audit/books/judge_driver.py), some tens of
+# thousands of rows; more (a first run, some 200,000 windows) are judged by Spark.
+DRIVER_WINDOWS = 10_000
+
 
 @dataclass(frozen=True)
 class Judgement:
@@ -179,7 +189,7 @@ def update_completeness(
     found = tier_paths(spark, settings, counted)
     if found is None:
         return Judgement(windows=0, next_due_ms=None)
-    paths, path_tiers = found
+    paths, path_tiers, path_rows = found
     done("tier paths")
     current = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
     # A table with no verdict yet (a new lake) holds no open window and restates none: it is not read.
@@ -191,9 +201,22 @@ def update_completeness(
         again = _open_windows(spark, current, paths, records, known, grown)
     touched = resummed.windows if resummed is not None else local_frame(spark, [], WINDOW_DDL)
     windows = touched.select(*WINDOW_KEY).unionByName(again).distinct().localCheckpoint()  # read by two joins
+    few = windows.limit(DRIVER_WINDOWS + 1).toArrow()
     done("windows to judge")
     grace_ms = int(settings.grace_s * 1000)
     counts = _counts_at_hand(spark, settings, known, grown, resummed, first_verdicts=first_verdicts)
+    if few.num_rows <= DRIVER_WINDOWS:
+        if counts is None:
+            counts = _stored_counts(spark, settings, windows.withColumn("date", F.to_date("window_start")), resummed)
+        judged = judged_frame(
+            few,
+            path_rows,
+            counts.select(*JUDGED_COUNTS).toArrow(),
+            minutes=settings.window_minutes,
+            now_ms=now_ms,
+            grace_ms=grace_ms,
+        )
+        return _store_judged(spark, settings, judged, path_tiers, records, first_verdicts, grace_ms, done)
     result = _judged(spark, settings, windows, paths, now_ms, grace_ms, counts, resummed).localCheckpoint()
     pending_end = F.when(F.col("status") == PENDING, F.col("window_end_ms"))
     per_window = (  # one action for all three
@@ -216,6 +239,50 @@ def update_completeness(
     done("completeness watermarks")
     left_open = _left_open(result, path_tiers)
     return Judgement(judged, None if first_pending_end is None else first_pending_end + grace_ms, left_open)
+
+
+def _store_judged(
+    spark: SparkSession,
+    settings: Settings,
+    judged: pd.DataFrame,
+    path_tiers: frozenset,
+    records,
+    first_verdicts: bool,
+    grace_ms: int,
+    done,
+) -> Judgement:
+    """The rest of `update_completeness` for verdicts judged in the driver (audit/books/judge_driver.py):
+    restatements, the rewrite of their windows, the watermarks; the same tables as the Spark form."""
+    from pyspark.sql import functions as F
+
+    windows, first_pending_end = due_and_windows(judged)
+    done("completeness judged", windows=len(judged))
+    if judged.empty:
+        return Judgement(0, None, OpenBooks(frozenset(), path_tiers))
+    result = arrow_table(COMPLETENESS, judged[list(COMPLETENESS.column_names)])
+    stored, found = result.schema.empty_table(), ()
+    if not first_verdicts:  # a table with no verdict yet restates none
+        stored = read_arrow(settings.lake_root, COMPLETENESS.name, filters=delta_io.window_filter(windows))
+        found = restated(stored.to_pandas(), judged)
+    if len(found):
+        counted = (
+            records.where(F.col("kind") == "count").select(*WINDOW_KEY, "tier", "record_id").toArrow()
+            if records is not None
+            else pa.table(
+                {name: pa.array([], pa.string()) for name in ("origin_cluster", "topic", "tier", "record_id")}
+            )
+        )
+        delta_io.insert_new_from_driver(settings.lake_root, RESTATEMENTS, restatement_rows(found, counted))
+    done("restatements", restatements=len(found))
+    delta_io.replace_windows_from_driver(
+        spark, settings.lake_root, COMPLETENESS, result, windows=windows, stored=stored
+    )
+    done("completeness stored", windows=len(judged))
+    refresh_watermarks(spark, settings, result, len(judged), every_window=first_verdicts)
+    done("completeness watermarks")
+    still_open = left_open(judged)
+    books = OpenBooks(frozenset(still_open), path_tiers) if len(still_open) <= MAX_OPEN_WINDOWS else None
+    return Judgement(len(judged), None if first_pending_end is None else first_pending_end + grace_ms, books)
 
 
 def _is_open():

@@ -386,14 +386,90 @@ def replace_windows(
     ).localCheckpoint()  # read before the table is overwritten
     if not replaced.where("_fresh").take(1):
         return  # nothing changed: the table and its history stay as they are
+    _overwrite_windows(replaced.drop("_fresh"), path, predicate)
+
+
+def _overwrite_windows(rows, path: str, predicate: str) -> None:
+    """Overwrite the rows that `predicate` (the windows named) holds with `rows`, in window order."""
     (
-        _in_window_order(replaced.drop("_fresh").coalesce(1))
+        _in_window_order(rows.coalesce(1))
         .write.format("delta")
         .mode("overwrite")
         .option("replaceWhere", predicate)
         .option("maxRecordsPerFile", WINDOW_FILE_ROWS)
         .save(path)
     )
+
+
+def replace_windows_from_driver(
+    spark: SparkSession,
+    lake_root: str,
+    table: Table,
+    rows,
+    *,
+    windows: Iterable,
+    stored,
+    ignore: tuple[str, ...] = ("updated_at",),
+) -> None:
+    """`replace_windows` of rows the driver holds (a pyarrow Table of `table`'s columns), with the rewrite
+    computed here from `stored` (the table's rows in `windows`, read by `deltalake` with `window_filter`):
+    Spark only writes. The same rows and the same skip when none changed."""
+    path = table_path(lake_root, table.name)
+    windows = set(windows)
+    if _is_empty(path):
+        _append(spark.createDataFrame(rows), path)
+        return
+    if len(windows) > MAX_NAMED_WINDOWS:  # not named one by one: a MERGE, as `replace_windows` does
+        upsert(spark, lake_root, table, spark.createDataFrame(rows), ignore=ignore, dates={d for d, _ in windows})
+        return
+    predicate = window_predicate(windows)
+    if predicate is None:
+        raise ValueError(f"{table.name}: rows to write but no window named for them")
+    replaced = rewritten(table, rows, stored, ignore=ignore)
+    if replaced is not None:
+        _overwrite_windows(spark.createDataFrame(replaced), path, predicate)
+
+
+def rewritten(table: Table, rows, stored, *, ignore: tuple[str, ...] = ("updated_at",)):
+    """`replace_windows`' rewrite in the driver (pyarrow Tables): `rows` in place of the `stored` rows with the
+    same key, a row that changed no column but `ignore` keeping its stored `ignore` columns, and the stored rows
+    of other keys as they are. None when no row changed. Compared column by column, as `<=>` compares them."""
+    import pandas as pd
+
+    key, names = list(table.key), list(table.column_names)
+    new, old = rows.select(names).to_pandas(), stored.select(names).to_pandas()
+    both = new.merge(old, on=key, how="left", suffixes=("", "_stored"), indicator=True)
+    same = (both["_merge"] == "both").to_numpy()
+    for column in _updatable(table, ignore):
+        a, b = both[column.name], both[f"{column.name}_stored"]
+        same &= ((a == b) | (a.isna() & b.isna())).to_numpy()
+    if same.all():
+        return None
+    for name in ignore:
+        new[name] = both[name].where(~same, both[f"{name}_stored"]).to_numpy()
+    kept = old.merge(new[key], on=key, how="left", indicator=True)
+    others = kept[kept["_merge"] == "left_only"].drop(columns="_merge")
+    return arrow_table(table, pd.concat([new, others], ignore_index=True) if len(others) else new)
+
+
+def window_filter(windows: Iterable):
+    """A pyarrow filter for the rows of `windows` ((date, window_start) pairs): `deltalake` skips the files
+    that cannot hold them by the date partition and window_start's statistics, as Delta does with
+    `window_predicate`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    windows = {(d, w) for d, w in windows if d is not None and w is not None}
+    dates = pa.array(sorted({d for d, _ in windows}), pa.date32())
+    starts = pa.array(sorted({_as_utc(w) for _, w in windows}), pa.timestamp("us", tz="UTC"))
+    return pc.field("date").isin(dates) & pc.field("window_start").isin(starts)
+
+
+def _as_utc(moment):
+    """A naive TIMESTAMP as `collect` gives it (the driver's zone: UTC) as an aware one; an aware one as is."""
+    from datetime import UTC
+
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 def _comparable(side: str, column) -> str:

@@ -1,0 +1,180 @@
+"""The driver's judge step (audit/books/judge_driver.py) gives the Spark form's rows (audit/books/judge.py).
+
+The verdicts: the same windows, paths and counts judged both ways, with absent counts, partition maps, other
+window lengths, missing watermarks and thresholds, must give the same `completeness` rows, value for value.
+The rewrite and the restatements' record ids: the rules of `delta_io.replace_windows` and of
+`restatements._with_record_ids`, on hand-made rows.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+import pandas as pd
+import pyarrow as pa
+
+from audit.books.judge import JUDGED_COUNTS, _judged
+from audit.books.judge_driver import judged_frame, left_open, restatement_rows
+from audit.contract.tables import COMPLETENESS, arrow_table
+from audit.contract.tier_paths import PATH_DDL
+from audit.io.delta_io import rewritten
+from audit.io.spark import local_frame
+
+GRACE_MS = 300_000
+FIRST = datetime(2026, 11, 23, 22, 0)  # windows cross midnight: two dates
+TIERS = ("producer", "dc1", "aggregate", "lake")
+COUNTS_DDL = (
+    "origin_cluster STRING, topic STRING, window_start TIMESTAMP, tier STRING, count BIGINT, "
+    "by_partition MAP<INT, BIGINT>, latency_p99_ms DOUBLE, window_minutes INT"
+)
+
+
+def scenario(seed: int = 5):
+    """(windows, path rows, count rows, now_ms) of 6 topics x 18 windows on a four-tier path."""
+    rng = random.Random(seed)
+    windows = [("dc1", f"t{t}", FIRST + timedelta(minutes=10 * w)) for t in range(6) for w in range(18)]
+    due = int(FIRST.replace(tzinfo=UTC).timestamp() * 1000) + 9 * 600_000 + GRACE_MS
+    paths = [
+        (
+            "dc1",
+            f"t{t}",
+            tier,
+            order,
+            None if order == 0 else "producer",
+            rng.choice([None, due - 10**6, due, due + 10**7]),
+            rng.choice([100.0, 99.5, 0.0]),
+        )
+        for t in range(6)
+        for order, tier in enumerate(TIERS)
+    ]
+    counts = []
+    for origin, topic, start in windows:
+        for tier in TIERS:
+            if rng.random() < 0.15:
+                continue  # this tier counted nothing in the window
+            parts = None if rng.random() < 0.3 else {p: rng.choice([0, 1, 5, 1000]) for p in rng.sample(range(4), 2)}
+            count = sum(parts.values()) if parts is not None else rng.choice([0, 7, 1000])
+            minutes = rng.choice([10, 10, 10, 60])
+            latency = rng.choice([None, 12.5, 3000.0])
+            counts.append((origin, topic, start, tier, count, parts, latency, minutes))
+    return windows, paths, counts, due + rng.choice([-1, 0, 1])
+
+
+def test_the_driver_judges_every_window_and_tier_as_spark_does(spark):
+    windows, paths, counts, now_ms = scenario()
+    window_frame = local_frame(spark, windows, "origin_cluster STRING, topic STRING, window_start TIMESTAMP")
+    count_frame = local_frame(spark, counts, COUNTS_DDL)
+    path_frame = local_frame(spark, paths, f"{PATH_DDL}, threshold_pct DOUBLE")
+    settings = SimpleNamespace(window_minutes=10)
+    by_spark = _judged(spark, settings, window_frame, path_frame, now_ms, GRACE_MS, counts=count_frame)
+    by_driver = judged_frame(
+        window_frame.toArrow(),
+        paths,
+        count_frame.select(*JUDGED_COUNTS).toArrow(),
+        minutes=10,
+        now_ms=now_ms,
+        grace_ms=GRACE_MS,
+    )
+    compared = [name for name in COMPLETENESS.column_names if name != "updated_at"]
+    spark_rows = sorted_rows(by_spark.select(*compared).toArrow().to_pylist())
+    driver_rows = sorted_rows(arrow_table(COMPLETENESS, by_driver[compared]).select(compared).to_pylist())
+    assert len(driver_rows) == len(windows) * len(TIERS)
+    assert driver_rows == spark_rows
+    statuses = {row["status"] for row in driver_rows}
+    assert {"complete", "incomplete", "over", "lagging"} <= statuses  # the scenario reaches every rule but pending
+    assert {row["window_minutes"] for row in driver_rows} == {10, 60}
+
+
+def sorted_rows(rows: list[dict]) -> list[dict]:
+    return sorted(rows, key=lambda row: (row["topic"], row["window_start"], row["tier"]))
+
+
+def test_the_windows_left_open_are_those_not_final_or_pending_or_lagging():
+    judged = pd.DataFrame(
+        {
+            "origin_cluster": ["dc1"] * 4,
+            "topic": ["a", "a", "b", "c"],
+            "window_start": pd.to_datetime(
+                ["2026-11-23 10:00", "2026-11-23 10:10", "2026-11-23 10:00", "2026-11-23 10:00"], utc=True
+            ),
+            "final": [True, False, True, True],
+            "status": ["complete", "complete", "lagging", "incomplete"],
+        }
+    )
+    assert left_open(judged) == {("dc1", "a", datetime(2026, 11, 23, 10, 10)), ("dc1", "b", datetime(2026, 11, 23, 10))}
+
+
+def completeness_row(tier: str, observed: int, updated_at: datetime, **more) -> dict:
+    start = datetime(2026, 11, 23, 10, tzinfo=UTC)
+    return {
+        "origin_cluster": "dc1",
+        "topic": "orders",
+        "logical_topic": "dc1.orders",
+        "window_start": start,
+        "window_minutes": 10,
+        "window_end": start + timedelta(minutes=10),
+        "tier": tier,
+        "expected": 100,
+        "observed": observed,
+        "status": "complete" if observed == 100 else "incomplete",
+        "final": True,
+        "updated_at": updated_at,
+        "date": start.date(),
+        **more,
+    }
+
+
+def test_a_rewrite_keeps_the_time_of_unchanged_rows_and_the_rows_of_other_keys_and_is_skipped_when_nothing_changed():
+    then, now = datetime(2026, 11, 23, 11, tzinfo=UTC), datetime(2026, 11, 23, 12, tzinfo=UTC)
+    stored = arrow_table(
+        COMPLETENESS,
+        [completeness_row("dc1", 100, then), completeness_row("lake", 99, then), completeness_row("old", 5, then)],
+    )
+    rows = arrow_table(COMPLETENESS, [completeness_row("dc1", 100, now), completeness_row("lake", 100, now)])
+    replaced = {row["tier"]: row for row in rewritten(COMPLETENESS, rows, stored).to_pylist()}
+    assert set(replaced) == {"dc1", "lake", "old"}
+    assert replaced["dc1"]["updated_at"] == then  # nothing but its time changed: kept as stored
+    assert (replaced["lake"]["observed"], replaced["lake"]["updated_at"]) == (100, now)
+    assert replaced["old"]["observed"] == 5  # a key not written is kept
+    unchanged = arrow_table(COMPLETENESS, [completeness_row("dc1", 100, now)])
+    assert rewritten(COMPLETENESS, unchanged, stored) is None
+
+
+def test_a_restatement_carries_the_ids_of_the_count_records_of_its_tier_and_its_reference_tier():
+    start = pd.Timestamp("2026-11-23 10:00", tz="UTC")
+    found = pd.DataFrame(
+        [
+            {
+                "restatement_id": "r1",
+                "origin_cluster": "dc1",
+                "topic": "orders",
+                "logical_topic": "dc1.orders",
+                "window_start": start,
+                "window_minutes": 10,
+                "tier": "lake",
+                "reference_tier": "producer",
+                "before_expected": 100,
+                "before_observed": 99,
+                "before_status": "incomplete",
+                "before_updated_at": start,
+                "after_expected": 100,
+                "after_observed": 100,
+                "after_status": "complete",
+                "after_final": True,
+            }
+        ]
+    )
+    records = pa.table(
+        {
+            "origin_cluster": ["dc1"] * 4,
+            "topic": ["orders", "orders", "orders", "other"],
+            "window_start": pa.array([start.to_pydatetime()] * 4, pa.timestamp("us", tz="UTC")),
+            "tier": ["lake", "producer", "dc1", "lake"],
+            "record_id": ["z-lake", "a-producer", "dc1-not-this", "other-topic"],
+        }
+    )
+    (row,) = restatement_rows(found, records).to_pylist()
+    assert row["record_ids"] == ["a-producer", "z-lake"]
+    assert row["date"] == start.date()
