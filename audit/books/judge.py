@@ -191,14 +191,13 @@ def update_completeness(
         return Judgement(windows=0, next_due_ms=None)
     paths, path_tiers, path_rows = found
     done("tier paths")
-    current = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
     # A table with no verdict yet (a new lake) holds no open window and restates none: it is not read.
     first_verdicts = delta_io.is_empty(settings.lake_root, COMPLETENESS)
     grown = None if known is None else {(origin, topic) for origin, topic, _ in path_tiers - known.path_tiers}
     if first_verdicts:
         again = local_frame(spark, [], WINDOW_DDL)
     else:
-        again = _open_windows(spark, current, paths, records, known, grown)
+        again = _open_windows(spark, settings, paths, records, known, grown)
     touched = resummed.windows if resummed is not None else local_frame(spark, [], WINDOW_DDL)
     windows = touched.select(*WINDOW_KEY).unionByName(again).distinct().localCheckpoint()  # read by two joins
     few = windows.limit(DRIVER_WINDOWS + 1).toArrow()
@@ -228,7 +227,7 @@ def update_completeness(
     done("completeness judged", windows=judged)
     if not judged:
         return Judgement(0, None, OpenBooks(frozenset(), path_tiers))
-    before = delta_io.in_windows(current, windows)
+    before = delta_io.in_windows(delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name), windows)
     if not first_verdicts and len(windows) <= delta_io.MAX_NAMED_WINDOWS:  # read once: restatements and rewrite
         before = before.localCheckpoint()
     restated = 0 if first_verdicts else store_restatements(spark, settings, before, result, records)
@@ -292,18 +291,20 @@ def _is_open():
     return ~F.col("final") | F.col("status").isin("pending", "lagging")
 
 
-def _open_windows(spark: SparkSession, current, paths, records, known: OpenBooks | None, grown: set | None):
-    """The windows judged again whether touched or not: those `current` holds open, and those missing a tier
-    of their path. From `known` when the session has it: a window can miss a tier only of a topic whose path
-    grew since (`grown`), and only those topics' windows are read."""
+def _open_windows(spark: SparkSession, settings: Settings, paths, records, known: OpenBooks | None, grown: set | None):
+    """The windows judged again whether touched or not: those `completeness` holds open, and those missing a
+    tier of their path. From `known` when the session has it: a window can miss a tier only of a topic whose
+    path grew since (`grown`), and only those topics' windows are read. Spark reads the table only then, as its
+    first look at a version `deltalake` wrote costs it the log since its own last one."""
     from pyspark.sql import functions as F
 
+    if known is not None and not grown:
+        return local_frame(spark, list(known.windows), WINDOW_DDL)
+    current = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
     if known is None:
         held_open = current.where(_is_open()).select(*WINDOW_KEY)
         return held_open.unionByName(_windows_missing_a_tier(current, paths, records))
     held_open = local_frame(spark, list(known.windows), WINDOW_DDL)
-    if not grown:
-        return held_open
     topics = local_frame(spark, list(grown), "origin_cluster STRING, topic STRING")
     return held_open.unionByName(_windows_missing_a_tier(current, paths, topics=F.broadcast(topics)))
 

@@ -5,8 +5,9 @@ thousand rows a usual run judges.
 A small run's judging was a dozen Spark queries on a few thousand rows: each one's planning, not its data, was
 the cost (the bench's increment: 7-8 s of 14-16 s in "completeness judged", "restatements" and "completeness
 stored"). Here the windows and their counts are collected once each, the verdicts and the rows to rewrite are
-computed in pandas, and Spark only writes the rewritten windows (so its own snapshot of `completeness` stays
-current). tests/audit/books/test_judge_driver.py holds the two forms to the same tables.
+computed in pandas, and `deltalake` reads the windows' stored rows and writes them again
+(delta_io.replace_windows_from_driver). tests/audit/books/test_judge_driver.py holds the two forms to the same
+rows, and tests/audit/books/test_restated_books.py runs both.
 """
 
 from __future__ import annotations
