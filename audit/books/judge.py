@@ -9,8 +9,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
 from audit.contract.completeness import PENDING, threshold_for
 from audit.contract.tables import (
     COMPLETENESS,
@@ -264,13 +262,9 @@ def _store_judged(
         stored = read_arrow(settings.lake_root, COMPLETENESS.name, filters=delta_io.window_filter(windows))
         found = restated(stored.to_pandas(), judged)
     if len(found):
-        counted = (
-            records.where(F.col("kind") == "count").select(*WINDOW_KEY, "tier", "record_id").toArrow()
-            if records is not None
-            else pa.table(
-                {name: pa.array([], pa.string()) for name in ("origin_cluster", "topic", "tier", "record_id")}
-            )
-        )
+        counted = None
+        if records is not None:
+            counted = records.where(F.col("kind") == "count").select(*WINDOW_KEY, "tier", "record_id").toArrow()
         delta_io.insert_new_from_driver(settings.lake_root, RESTATEMENTS, restatement_rows(found, counted))
     done("restatements", restatements=len(found))
     delta_io.replace_windows_from_driver(

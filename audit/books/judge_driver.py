@@ -107,14 +107,15 @@ def restated(before: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:
     return restatements(new.merge(old, on=list(KEY)))[list(RESTATEMENT_COLUMNS)]
 
 
-def restatement_rows(found: pd.DataFrame, count_records: pa.Table) -> pa.Table:
+def restatement_rows(found: pd.DataFrame, count_records: pa.Table | None) -> pa.Table:
     """`found` restatements as `restatements` rows, each with the ids of the count records read for its window
-    at its tier or its reference tier (`count_records`: WINDOW_KEY, tier, record_id)."""
+    at its tier or its reference tier (`count_records`: WINDOW_KEY, tier, record_id; None: the run read none)."""
     ids: dict[tuple, set[str]] = defaultdict(set)
-    starts = pc.cast(count_records.column("window_start").cast(pa.timestamp("us", tz="UTC")), pa.int64())
-    columns = [count_records.column(name).to_pylist() for name in ("origin_cluster", "topic", "tier", "record_id")]
-    for origin, topic, tier, record_id, start in zip(*columns, starts.to_pylist(), strict=True):
-        ids[(origin, topic, start, tier)].add(record_id)
+    if count_records is not None:
+        starts = pc.cast(count_records.column("window_start").cast(pa.timestamp("us", tz="UTC")), pa.int64())
+        columns = [count_records.column(c).to_pylist() for c in ("origin_cluster", "topic", "tier", "record_id")]
+        for origin, topic, tier, record_id, start in zip(*columns, starts.to_pylist(), strict=True):
+            ids[(origin, topic, start, tier)].add(record_id)
     rows = found.copy()
     rows["window_start"] = _utc_micros(rows["window_start"])
     keys = zip(

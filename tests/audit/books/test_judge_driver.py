@@ -178,3 +178,5 @@ def test_a_restatement_carries_the_ids_of_the_count_records_of_its_tier_and_its_
     (row,) = restatement_rows(found, records).to_pylist()
     assert row["record_ids"] == ["a-producer", "z-lake"]
     assert row["date"] == start.date()
+    (row,) = restatement_rows(found, None).to_pylist()  # a run that read no record: none to name
+    assert row["record_ids"] == []
