@@ -18,6 +18,8 @@ from dataclasses import astuple
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from audit.contract.complete_through import KEY_COLUMNS, WINDOW_COLUMNS, Watermark, advanced
 from audit.contract.completeness import COMPLETE
 from audit.contract.tables import COMPLETENESS, COMPLETENESS_WATERMARKS
@@ -49,8 +51,6 @@ def refresh_watermarks(
     A pair whose stored watermark the new verdicts alone move (`advanced`: the usual run, whose windows lie
     around the first open one) is moved in the driver; the others are summed up over `completeness`, or over
     `judged` itself when it holds every window of the table (`every_window`: its first verdicts)."""
-    import pyarrow as pa
-
     in_driver = judged if isinstance(judged, pa.Table) else None
     if in_driver is not None and (every_window or rows > DRIVER_ROWS):
         judged = spark.createDataFrame(in_driver)
@@ -82,8 +82,6 @@ def _advanced_marks(judged, stored: dict[tuple, Watermark]) -> tuple[list[dict],
     """The watermark rows `advanced` gives for `judged` (a frame or a pyarrow Table), and the pairs it leaves to
     the table."""
     by_pair: dict[tuple, list[dict]] = defaultdict(list)
-    import pyarrow as pa
-
     columns = [*PAIR, "logical_topic", *WINDOW_COLUMNS]
     rows = judged.select(columns) if isinstance(judged, pa.Table) else judged.select(*columns).toArrow()
     for row in rows.to_pylist():

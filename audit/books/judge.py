@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from audit.settings import Settings
 
 from audit.books.complete_through import PAIR, refresh_watermarks
-from audit.books.judge_driver import due_and_windows, judged_frame, left_open, restated, restatement_rows
+from audit.books.judge_driver import due_and_windows, found_restatements, judged_frame, left_open, restatement_rows
 from audit.books.restatements import store_restatements
 from audit.books.tier_tables import WINDOW_DDL, WINDOW_KEY, Resummed, stored_points
 from audit.books.verdicts import classified
@@ -260,7 +260,7 @@ def _store_judged(
     stored, found = result.schema.empty_table(), ()
     if not first_verdicts:  # a table with no verdict yet restates none
         stored = read_arrow(settings.lake_root, COMPLETENESS.name, filters=delta_io.window_filter(windows))
-        found = restated(stored.to_pandas(), judged)
+        found = found_restatements(stored.to_pandas(), judged)
     if len(found):
         counted = None
         if records is not None:

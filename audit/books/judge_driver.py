@@ -21,13 +21,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from audit.books.restatements import KEY
+from audit.books.tier_tables import WINDOW_KEY, naive_utc
 from audit.contract.completeness import LAGGING, PENDING, classify
 from audit.contract.restatements import RESTATEMENT_COLUMNS, restatements
 from audit.contract.tables import COMPLETENESS, RESTATEMENTS, arrow_table
 from audit.contract.windows import MS_PER_MINUTE
 
-WINDOW_KEY = ("origin_cluster", "topic", "window_start")
-KEY = (*WINDOW_KEY, "tier")
 PATH_COLUMNS = ("origin_cluster", "topic", "tier", "tier_order", "reference_tier", "tier_watermark_ms", "threshold_pct")
 
 
@@ -93,10 +93,10 @@ def left_open(judged: pd.DataFrame) -> set[tuple]:
 
 def _naive(moments: pd.Series) -> list[datetime]:
     """UTC timestamps in the form `collect` gives them (naive, the driver's zone: UTC)."""
-    return [moment.to_pydatetime().replace(tzinfo=None) for moment in moments]
+    return [naive_utc(moment.to_pydatetime()) for moment in moments]
 
 
-def restated(before: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:
+def found_restatements(before: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:
     """The contract's `restatements` of `judged` (new verdicts) against `before` (the `completeness` rows of
     their windows as stored), in RESTATEMENT_COLUMNS."""
     old = before[[*KEY, "final", "expected", "observed", "status", "updated_at"]]

@@ -104,7 +104,7 @@ def _touched(spark: SparkSession, new_records):
     keys = new_records.where(F.col("kind") == "count").select(*WINDOW_KEY).distinct().toArrow()
     touched = local_frame(spark, keys, WINDOW_DDL).withColumn("date", F.to_date("window_start"))
     named = frozenset(
-        (origin, topic, _naive_utc(start))
+        (origin, topic, naive_utc(start))
         for origin, topic, start in zip(*(keys.column(c).to_pylist() for c in WINDOW_KEY), strict=True)
     )
     return touched, named, {(start.date(), start) for _, _, start in named}
@@ -156,7 +156,7 @@ def summed_maps(maps: Column) -> Column:
     return F.when(F.size(maps) == 1, maps[0]).otherwise(F.aggregate(maps, empty, add))
 
 
-def _naive_utc(moment: datetime) -> datetime:
+def naive_utc(moment: datetime) -> datetime:
     """A TIMESTAMP as Arrow gives it (aware, UTC) in the form `collect` gives it (naive, the driver's zone: UTC)."""
     return moment.astimezone(UTC).replace(tzinfo=None)
 
