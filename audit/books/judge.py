@@ -9,6 +9,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from audit.contract.completeness import PENDING, threshold_for
 from audit.contract.tables import (
     COMPLETENESS,
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
 from audit.books.complete_through import PAIR, refresh_watermarks
 from audit.books.judge_driver import due_and_windows, found_restatements, judged_frame, left_open, restatement_rows
 from audit.books.restatements import store_restatements
-from audit.books.tier_tables import WINDOW_DDL, WINDOW_KEY, Resummed, stored_points
+from audit.books.tier_tables import WINDOW_DDL, WINDOW_KEY, Resummed, naive_utc, stored_points
 from audit.books.verdicts import classified
 
 log = logging.getLogger(__name__)
@@ -105,11 +107,17 @@ def counted_tiers(settings: Settings, known=None, counts=None) -> set[tuple[str,
     removed. A new session reads them with `deltalake`: three columns, without a Spark query (0.4-0.5 s in a
     small run)."""
     if known is None:
-        stored = read_arrow(settings.lake_root, TIER_COUNTS.name, columns=PAIR).group_by(PAIR).aggregate([])
-        return set(zip(*(stored.column(name).to_pylist() for name in PAIR), strict=True))
+        return _pairs(read_arrow(settings.lake_root, TIER_COUNTS.name, columns=PAIR))
     if counts is None:
         return known
+    if isinstance(counts, pa.Table):  # summed in the driver
+        return known | _pairs(counts)
     return known | {tuple(row) for row in counts.select(*PAIR).distinct().collect()}
+
+
+def _pairs(counts: pa.Table) -> set[tuple[str, str, str]]:
+    distinct = counts.select(list(PAIR)).group_by(list(PAIR)).aggregate([])
+    return set(zip(*(distinct.column(name).to_pylist() for name in PAIR), strict=True))
 
 
 # What the judge step yields per (window, tier): `classify`'s verdict with times still in epoch ms.
@@ -201,19 +209,17 @@ def update_completeness(
     few = windows.limit(DRIVER_WINDOWS + 1).toArrow()
     done("windows to judge")
     grace_ms = int(settings.grace_s * 1000)
-    counts = _counts_at_hand(spark, settings, known, grown, resummed, first_verdicts=first_verdicts)
     if few.num_rows <= DRIVER_WINDOWS:
-        if counts is None:
-            counts = _stored_counts(spark, settings, windows.withColumn("date", F.to_date("window_start")), resummed)
         judged = judged_frame(
             few,
             path_rows,
-            counts.select(*JUDGED_COUNTS).toArrow(),
+            _counts_in_driver(settings, few, resummed, first_verdicts=first_verdicts),
             minutes=settings.window_minutes,
             now_ms=now_ms,
             grace_ms=grace_ms,
         )
         return _store_judged(spark, settings, judged, path_tiers, records, first_verdicts, grace_ms, done)
+    counts = _counts_at_hand(spark, settings, known, grown, resummed, first_verdicts=first_verdicts)
     result = _judged(spark, settings, windows, paths, now_ms, grace_ms, counts, resummed).localCheckpoint()
     pending_end = F.when(F.col("status") == PENDING, F.col("window_end_ms"))
     per_window = (  # one action for all three
@@ -331,6 +337,28 @@ def _counts_at_hand(
         return fresh
     windows = local_frame(spark, list(others), WINDOW_DDL).withColumn("date", F.to_date("window_start"))
     return fresh.unionByName(_stored_counts(spark, settings, windows, resummed).select(*JUDGED_COUNTS))
+
+
+def _counts_in_driver(settings: Settings, windows: pa.Table, resummed: Resummed | None, *, first_verdicts: bool):
+    """The `tier_counts` rows (`JUDGED_COUNTS`) of `windows` (`WINDOW_KEY`, as Spark's `toArrow` gives them) and
+    of other topics in the same windows, which the judging ignores: at the first verdicts those re-summed in the
+    driver, else read by `deltalake` once this run's re-sums are stored."""
+    if first_verdicts and resummed is not None and resummed.summed is not None:
+        counts = resummed.summed.select(list(JUDGED_COUNTS))
+    else:
+        if resummed is not None:
+            resummed.wait_stored()
+        starts = [naive_utc(start) for start in windows.column("window_start").to_pylist()]
+        counts = read_arrow(
+            settings.lake_root,
+            TIER_COUNTS.name,
+            columns=JUDGED_COUNTS,
+            filters=delta_io.window_filter({(start.date(), start) for start in starts}),
+        )
+    index = counts.schema.get_field_index("window_start")
+    return counts.set_column(
+        index, "window_start", counts.column(index).cast(windows.schema.field("window_start").type)
+    )
 
 
 def _stored_counts(spark: SparkSession, settings: Settings, windows, resummed: Resummed | None):

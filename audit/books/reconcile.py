@@ -71,7 +71,7 @@ from audit.books.audit_read import (
 )
 from audit.books.judge import Judgement, OpenBooks, counted_tiers, update_completeness
 from audit.books.retention_gaps import store_retention_gaps
-from audit.books.tier_tables import update_tier_counts, update_tier_status
+from audit.books.tier_tables import DRIVER_MESSAGES, update_tier_counts, update_tier_status
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +332,16 @@ def reconcile(
         report.quiet = True
         step.done("nothing new and no window due: not judged", next_due_ms=memory.next_due_ms)
     else:
-        judgement = _judge(spark, settings, records, now_ms, step, memory, every_record=report.every_record)
+        judgement = _judge(
+            spark,
+            settings,
+            records,
+            now_ms,
+            step,
+            memory,
+            every_record=report.every_record,
+            in_driver=report.read <= DRIVER_MESSAGES,
+        )
         report.windows = judgement.windows
         store_offsets(settings, sources, known=memory.offsets)
         step.done("offsets stored")
@@ -363,9 +372,10 @@ def _judge(
     memory: RunMemory,
     *,
     every_record: bool = False,
+    in_driver: bool = False,
 ) -> Judgement:
     """Step 3: the tier tables from the records read (None: nothing new; `every_record`: they are all that
-    `audit_records` holds), then completeness; `memory` is given
+    `audit_records` holds; `in_driver`: few enough to re-sum in the driver), then completeness; `memory` is given
     the tiers `tier_counts` holds now. The tier counts are written in the background while the judging goes
     on with the counts just summed; what reads their rows waits for that write, and the step ends (the
     offsets are stored) only once it is done. The tiers counted need no wait: those this run wrote are the
@@ -374,13 +384,15 @@ def _judge(
         resummed = None
         if records is not None:  # independent tables: side by side
             resummed, _ = side_by_side(
-                lambda: update_tier_counts(spark, settings, records, background=background, every_record=every_record),
+                lambda: update_tier_counts(
+                    spark, settings, records, background=background, every_record=every_record, in_driver=in_driver
+                ),
                 lambda: update_tier_status(spark, settings, records),
             )
             step.done("tier_counts summed and tier_status stored")
         if memory.counted_tiers is None:  # a new process: those stored, before or after this run's write
             memory.counted_tiers = counted_tiers(settings)
-        summed = resummed.counts if resummed is not None else None  # fewer rows than the records summed
+        summed = None if resummed is None else resummed.summed if resummed.summed is not None else resummed.counts
         memory.counted_tiers = counted_tiers(settings, memory.counted_tiers, summed)  # and this run's
         judgement = update_completeness(
             spark,

@@ -11,12 +11,17 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING
 
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from audit.contract.tables import (
     AUDIT_RECORDS,
     PARTITION_STATUS,
     TIER_COUNTS,
     TIER_POINTS,
     TIER_STATUS,
+    arrow_table,
 )
 from audit.contract.watermark_points import KEPT_POINTS, WatermarkPoint, kept, replayed, reporter
 from audit.contract.watermarks import tier_watermark
@@ -43,15 +48,22 @@ SUMMED = (*WINDOW_KEY, "date", "tier", "logical_topic", "window_minutes", "count
 SUMMED += ("no_timestamp", "by_partition", "latency_p99_ms", "latency_max_ms")
 
 
+# Audit messages read up to which a run re-sums `tier_counts` in the driver (`_resummed_in_driver`); a larger
+# run (a first run over a million records) sums them in Spark.
+DRIVER_MESSAGES = 50_000
+
+
 @dataclass(frozen=True)
 class Resummed:
     """The (topic, window)s a run re-summed: as a frame (`WINDOW_KEY` and `date`), in the driver (None when not
-    collected), and their `tier_counts` rows as written (checkpointed; None when there were none)."""
+    collected), and their `tier_counts` rows as written: by Spark (`counts`, checkpointed) or by the driver
+    (`summed`, a pyarrow Table); both None when there were none."""
 
     windows: DataFrame
     keys: frozenset[tuple] | None
     counts: DataFrame | None
-    stored: Future | None = None  # the write of `counts` into tier_counts, when it runs in the background
+    stored: Future | None = None  # the write of the rows into tier_counts, when it runs in the background
+    summed: pa.Table | None = None
 
     def wait_stored(self) -> None:
         """Return once `counts` are in `tier_counts`; raises the write's error."""
@@ -66,13 +78,17 @@ def update_tier_counts(
     *,
     background: Executor | None = None,
     every_record: bool = False,
+    in_driver: bool = False,
 ) -> Resummed:
     """Re-sum every (topic, window) that received count records; with `background`, their rows are written
     there while the caller goes on (see `Resummed.wait_stored`). `every_record`: `new_records` are all the
     records `audit_records` holds (a first run, into a table that held none), so they are summed as they are,
-    not read back from the table for the windows they touch."""
+    not read back from the table for the windows they touch. `in_driver`: a small run's, summed and written
+    in the driver (`_resummed_in_driver`)."""
     from pyspark.sql import functions as F
 
+    if in_driver:
+        return _resummed_in_driver(spark, settings, new_records, background)
     if every_record:
         counts = new_records.where(F.col("kind") == "count")
         windows, touched, named = delta_io.windows_of(counts), None, None
@@ -94,6 +110,71 @@ def update_tier_counts(
         write()
         return Resummed(touched, named, rows)
     return Resummed(touched, named, rows, background.submit(write))
+
+
+def _resummed_in_driver(spark: SparkSession, settings: Settings, new_records, background: Executor | None) -> Resummed:
+    """`update_tier_counts` of a small run: the touched windows' count records read by `deltalake`, summed in
+    pandas (`summed_in_driver`) and their windows rewritten by `deltalake` (delta_io.replace_windows_from_driver).
+    In Spark the same took two queries and an overwrite, 3-5 s of planning for some thousands of rows."""
+    touched, named, windows = _touched(spark, new_records)
+    if not windows:
+        return Resummed(touched, named, None)
+    topics = pa.array(sorted({topic for _, topic, _ in named}), pa.string())
+    records = read_arrow(
+        settings.lake_root,
+        AUDIT_RECORDS.name,
+        columns=("kind", *SUMMED),
+        filters=delta_io.window_filter(windows) & pc.field("topic").isin(topics) & (pc.field("kind") == "count"),
+    )
+    rows = summed_in_driver(records, named)
+    stored = read_arrow(settings.lake_root, TIER_COUNTS.name, filters=delta_io.window_filter(windows))  # all topics'
+    write = partial(
+        delta_io.replace_windows_from_driver,
+        spark,
+        settings.lake_root,
+        TIER_COUNTS,
+        rows,
+        windows=windows,
+        stored=stored,
+    )
+    if background is None:
+        write()
+        return Resummed(touched, named, None, summed=rows)
+    return Resummed(touched, named, None, background.submit(write), summed=rows)
+
+
+def summed_in_driver(counts: pa.Table, windows: frozenset[tuple]) -> pa.Table:
+    """`_summed` in pandas: the `tier_counts` rows of the count records `counts` (`SUMMED` columns at least)
+    that fall in `windows` (`WINDOW_KEY` tuples, window_start naive UTC)."""
+    frame = counts.to_pandas()
+    key = pd.MultiIndex.from_arrays(
+        [frame[c] if c != "window_start" else frame[c].dt.tz_convert(None) for c in WINDOW_KEY]
+    )
+    frame = frame[key.isin(list(windows))]
+    group = frame.groupby([*WINDOW_KEY, "tier", "logical_topic"], sort=False, dropna=False)
+    sums = group[["count", "bytes", "send_failed", "no_timestamp"]].sum(min_count=1).astype("Int64")
+    sums["window_minutes"] = group["window_minutes"].min()
+    sums["records"] = group.size()
+    sums[["latency_p99_ms", "latency_max_ms"]] = group[["latency_p99_ms", "latency_max_ms"]].max()
+    sums["by_partition"] = group["by_partition"].agg(_summed_partition_maps)
+    sums = sums.reset_index()
+    sums["updated_at"] = pd.Timestamp(datetime.now(UTC)).floor("us")
+    sums["date"] = sums["window_start"].dt.date
+    return arrow_table(TIER_COUNTS, sums)
+
+
+def _summed_partition_maps(maps: pd.Series) -> list[tuple[int, int]] | None:
+    """`summed_maps` of one window's partition maps (each a list of (partition, count), as pyarrow gives a map),
+    None unless every record reported them."""
+    if maps.isna().any():
+        return None
+    if len(maps) == 1:
+        return list(maps.iloc[0])
+    total: dict[int, int] = defaultdict(int)
+    for pairs in maps:
+        for partition, count in pairs:
+            total[partition] += count or 0
+    return sorted(total.items())
 
 
 def _touched(spark: SparkSession, new_records):

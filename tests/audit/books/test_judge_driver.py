@@ -2,6 +2,8 @@
 
 The verdicts: the same windows, paths and counts judged both ways, with absent counts, partition maps, other
 window lengths, missing watermarks and thresholds, must give the same `completeness` rows, value for value.
+The re-sum of a small run's windows (audit/books/tier_tables.py): the same count records summed both ways must
+give the same `tier_counts` rows.
 The rewrite and the restatements' record ids: the rules of `delta_io.replace_windows` and of
 `restatements._with_record_ids`, on hand-made rows.
 """
@@ -17,7 +19,8 @@ import pyarrow as pa
 
 from audit.books.judge import JUDGED_COUNTS, _judged
 from audit.books.judge_driver import judged_frame, left_open, restatement_rows
-from audit.contract.tables import COMPLETENESS, arrow_table
+from audit.books.tier_tables import _summed, summed_in_driver
+from audit.contract.tables import COMPLETENESS, TIER_COUNTS, arrow_table
 from audit.contract.tier_paths import PATH_DDL
 from audit.io.delta_io import rewritten
 from audit.io.spark import local_frame
@@ -89,6 +92,68 @@ def test_the_driver_judges_every_window_and_tier_as_spark_does(spark):
 
 def sorted_rows(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda row: (row["topic"], row["window_start"], row["tier"]))
+
+
+RECORDS_DDL = (
+    "origin_cluster STRING, topic STRING, window_start TIMESTAMP, date DATE, tier STRING, logical_topic STRING, "
+    "window_minutes INT, count BIGINT, bytes BIGINT, send_failed BIGINT, no_timestamp BIGINT, "
+    "by_partition MAP<INT, BIGINT>, latency_p99_ms DOUBLE, latency_max_ms DOUBLE"
+)
+
+
+def count_records(seed: int = 7) -> list[tuple]:
+    """1-3 count records per (topic, window, tier): partition maps on all, some or none of them, nulls."""
+    rng = random.Random(seed)
+    rows = []
+    for t in range(4):
+        for w in range(8):
+            start = FIRST + timedelta(minutes=10 * w)
+            for tier in TIERS:
+                maps = rng.choice(["all", "some", "none"])
+                for r in range(rng.choice([1, 1, 2, 3])):
+                    parts = None
+                    if maps == "all" or (maps == "some" and r % 2 == 0):
+                        parts = {p: rng.choice([0, 3, 1000]) for p in rng.sample(range(6), rng.choice([1, 2, 3]))}
+                    count = sum(parts.values()) if parts is not None else rng.choice([0, 7, 1000])
+                    rows.append(
+                        (
+                            "dc1",
+                            f"t{t}",
+                            start,
+                            start.date(),
+                            tier,
+                            f"dc1.t{t}",
+                            rng.choice([10, 10, 60]),
+                            count,
+                            rng.choice([None, count * 100]),
+                            rng.choice([0, 2]),
+                            rng.choice([None, 0, 5]),
+                            parts,
+                            rng.choice([None, 12.5, 3000.0]),
+                            rng.choice([None, 40.0]),
+                        )
+                    )
+    return rows
+
+
+def test_the_driver_sums_tier_counts_as_spark_does(spark):
+    records = local_frame(spark, count_records(), RECORDS_DDL)
+    windows = frozenset(("dc1", f"t{t}", FIRST + timedelta(minutes=10 * w)) for t in range(3) for w in range(8))
+    by_spark = _summed(records.where("topic != 't3'"))  # the driver is given every topic, and the windows to keep
+    by_driver = summed_in_driver(records.toArrow(), windows)
+    compared = [name for name in TIER_COUNTS.column_names if name != "updated_at"]
+
+    def rows(table: pa.Table) -> list[dict]:
+        listed = table.select(compared).to_pylist()
+        for row in listed:
+            row["by_partition"] = None if row["by_partition"] is None else dict(row["by_partition"])
+        return sorted_rows(listed)
+
+    spark_rows = rows(arrow_table(TIER_COUNTS, by_spark.select(*TIER_COUNTS.column_names).toArrow()))
+    assert len(spark_rows) == 3 * 8 * len(TIERS)
+    assert rows(by_driver) == spark_rows
+    maps = [row["by_partition"] for row in spark_rows]
+    assert any(m is None for m in maps) and any(m is not None and len(m) > 1 for m in maps)
 
 
 def test_the_windows_left_open_are_those_not_final_or_pending_or_lagging():
