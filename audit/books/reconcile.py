@@ -29,6 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from audit.books.record_check import (
     CHECKED_COLUMNS,
     CHECKED_DDL,
@@ -51,9 +54,11 @@ from audit.contract.tables import (
     TIER_COUNTS,
     TIER_POINTS,
     TIER_STATUS,
+    arrow_table,
 )
 from audit.io import delta_io
-from audit.io.spark import BROADCAST_MAX_NUMBERS, broadcast_when_small, side_by_side
+from audit.io.lake_read import read_arrow
+from audit.io.spark import BROADCAST_MAX_NUMBERS, broadcast_when_small, local_frame, side_by_side
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -189,29 +194,47 @@ def _typed_nested(checked):
 
 
 def store_records_and_rejects(
-    spark: SparkSession, settings: Settings, checked, report: ReconcileReport, step: _Steps | None = None
+    spark: SparkSession,
+    settings: Settings,
+    checked,
+    report: ReconcileReport,
+    step: _Steps | None = None,
+    *,
+    in_driver: bool = False,
 ):
     """Insert new records (once per record_id) and rejects (once per audit-topic offset).
 
     Returns every valid record read, not only the new ones: the updates after this step must see the
     records of a run that was killed after inserting them (its offsets were not stored, so this run
     read them again), else their windows would never be re-summed. Re-summing a window is idempotent.
+    `in_driver`: a small run's, whose checked rows are collected once and its records deduplicated and
+    appended in the driver (`_new_in_driver`).
     """
     from pyspark.sql import functions as F
 
     step = step or _Steps()
     step.done("records read and checked")
-    store_retention_gaps(spark, settings, checked)
+    rows = checked.toArrow() if in_driver else None
+    if rows is None or rows["retention_gaps_json"].null_count < rows.num_rows:
+        store_retention_gaps(spark, settings, checked)
     step.done("retention gaps")
     rejects = checked.where(F.col("reason").isNotNull()).drop(ROW).withColumn("date", F.to_date("ingested_at"))
-    records = once_per_record_id(checked.where(F.col("reason").isNull())).localCheckpoint()  # feeds every step below
     report.every_record = delta_io.is_empty(settings.lake_root, AUDIT_RECORDS)
-    new_records = records if report.every_record else _not_stored(spark, settings, records)
-    report.records = new_records.count()
-    report.rejects = rejects.count()
-    step.done("records deduplicated", records=report.records, rejects=report.rejects)
-    if report.records:  # new by the join above: appended, not merged (a second look at the same keys)
-        delta_io.append(settings.lake_root, AUDIT_RECORDS, new_records)
+    if rows is not None:
+        records, new_records = _new_in_driver(settings, rows, every_record=report.every_record)
+        report.records, report.rejects = new_records.num_rows, rows.num_rows - rows["reason"].null_count
+        step.done("records deduplicated", records=report.records, rejects=report.rejects)
+        if report.records:
+            delta_io.append_from_driver(settings.lake_root, AUDIT_RECORDS, new_records)
+        records = local_frame(spark, records, AUDIT_RECORDS.ddl())  # what the steps after this one read
+    else:
+        records = once_per_record_id(checked.where(F.col("reason").isNull())).localCheckpoint()  # feeds every step
+        new_records = records if report.every_record else _not_stored(spark, settings, records)
+        report.records = new_records.count()
+        report.rejects = rejects.count()
+        step.done("records deduplicated", records=report.records, rejects=report.rejects)
+        if report.records:  # new by the join above: appended, not merged (a second look at the same keys)
+            delta_io.append(settings.lake_root, AUDIT_RECORDS, new_records)
     if report.rejects:
         delta_io.insert_new(spark, settings.lake_root, AUDIT_REJECTS, rejects, prune=False)
         for row in rejects.select("read_from_cluster", "read_from_offset", "reason").limit(5).collect():
@@ -236,6 +259,41 @@ def once_per_record_id(valid):
     if kept_rows < rows:
         valid = valid.join(broadcast_when_small(kept, kept_rows, limit=BROADCAST_MAX_NUMBERS), ROW, "left_semi")
     return valid.select(*AUDIT_RECORDS.column_names)
+
+
+def _new_in_driver(settings: Settings, checked: pa.Table, *, every_record: bool) -> tuple[pa.Table, pa.Table]:
+    """`once_per_record_id` and `_not_stored` of a small run's checked rows, in the driver: (every valid record
+    read, those `audit_records` does not hold yet), as AUDIT_RECORDS columns. The record_ids stored before are
+    read by `deltalake` from the files that can hold the windows read (and for status records, the dates)."""
+    valid = checked.filter(pc.is_null(checked["reason"]))
+    first_rows = valid.group_by("record_id").aggregate([(ROW, "min")]).column(f"{ROW}_min")
+    records = arrow_table(
+        AUDIT_RECORDS, valid.filter(pc.is_in(valid[ROW], value_set=first_rows)).select(list(AUDIT_RECORDS.column_names))
+    )
+    if every_record or not records.num_rows:
+        return records, records
+    stored = _stored_record_ids(settings, records)
+    read = zip(records["record_id"].to_pylist(), records["date"].to_pylist(), strict=True)
+    return records, records.filter(pa.array([key not in stored for key in read], pa.bool_()))
+
+
+def _stored_record_ids(settings: Settings, records: pa.Table) -> set[tuple[str, object]]:
+    """The (record_id, date) pairs `audit_records` holds in the windows of `records`, and for their status
+    records (no window) on their dates."""
+    windowed = records.filter(pc.is_valid(records["window_start"]))
+    windowless = records.filter(pc.is_null(records["window_start"]))
+    filters = []
+    if windowed.num_rows:
+        starts = windowed["window_start"].to_pylist()
+        filters.append(delta_io.window_filter(zip(windowed["date"].to_pylist(), starts, strict=True)))
+    if windowless.num_rows:
+        dates = pa.array(sorted(set(windowless["date"].to_pylist())), pa.date32())
+        filters.append(pc.field("date").isin(dates) & pc.field("window_start").is_null())
+    stored: set[tuple[str, object]] = set()
+    for where in filters:
+        found = read_arrow(settings.lake_root, AUDIT_RECORDS.name, columns=("record_id", "date"), filters=where)
+        stored.update(zip(found["record_id"].to_pylist(), found["date"].to_pylist(), strict=True))
+    return stored
 
 
 def _not_stored(spark: SparkSession, settings: Settings, records):
@@ -310,7 +368,9 @@ def read_and_store(
     if messages is None:
         return sources, None
     checked = check_messages(messages, RecordChecker.from_settings(settings, now_ms))
-    records = store_records_and_rejects(spark, settings, checked, report, step)
+    records = store_records_and_rejects(
+        spark, settings, checked, report, step, in_driver=report.read <= DRIVER_MESSAGES
+    )
     step.done("records stored", records=report.records, rejects=report.rejects)
     return sources, records
 

@@ -198,6 +198,16 @@ def append(lake_root: str, table: Table, rows) -> None:
     _append(rows.select(*table.column_names), table_path(lake_root, table.name))
 
 
+def append_from_driver(lake_root: str, table: Table, rows) -> None:
+    """`append` of rows the driver holds (a pyarrow Table), written by `deltalake` in window order."""
+    from deltalake import write_deltalake
+
+    path = table_path(lake_root, table.name)
+    rows = arrow_table(table, rows)
+    write_deltalake(path, rows.sort_by("window_start") if "window_start" in rows.column_names else rows, mode="append")
+    _NON_EMPTY.add(path)
+
+
 def insert_new(spark: SparkSession, lake_root: str, table: Table, rows, *, prune: bool = True) -> None:
     """Insert the rows whose key is not in the table yet; existing keys are left as they are.
 

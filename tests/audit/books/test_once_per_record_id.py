@@ -1,10 +1,11 @@
-"""`once_per_record_id`: one row per record_id, the copy with the lowest row number, whether or not any came twice."""
+"""`once_per_record_id`: one row per record_id, the copy with the lowest row number, whether or not any came twice;
+in Spark and, for a small run, in the driver (`_new_in_driver`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from audit.books.reconcile import ROW, once_per_record_id
+from audit.books.reconcile import ROW, _new_in_driver, once_per_record_id
 from audit.contract.tables import AUDIT_RECORDS
 
 
@@ -21,8 +22,16 @@ def _valid(spark, rows: list[tuple[str, int, str]]):
     return frame.select("*", *others)
 
 
-def _kept(spark, rows) -> list[tuple[str, str]]:
-    kept = once_per_record_id(_valid(spark, rows))
+def _kept(spark, rows, form: str) -> list[tuple[str, str]]:
+    from pyspark.sql import functions as F
+
+    valid = _valid(spark, rows)
+    if form == "driver":
+        checked = valid.withColumn("reason", F.lit(None).cast("STRING")).toArrow()
+        kept, new = _new_in_driver(None, checked, every_record=True)  # type: ignore[arg-type]
+        assert kept.column_names == list(AUDIT_RECORDS.column_names) and new == kept
+        return sorted(zip(kept["record_id"].to_pylist(), kept["read_from_cluster"].to_pylist(), strict=True))
+    kept = once_per_record_id(valid)
     assert kept.columns == list(AUDIT_RECORDS.column_names)
     return sorted((row.record_id, row.read_from_cluster) for row in kept.collect())
 
@@ -42,5 +51,6 @@ def _kept(spark, rows) -> list[tuple[str, str]]:
         ),
     ],
 )
-def test_one_row_per_record_id(spark, rows, expected):
-    assert _kept(spark, rows) == expected
+@pytest.mark.parametrize("form", ["spark", "driver"])
+def test_one_row_per_record_id(spark, rows, expected, form):
+    assert _kept(spark, rows, form) == expected

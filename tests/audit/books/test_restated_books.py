@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from audit.books import judge
+from audit.books import reconcile as reconcile_module
 from audit.books.complete_through import complete_through
 from audit.books.reconcile import reconcile
 from audit.contract.tables import COMPLETENESS_WATERMARKS, RESTATEMENTS
@@ -69,9 +70,11 @@ def restatements(spark, settings) -> list[tuple]:
 def test_watermarks_follow_the_verdicts_and_changed_final_windows_are_restated(
     spark, settings_factory, monkeypatch, judged_by
 ):
-    """Judged in the driver as a small run is, and by Spark as a run of more than `DRIVER_WINDOWS` windows."""
+    """Judged in the driver as a small run is, and by Spark as a run of more than `DRIVER_WINDOWS` windows and
+    `DRIVER_MESSAGES` audit messages (whose records are deduplicated and summed by Spark too)."""
     if judged_by == "spark":
         monkeypatch.setattr(judge, "DRIVER_WINDOWS", 0)
+        monkeypatch.setattr(reconcile_module, "DRIVER_MESSAGES", 0)
     settings = settings_factory()
     writer = AuditWriter(settings)
     for window, produced, arrived in ((W1, 100, 100), (W2, 80, 77), (W3, 50, 50)):
