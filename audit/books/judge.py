@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from audit.contract.completeness import PENDING, threshold_for
 from audit.contract.tables import (
+    AUDIT_RECORDS,
     COMPLETENESS,
     PARTITION_STATUS,
     RESTATEMENTS,
@@ -234,7 +236,7 @@ def update_completeness(
     before = delta_io.in_windows(delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name), windows)
     if not first_verdicts and len(windows) <= delta_io.MAX_NAMED_WINDOWS:  # read once: restatements and rewrite
         before = before.localCheckpoint()
-    restated = 0 if first_verdicts else store_restatements(spark, settings, before, result, records)
+    restated = 0 if first_verdicts else store_restatements(spark, settings, before, result, _as_frame(spark, records))
     done("restatements", restatements=restated)
     delta_io.replace_windows(spark, settings.lake_root, COMPLETENESS, result, windows=windows, existing=before)
     done("completeness stored", windows=judged)
@@ -269,7 +271,9 @@ def _store_judged(
         found = found_restatements(stored.to_pandas(), judged)
     if len(found):
         counted = None
-        if records is not None:
+        if isinstance(records, pa.Table):  # a small run's, held by the driver
+            counted = records.filter(pc.equal(records["kind"], "count")).select([*WINDOW_KEY, "tier", "record_id"])
+        elif records is not None:
             counted = records.where(F.col("kind") == "count").select(*WINDOW_KEY, "tier", "record_id").toArrow()
         delta_io.insert_new_from_driver(settings.lake_root, RESTATEMENTS, restatement_rows(found, counted))
     done("restatements", restatements=len(found))
@@ -303,10 +307,15 @@ def _open_windows(spark: SparkSession, settings: Settings, paths, records, known
     current = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
     if known is None:
         held_open = current.where(_is_open()).select(*WINDOW_KEY)
-        return held_open.unionByName(_windows_missing_a_tier(current, paths, records))
+        return held_open.unionByName(_windows_missing_a_tier(current, paths, _as_frame(spark, records)))
     held_open = local_frame(spark, list(known.windows), WINDOW_DDL)
     topics = local_frame(spark, list(grown), "origin_cluster STRING, topic STRING")
     return held_open.unionByName(_windows_missing_a_tier(current, paths, topics=F.broadcast(topics)))
+
+
+def _as_frame(spark: SparkSession, records):
+    """The run's records as Spark reads them: a small run's (a pyarrow Table the driver holds) handed over."""
+    return local_frame(spark, records, AUDIT_RECORDS.ddl()) if isinstance(records, pa.Table) else records
 
 
 def _counts_at_hand(

@@ -58,7 +58,7 @@ from audit.contract.tables import (
 )
 from audit.io import delta_io
 from audit.io.lake_read import read_arrow
-from audit.io.spark import BROADCAST_MAX_NUMBERS, broadcast_when_small, local_frame, side_by_side
+from audit.io.spark import BROADCAST_MAX_NUMBERS, broadcast_when_small, side_by_side
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -208,7 +208,8 @@ def store_records_and_rejects(
     records of a run that was killed after inserting them (its offsets were not stored, so this run
     read them again), else their windows would never be re-summed. Re-summing a window is idempotent.
     `in_driver`: a small run's, whose checked rows are collected once and its records deduplicated and
-    appended in the driver (`_new_in_driver`).
+    appended in the driver (`_new_in_driver`); its records are returned as a pyarrow Table, which the steps
+    after this one take as the sign of a small run and handle in the driver too.
     """
     from pyspark.sql import functions as F
 
@@ -226,7 +227,6 @@ def store_records_and_rejects(
         step.done("records deduplicated", records=report.records, rejects=report.rejects)
         if report.records:
             delta_io.append_from_driver(settings.lake_root, AUDIT_RECORDS, new_records)
-        records = local_frame(spark, records, AUDIT_RECORDS.ddl())  # what the steps after this one read
     else:
         records = once_per_record_id(checked.where(F.col("reason").isNull())).localCheckpoint()  # feeds every step
         new_records = records if report.every_record else _not_stored(spark, settings, records)
@@ -392,16 +392,7 @@ def reconcile(
         report.quiet = True
         step.done("nothing new and no window due: not judged", next_due_ms=memory.next_due_ms)
     else:
-        judgement = _judge(
-            spark,
-            settings,
-            records,
-            now_ms,
-            step,
-            memory,
-            every_record=report.every_record,
-            in_driver=report.read <= DRIVER_MESSAGES,
-        )
+        judgement = _judge(spark, settings, records, now_ms, step, memory, every_record=report.every_record)
         report.windows = judgement.windows
         store_offsets(settings, sources, known=memory.offsets)
         step.done("offsets stored")
@@ -432,10 +423,9 @@ def _judge(
     memory: RunMemory,
     *,
     every_record: bool = False,
-    in_driver: bool = False,
 ) -> Judgement:
     """Step 3: the tier tables from the records read (None: nothing new; `every_record`: they are all that
-    `audit_records` holds; `in_driver`: few enough to re-sum in the driver), then completeness; `memory` is given
+    `audit_records` holds; a pyarrow Table: a small run's, re-summed in the driver), then completeness; `memory` is given
     the tiers `tier_counts` holds now. The tier counts are written in the background while the judging goes
     on with the counts just summed; what reads their rows waits for that write, and the step ends (the
     offsets are stored) only once it is done. The tiers counted need no wait: those this run wrote are the
@@ -444,9 +434,7 @@ def _judge(
         resummed = None
         if records is not None:  # independent tables: side by side
             resummed, _ = side_by_side(
-                lambda: update_tier_counts(
-                    spark, settings, records, background=background, every_record=every_record, in_driver=in_driver
-                ),
+                lambda: update_tier_counts(spark, settings, records, background=background, every_record=every_record),
                 lambda: update_tier_status(spark, settings, records),
             )
             step.done("tier_counts summed and tier_status stored")

@@ -78,16 +78,15 @@ def update_tier_counts(
     *,
     background: Executor | None = None,
     every_record: bool = False,
-    in_driver: bool = False,
 ) -> Resummed:
     """Re-sum every (topic, window) that received count records; with `background`, their rows are written
     there while the caller goes on (see `Resummed.wait_stored`). `every_record`: `new_records` are all the
     records `audit_records` holds (a first run, into a table that held none), so they are summed as they are,
-    not read back from the table for the windows they touch. `in_driver`: a small run's, summed and written
-    in the driver (`_resummed_in_driver`)."""
+    not read back from the table for the windows they touch. A small run's records (a pyarrow Table the
+    driver holds) are summed and written in the driver (`_resummed_in_driver`)."""
     from pyspark.sql import functions as F
 
-    if in_driver:
+    if isinstance(new_records, pa.Table):
         return _resummed_in_driver(spark, settings, new_records, background)
     if every_record:
         counts = new_records.where(F.col("kind") == "count")
@@ -182,7 +181,11 @@ def _touched(spark: SparkSession, new_records):
     their (date, window_start)s; in one action."""
     from pyspark.sql import functions as F
 
-    keys = new_records.where(F.col("kind") == "count").select(*WINDOW_KEY).distinct().toArrow()
+    if isinstance(new_records, pa.Table):  # a small run's, held by the driver
+        counts = new_records.filter(pc.equal(new_records["kind"], "count")).select(list(WINDOW_KEY))
+        keys = counts.group_by(list(WINDOW_KEY)).aggregate([])
+    else:
+        keys = new_records.where(F.col("kind") == "count").select(*WINDOW_KEY).distinct().toArrow()
     touched = local_frame(spark, keys, WINDOW_DDL).withColumn("date", F.to_date("window_start"))
     named = frozenset(
         (origin, topic, naive_utc(start))
@@ -256,7 +259,10 @@ def update_tier_status(spark: SparkSession, settings: Settings, new_records) -> 
     Spark's MERGE took 1-2 s each, mostly its own bookkeeping."""
     from pyspark.sql import functions as F
 
-    recent = _recent_partition_statuses(new_records.where(F.col("kind") == "status")).toArrow().to_pylist()
+    if isinstance(new_records, pa.Table):  # a small run's, held by the driver
+        recent = recent_statuses_in_driver(new_records.filter(pc.equal(new_records["kind"], "status"))).to_pylist()
+    else:
+        recent = _recent_partition_statuses(new_records.where(F.col("kind") == "status")).toArrow().to_pylist()
     if not recent:
         return
     by_pair: dict[tuple, list[dict]] = defaultdict(list)
@@ -344,6 +350,29 @@ def _recent_partition_statuses(statuses):
             ),
         )
     )
+
+
+STATUS_COLUMNS = ("tier", "cluster", "seen_topic", "service", "origin_cluster", "topic", "logical_topic", "stalled")
+STATUS_COLUMNS += ("emitted_at", "record_id")
+
+
+def recent_statuses_in_driver(statuses: pa.Table) -> pa.Table:
+    """`_recent_partition_statuses` of status records the driver holds (AUDIT_RECORDS columns, pyarrow)."""
+    parents = pc.list_parent_indices(statuses["partitions"])
+    partitions = pc.list_flatten(statuses["partitions"])
+    exploded = statuses.select(list(STATUS_COLUMNS)).take(parents)
+    for member in partitions.type:
+        exploded = exploded.append_column(member.name, pc.struct_field(partitions, member.name))
+    order = exploded.select([*PARTITION_STATUS.key, "emitted_at", "record_id"]).to_pandas()
+    order["row"] = range(len(order))
+    order = order.sort_values(["emitted_at", "record_id"], ascending=False, kind="stable")
+    newest = order[order.groupby(list(PARTITION_STATUS.key), dropna=False).cumcount() < KEPT_POINTS]
+    recent = exploded.take(pa.array(newest["row"].to_numpy()))
+    caught_up = pc.fill_null(pc.equal(recent["lag"], 0), False)
+    since_epoch = pc.fill_null(
+        recent["last_audit_time"], pa.scalar(datetime.fromtimestamp(0, UTC), recent["emitted_at"].type)
+    )
+    return recent.append_column("partition_watermark", pc.if_else(caught_up, recent["emitted_at"], since_epoch))
 
 
 def tier_status_rows(partitions: list[dict], cluster_names: tuple[str, ...], now: datetime) -> list[dict]:

@@ -2,8 +2,8 @@
 
 The verdicts: the same windows, paths and counts judged both ways, with absent counts, partition maps, other
 window lengths, missing watermarks and thresholds, must give the same `completeness` rows, value for value.
-The re-sum of a small run's windows (audit/books/tier_tables.py): the same count records summed both ways must
-give the same `tier_counts` rows.
+The re-sum of a small run's windows and its reporters' newest statuses (audit/books/tier_tables.py): the same
+records taken both ways must give the same `tier_counts` rows and the same partition statuses.
 The rewrite and the restatements' record ids: the rules of `delta_io.replace_windows` and of
 `restatements._with_record_ids`, on hand-made rows.
 """
@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from audit.books.judge import JUDGED_COUNTS, _judged
 from audit.books.judge_driver import judged_frame, left_open, restatement_rows
-from audit.books.tier_tables import _summed, summed_in_driver
+from audit.books.tier_tables import _recent_partition_statuses, _summed, recent_statuses_in_driver, summed_in_driver
 from audit.contract.tables import COMPLETENESS, TIER_COUNTS, arrow_table
 from audit.contract.tier_paths import PATH_DDL
 from audit.io.delta_io import rewritten
@@ -154,6 +154,60 @@ def test_the_driver_sums_tier_counts_as_spark_does(spark):
     assert rows(by_driver) == spark_rows
     maps = [row["by_partition"] for row in spark_rows]
     assert any(m is None for m in maps) and any(m is not None and len(m) > 1 for m in maps)
+
+
+STATUS_DDL = (
+    "kind STRING, tier STRING, cluster STRING, seen_topic STRING, service STRING, origin_cluster STRING, "
+    "topic STRING, logical_topic STRING, stalled BOOLEAN, emitted_at TIMESTAMP, record_id STRING, partitions "
+    "ARRAY<STRUCT<partition: INT, position: BIGINT, end_offset: BIGINT, lag: BIGINT, last_audit_time: TIMESTAMP>>"
+)
+
+
+def status_records(seed: int = 11) -> list[tuple]:
+    """Statuses of two reporters of two topics, more per partition than are kept, some at the same moment."""
+    rng = random.Random(seed)
+    rows = []
+    for n in range(400):
+        service = rng.choice(["kaudit-counter", "kaudit-mirror"])
+        topic = rng.choice(["orders", "clicks"])
+        emitted = FIRST + timedelta(seconds=rng.choice(range(0, 600, 30)))
+        partitions = [
+            (p, 100 * n, 100 * n + (lag or 0), lag, rng.choice([None, emitted - timedelta(minutes=3)]))
+            for p in rng.sample(range(3), rng.choice([1, 2, 3]))
+            for lag in [rng.choice([0, 0, 7, None])]
+        ]
+        rows.append(
+            (
+                "status",
+                "aggregate",
+                "aggregate",
+                f"dc1.{topic}",
+                service,
+                "dc1",
+                topic,
+                f"dc1.{topic}",
+                rng.choice([None, False, True]),
+                emitted,
+                f"s{n:04d}",
+                partitions,
+            )
+        )
+    return rows
+
+
+def test_the_driver_keeps_the_newest_statuses_of_each_reporter_partition_as_spark_does(spark):
+    statuses = local_frame(spark, status_records(), STATUS_DDL)
+    by_spark = _recent_partition_statuses(statuses).toArrow().to_pylist()
+    by_driver = recent_statuses_in_driver(statuses.toArrow()).to_pylist()
+
+    def rows(listed: list[dict]) -> list[dict]:
+        return sorted(
+            ({k: v for k, v in row.items() if k != "kind"} for row in listed),
+            key=lambda r: sorted(r.items(), key=str).__repr__(),
+        )
+
+    assert rows(by_driver) == rows(by_spark)
+    assert len(by_spark) < sum(len(row[-1]) for row in status_records()), "older statuses than those kept were dropped"
 
 
 def test_the_windows_left_open_are_those_not_final_or_pending_or_lagging():
