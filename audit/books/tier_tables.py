@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -144,36 +145,54 @@ def _resummed_in_driver(spark: SparkSession, settings: Settings, new_records, ba
 
 def summed_in_driver(counts: pa.Table, windows: frozenset[tuple]) -> pa.Table:
     """`_summed` in pandas: the `tier_counts` rows of the count records `counts` (`SUMMED` columns at least)
-    that fall in `windows` (`WINDOW_KEY` tuples, window_start naive UTC)."""
-    frame = counts.to_pandas()
-    key = pd.MultiIndex.from_arrays(
-        [frame[c] if c != "window_start" else frame[c].dt.tz_convert(None) for c in WINDOW_KEY]
+    that fall in `windows` (`WINDOW_KEY` tuples, window_start naive UTC). Vectorized, partition maps included:
+    a Python function per window took 1.4-1.7 s for 10,000 records."""
+    keys = pd.DataFrame(list(windows), columns=list(WINDOW_KEY))
+    keys["window_start"] = pd.to_datetime(keys["window_start"]).dt.tz_localize("UTC").astype("datetime64[us, UTC]")
+    frame = counts.drop_columns(["by_partition"]).to_pandas()
+    frame["window_start"] = frame["window_start"].astype("datetime64[us, UTC]")
+    frame["row"] = np.arange(len(frame))
+    frame = frame.merge(keys, on=list(WINDOW_KEY))  # the rows of `windows` only
+    grouped_by = [*WINDOW_KEY, "tier", "logical_topic"]
+    frame["group"] = frame.groupby(grouped_by, sort=False, dropna=False).ngroup()
+    group = frame.groupby("group", sort=True)
+    sums = group[grouped_by].first()
+    sums[["count", "bytes", "send_failed", "no_timestamp"]] = (
+        group[["count", "bytes", "send_failed", "no_timestamp"]].sum(min_count=1).astype("Int64")
     )
-    frame = frame[key.isin(list(windows))]
-    group = frame.groupby([*WINDOW_KEY, "tier", "logical_topic"], sort=False, dropna=False)
-    sums = group[["count", "bytes", "send_failed", "no_timestamp"]].sum(min_count=1).astype("Int64")
     sums["window_minutes"] = group["window_minutes"].min()
     sums["records"] = group.size()
     sums[["latency_p99_ms", "latency_max_ms"]] = group[["latency_p99_ms", "latency_max_ms"]].max()
-    sums["by_partition"] = group["by_partition"].agg(_summed_partition_maps)
-    sums = sums.reset_index()
     sums["updated_at"] = pd.Timestamp(datetime.now(UTC)).floor("us")
     sums["date"] = sums["window_start"].dt.date
-    return arrow_table(TIER_COUNTS, sums)
+    summed = arrow_table(TIER_COUNTS, sums.reset_index(drop=True))
+    maps = _summed_partition_maps(counts["by_partition"], frame["row"].to_numpy(), frame["group"].to_numpy(), len(sums))
+    return summed.set_column(summed.schema.get_field_index("by_partition"), "by_partition", maps)
 
 
-def _summed_partition_maps(maps: pd.Series) -> list[tuple[int, int]] | None:
-    """`summed_maps` of one window's partition maps (each a list of (partition, count), as pyarrow gives a map),
-    None unless every record reported them."""
-    if maps.isna().any():
-        return None
-    if len(maps) == 1:
-        return list(maps.iloc[0])
-    total: dict[int, int] = defaultdict(int)
-    for pairs in maps:
-        for partition, count in pairs:
-            total[partition] += count or 0
-    return sorted(total.items())
+def _summed_partition_maps(maps: pa.ChunkedArray, rows: np.ndarray, groups: np.ndarray, size: int) -> pa.MapArray:
+    """`summed_maps` per group: the key-wise sum of the partition maps of the records `rows` of `maps`, in the
+    groups `groups` (0 to `size` - 1), null for a group where a record reported none."""
+    taken = maps.combine_chunks().take(pa.array(rows))
+    reported = pd.Series(taken.is_valid().to_numpy(zero_copy_only=False)).groupby(groups).all()
+    reported = reported.reindex(range(size), fill_value=False).to_numpy()
+    offsets = taken.offsets.to_numpy()
+    entries = pd.DataFrame(
+        {
+            "group": np.repeat(groups, np.diff(offsets)),
+            "partition": taken.keys.slice(offsets[0], offsets[-1] - offsets[0]).to_numpy(),
+            "count": taken.items.slice(offsets[0], offsets[-1] - offsets[0]).fill_null(0).to_numpy(),
+        }
+    )
+    entries = entries[reported[entries["group"].to_numpy()]]
+    summed = entries.groupby(["group", "partition"], sort=True)["count"].sum()
+    per_group = summed.groupby(level=0).size().reindex(range(size), fill_value=0).to_numpy()
+    return pa.MapArray.from_arrays(
+        pa.array(np.concatenate([[0], np.cumsum(per_group)]), pa.int32()),
+        pa.array(summed.index.get_level_values("partition").to_numpy(), pa.int32()),
+        pa.array(summed.to_numpy(), pa.int64()),
+        mask=pa.array(~reported),
+    )
 
 
 def _touched(spark: SparkSession, new_records):

@@ -299,3 +299,28 @@ def test_a_restatement_carries_the_ids_of_the_count_records_of_its_tier_and_its_
     assert row["date"] == start.date()
     (row,) = restatement_rows(found, None).to_pylist()  # a run that read no record: none to name
     assert row["record_ids"] == []
+
+
+def test_a_rewrite_compares_partition_maps_as_sets_of_entries():
+    then, now = datetime(2026, 11, 23, 11, tzinfo=UTC), datetime(2026, 11, 23, 12, tzinfo=UTC)
+    start = datetime(2026, 11, 23, 10, tzinfo=UTC)
+
+    def row(tier: str, by_partition, updated_at: datetime) -> dict:
+        return {
+            "origin_cluster": "dc1",
+            "topic": "orders",
+            "window_start": start,
+            "tier": tier,
+            "count": 3,
+            "by_partition": by_partition,
+            "updated_at": updated_at,
+            "date": start.date(),
+        }
+
+    stored = arrow_table(TIER_COUNTS, [row("dc1", [(0, 1), (1, 2)], then), row("lake", [(0, 3)], then)])
+    reordered = arrow_table(TIER_COUNTS, [row("dc1", [(1, 2), (0, 1)], now), row("lake", [(0, 3)], now)])
+    assert rewritten(TIER_COUNTS, reordered, stored) is None
+    moved = arrow_table(TIER_COUNTS, [row("dc1", [(0, 2), (1, 1)], now), row("lake", None, now)])
+    replaced = {r["tier"]: r for r in rewritten(TIER_COUNTS, moved, stored).to_pylist()}
+    assert dict(replaced["dc1"]["by_partition"]) == {0: 2, 1: 1} and replaced["dc1"]["updated_at"] == now
+    assert replaced["lake"]["by_partition"] is None
