@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.books.restatements import KEY
-from audit.books.tier_tables import WINDOW_KEY, naive_utc
+from audit.books.tier_tables import WINDOW_KEY
 from audit.contract.completeness import LAGGING, PENDING, classify
 from audit.contract.restatements import RESTATEMENT_COLUMNS, restatements
 from audit.contract.tables import COMPLETENESS, RESTATEMENTS, arrow_table
@@ -93,7 +93,7 @@ def left_open(judged: pd.DataFrame) -> set[tuple]:
 
 def _naive(moments: pd.Series) -> list[datetime]:
     """UTC timestamps in the form `collect` gives them (naive, the driver's zone: UTC)."""
-    return [naive_utc(moment.to_pydatetime()) for moment in moments]
+    return moments.dt.tz_convert(UTC).dt.tz_localize(None).to_numpy().astype("datetime64[us]").tolist()
 
 
 def found_restatements(before: pd.DataFrame, judged: pd.DataFrame) -> pd.DataFrame:

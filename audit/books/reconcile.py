@@ -272,14 +272,18 @@ def _new_in_driver(settings: Settings, checked: pa.Table, *, every_record: bool)
     )
     if every_record or not records.num_rows:
         return records, records
-    stored = _stored_record_ids(settings, records)
-    read = zip(records["record_id"].to_pylist(), records["date"].to_pylist(), strict=True)
-    return records, records.filter(pa.array([key not in stored for key in read], pa.bool_()))
+    stored = pc.is_in(_id_and_date(records), value_set=_stored_record_ids(settings, records))
+    return records, records.filter(pc.invert(pc.fill_null(stored, False)))
 
 
-def _stored_record_ids(settings: Settings, records: pa.Table) -> set[tuple[str, object]]:
-    """The (record_id, date) pairs `audit_records` holds in the windows of `records`, and for their status
-    records (no window) on their dates."""
+def _id_and_date(rows: pa.Table) -> pa.ChunkedArray:
+    """Each row's record_id and date as one string: the key `_not_stored` joins on."""
+    return pc.binary_join_element_wise(pc.cast(rows["record_id"], pa.string()), pc.cast(rows["date"], pa.string()), "|")
+
+
+def _stored_record_ids(settings: Settings, records: pa.Table) -> pa.Array:
+    """The record_ids and dates (`_id_and_date`) `audit_records` holds in the windows of `records`, and for their
+    status records (no window) on their dates."""
     windowed = records.filter(pc.is_valid(records["window_start"]))
     windowless = records.filter(pc.is_null(records["window_start"]))
     filters = []
@@ -289,11 +293,11 @@ def _stored_record_ids(settings: Settings, records: pa.Table) -> set[tuple[str, 
     if windowless.num_rows:
         dates = pa.array(sorted(set(windowless["date"].to_pylist())), pa.date32())
         filters.append(pc.field("date").isin(dates) & pc.field("window_start").is_null())
-    stored: set[tuple[str, object]] = set()
-    for where in filters:
-        found = read_arrow(settings.lake_root, AUDIT_RECORDS.name, columns=("record_id", "date"), filters=where)
-        stored.update(zip(found["record_id"].to_pylist(), found["date"].to_pylist(), strict=True))
-    return stored
+    found = [
+        _id_and_date(read_arrow(settings.lake_root, AUDIT_RECORDS.name, columns=("record_id", "date"), filters=where))
+        for where in filters
+    ]
+    return pa.chunked_array([chunk for keys in found for chunk in keys.chunks], pa.string()).combine_chunks()
 
 
 def _not_stored(spark: SparkSession, settings: Settings, records):
