@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 import pytest
 from confluent_kafka import Producer
 
-from audit.books import reconcile as reconcile_module
 from audit.books.alert_rules import window_alerts
 from audit.books.reconcile import ReconcileReport, RunMemory, read_and_store, reconcile
 from audit.contract.record import PartitionStatus, count_record, encode, status_record
@@ -274,14 +273,8 @@ def assert_the_loss_alerts_name_the_partition_short(settings) -> None:
     assert causes["lake"].endswith("aggregate is short; lake misses 3 in partition 1"), causes
 
 
-@pytest.mark.parametrize("stored_by", ["driver", "spark"])
-def test_a_run_killed_after_storing_its_records_is_completed_by_the_next(
-    spark, settings_factory, monkeypatch, stored_by
-):
-    """The soak found it: the rerun took the stored records for old ones and never summed their windows.
-    Its records deduplicated and summed in the driver, as a small run's are, and by Spark as a larger run's."""
-    if stored_by == "spark":
-        monkeypatch.setattr(reconcile_module, "DRIVER_MESSAGES", 0)
+def test_a_run_killed_after_storing_its_records_is_completed_by_the_next(spark, settings_factory):
+    """The soak found it: the rerun took the stored records for old ones and never summed their windows."""
     settings = settings_factory()
     writer = AuditWriter(settings)
     seed_books(writer)
