@@ -14,6 +14,10 @@ One run (`reconcile(spark, settings)`):
 4. stores the offsets it read up to. A crash before that step only makes the next run read the
    same messages again, which the record_id and offset keys absorb.
 
+A run of up to `DRIVER_MESSAGES` audit messages (every usual increment) collects its checked rows once and does the
+rest of steps 2 and 3 in the driver (pyarrow, pandas and `deltalake`): a dozen Spark queries on a few thousand rows
+cost more in planning than in data. tests/audit/books/test_judge_driver.py holds each driver form to its Spark form.
+
 A long-lived session (`kaudit reconcile --continuous`) passes a `RunMemory` from run to run: the
 offsets and cluster states it stored, the tiers `tier_counts` holds, the windows left open and the tiers
 on each path (so step 3 need not scan `completeness` for them), and when the first pending window turns

@@ -49,8 +49,9 @@ SUMMED = (*WINDOW_KEY, "date", "tier", "logical_topic", "window_minutes", "count
 SUMMED += ("no_timestamp", "by_partition", "latency_p99_ms", "latency_max_ms")
 
 
-# Audit messages read up to which a run re-sums `tier_counts` in the driver (`_resummed_in_driver`); a larger
-# run (a first run over a million records) sums them in Spark.
+# Audit messages read up to which a run stays in the driver from its checked rows on: it deduplicates and appends
+# its records (reconcile._new_in_driver) and re-sums `tier_counts` (`_resummed_in_driver`) with pyarrow, pandas and
+# `deltalake`. A larger run (a first run over a million records) does both in Spark.
 DRIVER_MESSAGES = 50_000
 
 
@@ -67,7 +68,7 @@ class Resummed:
     summed: pa.Table | None = None
 
     def wait_stored(self) -> None:
-        """Return once `counts` are in `tier_counts`; raises the write's error."""
+        """Return once the re-summed rows are in `tier_counts`; raises the write's error."""
         if self.stored is not None:
             self.stored.result()
 
