@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from audit.contract.completeness import PENDING, threshold_for
 from audit.contract.tables import (
@@ -38,7 +37,8 @@ if TYPE_CHECKING:
 from audit.books.complete_through import PAIR, refresh_watermarks
 from audit.books.judge_driver import due_and_windows, found_restatements, judged_frame, left_open, restatement_rows
 from audit.books.restatements import store_restatements
-from audit.books.tier_tables import WINDOW_DDL, WINDOW_KEY, Resummed, naive_utc, stored_points
+from audit.books.run_records import held_by_driver, of_kind
+from audit.books.tier_tables import WINDOW_DDL, WINDOW_KEY, Resummed, stored_points
 from audit.books.verdicts import classified
 
 log = logging.getLogger(__name__)
@@ -258,7 +258,6 @@ def _store_judged(
 ) -> Judgement:
     """The rest of `update_completeness` for verdicts judged in the driver (audit/books/judge_driver.py):
     restatements, the rewrite of their windows, the watermarks; the same tables as the Spark form."""
-    from pyspark.sql import functions as F
 
     windows, first_pending_end = due_and_windows(judged)
     done("completeness judged", windows=len(judged))
@@ -271,10 +270,10 @@ def _store_judged(
         found = found_restatements(stored.to_pandas(), judged)
     if len(found):
         counted = None
-        if isinstance(records, pa.Table):  # a small run's, held by the driver
-            counted = records.filter(pc.equal(records["kind"], "count")).select([*WINDOW_KEY, "tier", "record_id"])
-        elif records is not None:
-            counted = records.where(F.col("kind") == "count").select(*WINDOW_KEY, "tier", "record_id").toArrow()
+        if records is not None:
+            counted = of_kind(records, "count")
+            columns = [*WINDOW_KEY, "tier", "record_id"]
+            counted = counted.select(columns) if held_by_driver(counted) else counted.select(*columns).toArrow()
         delta_io.insert_new_from_driver(settings.lake_root, RESTATEMENTS, restatement_rows(found, counted))
     done("restatements", restatements=len(found))
     delta_io.replace_windows_from_driver(
@@ -315,7 +314,7 @@ def _open_windows(spark: SparkSession, settings: Settings, paths, records, known
 
 def _as_frame(spark: SparkSession, records):
     """The run's records as Spark reads them: a small run's (a pyarrow Table the driver holds) handed over."""
-    return local_frame(spark, records, AUDIT_RECORDS.ddl()) if isinstance(records, pa.Table) else records
+    return local_frame(spark, records, AUDIT_RECORDS.ddl()) if held_by_driver(records) else records
 
 
 def _counts_at_hand(
@@ -357,12 +356,11 @@ def _counts_in_driver(settings: Settings, windows: pa.Table, resummed: Resummed 
     else:
         if resummed is not None:
             resummed.wait_stored()
-        starts = [naive_utc(start) for start in windows.column("window_start").to_pylist()]
         counts = read_arrow(
             settings.lake_root,
             TIER_COUNTS.name,
             columns=JUDGED_COUNTS,
-            filters=delta_io.window_filter({(start.date(), start) for start in starts}),
+            filters=delta_io.window_filter_of(windows["window_start"]),
         )
     index = counts.schema.get_field_index("window_start")
     return counts.set_column(

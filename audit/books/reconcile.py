@@ -80,7 +80,8 @@ from audit.books.audit_read import (
 )
 from audit.books.judge import Judgement, OpenBooks, counted_tiers, update_completeness
 from audit.books.retention_gaps import store_retention_gaps
-from audit.books.tier_tables import DRIVER_MESSAGES, update_tier_counts, update_tier_status
+from audit.books.run_records import DRIVER_MESSAGES
+from audit.books.tier_tables import update_tier_counts, update_tier_status
 
 log = logging.getLogger(__name__)
 
@@ -292,8 +293,7 @@ def _stored_record_ids(settings: Settings, records: pa.Table) -> pa.Array:
     windowless = records.filter(pc.is_null(records["window_start"]))
     filters = []
     if windowed.num_rows:
-        starts = windowed["window_start"].to_pylist()
-        filters.append(delta_io.window_filter(zip(windowed["date"].to_pylist(), starts, strict=True)))
+        filters.append(delta_io.window_filter_of(windowed["window_start"]))
     if windowless.num_rows:
         dates = pa.array(sorted(set(windowless["date"].to_pylist())), pa.date32())
         filters.append(pc.field("date").isin(dates) & pc.field("window_start").is_null())

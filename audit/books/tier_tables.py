@@ -16,6 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from audit.books.run_records import held_by_driver, of_kind
 from audit.contract.tables import (
     AUDIT_RECORDS,
     PARTITION_STATUS,
@@ -47,12 +48,6 @@ STATUS_PAIR = TIER_STATUS.key  # (tier, origin_cluster, topic), also the key of 
 # What a re-sum reads of `audit_records`.
 SUMMED = (*WINDOW_KEY, "date", "tier", "logical_topic", "window_minutes", "count", "bytes", "send_failed")
 SUMMED += ("no_timestamp", "by_partition", "latency_p99_ms", "latency_max_ms")
-
-
-# Audit messages read up to which a run stays in the driver from its checked rows on: it deduplicates and appends
-# its records (reconcile._new_in_driver) and re-sums `tier_counts` (`_resummed_in_driver`) with pyarrow, pandas and
-# `deltalake`. A larger run (a first run over a million records) does both in Spark.
-DRIVER_MESSAGES = 50_000
 
 
 @dataclass(frozen=True)
@@ -88,10 +83,10 @@ def update_tier_counts(
     driver holds) are summed and written in the driver (`_resummed_in_driver`)."""
     from pyspark.sql import functions as F
 
-    if isinstance(new_records, pa.Table):
+    if held_by_driver(new_records):
         return _resummed_in_driver(spark, settings, new_records, background)
     if every_record:
-        counts = new_records.where(F.col("kind") == "count")
+        counts = of_kind(new_records, "count")
         windows, touched, named = delta_io.windows_of(counts), None, None
     else:
         touched, named, windows = _touched(spark, new_records)
@@ -201,11 +196,11 @@ def _touched(spark: SparkSession, new_records):
     their (date, window_start)s; in one action."""
     from pyspark.sql import functions as F
 
-    if isinstance(new_records, pa.Table):  # a small run's, held by the driver
-        counts = new_records.filter(pc.equal(new_records["kind"], "count")).select(list(WINDOW_KEY))
-        keys = counts.group_by(list(WINDOW_KEY)).aggregate([])
+    counts = of_kind(new_records, "count")
+    if held_by_driver(counts):
+        keys = counts.select(list(WINDOW_KEY)).group_by(list(WINDOW_KEY)).aggregate([])
     else:
-        keys = new_records.where(F.col("kind") == "count").select(*WINDOW_KEY).distinct().toArrow()
+        keys = counts.select(*WINDOW_KEY).distinct().toArrow()
     touched = local_frame(spark, keys, WINDOW_DDL).withColumn("date", F.to_date("window_start"))
     named = frozenset(
         (origin, topic, naive_utc(start))
@@ -277,12 +272,12 @@ def update_tier_status(spark: SparkSession, settings: Settings, new_records) -> 
     The tables are small (one row per reporter partition, per tier and topic) and Spark does not read them
     during a run, so they are kept in the driver and written by `deltalake` (delta_io.upsert_from_driver):
     Spark's MERGE took 1-2 s each, mostly its own bookkeeping."""
-    from pyspark.sql import functions as F
 
-    if isinstance(new_records, pa.Table):  # a small run's, held by the driver
-        recent = recent_statuses_in_driver(new_records.filter(pc.equal(new_records["kind"], "status"))).to_pylist()
+    statuses = of_kind(new_records, "status")
+    if held_by_driver(statuses):
+        recent = recent_statuses_in_driver(statuses).to_pylist()
     else:
-        recent = _recent_partition_statuses(new_records.where(F.col("kind") == "status")).toArrow().to_pylist()
+        recent = _recent_partition_statuses(statuses).toArrow().to_pylist()
     if not recent:
         return
     by_pair: dict[tuple, list[dict]] = defaultdict(list)

@@ -502,6 +502,16 @@ def window_filter(windows: Iterable):
     return pc.field("date").isin(dates) & pc.field("window_start").isin(starts)
 
 
+def window_filter_of(starts):
+    """`window_filter` of the windows starting at `starts` (an Arrow array or column of TIMESTAMPs, nulls
+    ignored), each on the date it starts on in UTC, as the tables date them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    starts = pc.unique(pc.drop_null(starts).cast(pa.timestamp("us", tz="UTC")))
+    return pc.field("date").isin(pc.unique(starts.cast(pa.date32()))) & pc.field("window_start").isin(starts)
+
+
 def _as_utc(moment):
     """A naive TIMESTAMP as `collect` gives it (the driver's zone: UTC) as an aware one; an aware one as is."""
     from datetime import UTC

@@ -10,6 +10,8 @@ import deltalake
 import pyarrow as pa
 import pytest
 from delta.tables import DeltaTable
+from hypothesis import given
+from hypothesis import strategies as st
 
 from audit.contract.arrow import arrow_schema
 from audit.contract.tables import BRONZE, TIER_COUNTS
@@ -303,3 +305,27 @@ def test_an_insert_from_the_driver_stores_each_key_once(tmp_path):
     delta_io.insert_new_from_driver(lake, RESTATEMENTS, [restatement("b", 25), restatement("c", 25)])
     stored = read_arrow(lake, RESTATEMENTS.name, columns=["restatement_id"]).column(0).to_pylist()
     assert sorted(stored) == ["a", "b", "c"]
+
+
+WINDOW_STARTS = st.lists(
+    st.one_of(
+        st.none(), st.integers(0, 6 * 24 * 3).map(lambda w: dt.datetime(2026, 11, 24) + w * dt.timedelta(minutes=10))
+    ),
+    max_size=30,
+)
+
+
+@given(stored=WINDOW_STARTS, asked=WINDOW_STARTS)
+def test_the_filter_of_a_column_of_window_starts_selects_the_rows_the_filter_of_their_pairs_does(stored, asked):
+    """Windows on both sides of midnight and status rows (no window): `window_filter_of` dates each start in UTC
+    as the tables do and ignores nulls, as `window_filter` does given (date, start) pairs."""
+    import pyarrow.dataset as ds
+
+    utc = pa.timestamp("us", tz="UTC")
+    dates = [None if w is None else w.date() for w in stored]
+    rows = ds.dataset(pa.table({"date": pa.array(dates, pa.date32()), "window_start": pa.array(stored, utc)}))
+    pairs = delta_io.window_filter((None if w is None else w.date(), w) for w in asked)
+    of_column = delta_io.window_filter_of(pa.chunked_array([pa.array(asked, pa.timestamp("us"))], pa.timestamp("us")))
+
+    assert rows.to_table(filter=of_column).to_pylist() == rows.to_table(filter=pairs).to_pylist()
+    assert rows.to_table(filter=of_column).num_rows == sum(1 for w in stored if w is not None and w in set(asked))
