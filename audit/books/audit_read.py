@@ -15,16 +15,18 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from audit.books.record_check import SOURCE_COLUMNS
 from audit.contract.errors import KafkaAuditError
 from audit.contract.tables import (
     CLUSTER_READS,
     SOURCE_OFFSETS,
 )
 from audit.io import delta_io
-from audit.io.clients import client_config, list_offsets, spark_kafka_options
+from audit.io.clients import client_config, list_offsets, read_ranges, spark_kafka_options
 from audit.io.lake_read import read_arrow
 
 if TYPE_CHECKING:
+    import pandas as pd
     from pyspark.sql import SparkSession
 
     from audit.settings import Settings
@@ -156,6 +158,25 @@ def read_new_messages(spark: SparkSession, settings: Settings, sources: list[Aud
     for frame in frames[1:]:
         result = result.unionByName(frame)
     return result
+
+
+def read_new_messages_in_driver(
+    settings: Settings, sources: list[AuditSource], *, stall_s: float = DEFAULT_CLIENT_TIMEOUT_S
+) -> pd.DataFrame:
+    """`read_new_messages`' rows (SOURCE_COLUMNS) read by this process with confluent-kafka, for a small run:
+    Spark's Kafka source spends a second or more starting its readers on a few thousand messages."""
+    import pandas as pd
+
+    columns: dict[str, list] = {name: [] for name in SOURCE_COLUMNS}
+    for source in sources:
+        config = client_config(settings, source.cluster)
+        what = f"the audit topics of {source.cluster}"
+        for message in read_ranges(config, source.ranges, stall_s=stall_s, what=what):
+            row = (source.cluster, message.topic(), message.partition(), message.offset(), message.value())
+            for name, value in zip(SOURCE_COLUMNS, row, strict=True):
+                columns[name].append(value)
+    frame = pd.DataFrame(columns)
+    return frame.astype({"read_from_partition": "int32", "read_from_offset": "int64"})
 
 
 # -- 4. offsets ----------------------------------------------------------------------------------

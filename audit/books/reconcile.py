@@ -14,9 +14,10 @@ One run (`reconcile(spark, settings)`):
 4. stores the offsets it read up to. A crash before that step only makes the next run read the
    same messages again, which the record_id and offset keys absorb.
 
-A run of up to `DRIVER_MESSAGES` audit messages (every usual increment) collects its checked rows once and does the
-rest of steps 2 and 3 in the driver (pyarrow, pandas and `deltalake`): a dozen Spark queries on a few thousand rows
-cost more in planning than in data. tests/audit/books/test_judge_driver.py holds each driver form to its Spark form.
+A run of up to `DRIVER_MESSAGES` audit messages (every usual increment) reads them with confluent-kafka, checks
+them with the Python checker and does the rest of steps 2 and 3 in the driver (pyarrow, pandas and `deltalake`):
+a dozen Spark queries on a few thousand rows cost more in planning than in data (audit/books/run_records.py).
+tests/audit/books/test_record_columns.py and test_judge_driver.py hold each driver form to its Spark form.
 
 A long-lived session (`kaudit reconcile --continuous`) passes a `RunMemory` from run to run: the
 offsets and cluster states it stored, the tiers `tier_counts` holds, the windows left open and the tiers
@@ -27,10 +28,12 @@ process starts with an empty memory and does every step, so a restart gives the 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -45,6 +48,7 @@ from audit.books.record_check import (
     RecordChecker,
 )
 from audit.books.record_columns import FAST, checked_natively
+from audit.contract.arrow import ddl_schema
 from audit.contract.tables import (
     AUDIT_RECORDS,
     AUDIT_REJECTS,
@@ -60,11 +64,13 @@ from audit.contract.tables import (
     TIER_STATUS,
     arrow_table,
 )
+from audit.contract.windows import EPOCH
 from audit.io import delta_io
 from audit.io.lake_read import read_arrow
-from audit.io.spark import BROADCAST_MAX_NUMBERS, broadcast_when_small, side_by_side
+from audit.io.spark import BROADCAST_MAX_NUMBERS, broadcast_when_small, local_frame, side_by_side
 
 if TYPE_CHECKING:
+    import pandas as pd
     from pyspark.sql import SparkSession
 
     from audit.settings import Settings
@@ -74,13 +80,14 @@ from audit.books.audit_read import (
     audit_sources,
     offsets_read_up_to,
     read_new_messages,
+    read_new_messages_in_driver,
     store_cluster_reads,
     store_offsets,
     stored_offsets,
 )
 from audit.books.judge import Judgement, OpenBooks, counted_tiers, update_completeness
 from audit.books.retention_gaps import store_retention_gaps
-from audit.books.run_records import DRIVER_MESSAGES
+from audit.books.run_records import DRIVER_MESSAGES, held_by_driver
 from audit.books.tier_tables import update_tier_counts, update_tier_status
 
 log = logging.getLogger(__name__)
@@ -174,6 +181,51 @@ def check_messages(messages, checker: RecordChecker, *, native: bool = True):
     )
 
 
+# The rows `check_messages` yields, and `check_in_driver` as a pyarrow Table of this schema.
+CHECKED_ROWS_DDL = ", ".join(
+    [
+        *(f"{name} {kind}" for name, kind in TYPED_CHECKED),
+        f"{ROW} BIGINT",
+        *(f"{name} TIMESTAMP" for name in ("window_start", "emitted_at", "watermark", "ingested_at")),
+        "date DATE",
+    ]
+)
+
+
+def check_in_driver(messages: pd.DataFrame, checker: RecordChecker) -> pa.Table:
+    """`check_messages` of a small run's messages (SOURCE_COLUMNS, as `read_new_messages_in_driver` gives them),
+    all checked by the Python checker in this process: the same rows, as a pyarrow Table (`CHECKED_ROWS_DDL`)."""
+    schema = ddl_schema(CHECKED_ROWS_DDL)
+    text = pa.Table.from_pandas(checker.check(messages), schema=ddl_schema(CHECKED_DDL), preserve_index=False)
+    columns = {name: text[name] for name in text.column_names if name not in TYPED_NESTED}
+    for name, (typed, _) in TYPED_NESTED.items():
+        values = [None if value is None else _nested(name, json.loads(value)) for value in text[name].to_pylist()]
+        columns[typed] = pa.array(values, schema.field(typed).type)
+    columns[ROW] = pa.array(range(text.num_rows), pa.int64())
+    for name in ("window_start", "emitted_at", "watermark"):
+        columns[name] = pc.cast(text[f"{name}_ms"], pa.timestamp("ms", tz="UTC"))
+    columns["ingested_at"] = pa.repeat(pa.scalar(datetime.now(UTC), pa.timestamp("us", tz="UTC")), text.num_rows)
+    dated = pc.coalesce(columns["window_start"], columns["emitted_at"], columns["ingested_at"])
+    columns["date"] = pc.cast(pc.cast(dated, pa.timestamp("us", tz="UTC")), pa.date32())
+    return pa.table({name: columns[name] for name in schema.names}).cast(schema)
+
+
+def _nested(name: str, parsed):
+    """A nested field's JSON text as the Python checker writes it, parsed to `TYPED_NESTED`'s type (as
+    `_typed_nested` does in Spark): partition maps keyed by number, partition times as moments."""
+    if name == "by_partition_json":
+        return [(int(partition), count) for partition, count in parsed.items()]
+    return [
+        {
+            **{key: status[key] for key in ("partition", "position", "end_offset", "lag")},
+            "last_audit_time": None
+            if status["last_audit_time_ms"] is None
+            else EPOCH + timedelta(milliseconds=status["last_audit_time_ms"]),
+        }
+        for status in parsed
+    ]
+
+
 def _typed_nested(checked):
     """The Python checker's rows (CHECKED_DDL) with their nested fields' JSON text parsed, as TYPED_CHECKED."""
     from pyspark.sql import functions as F
@@ -199,32 +251,28 @@ def _typed_nested(checked):
 
 
 def store_records_and_rejects(
-    spark: SparkSession,
-    settings: Settings,
-    checked,
-    report: ReconcileReport,
-    step: _Steps | None = None,
-    *,
-    in_driver: bool = False,
+    spark: SparkSession, settings: Settings, checked, report: ReconcileReport, step: _Steps | None = None
 ):
     """Insert new records (once per record_id) and rejects (once per audit-topic offset).
 
     Returns every valid record read, not only the new ones: the updates after this step must see the
     records of a run that was killed after inserting them (its offsets were not stored, so this run
     read them again), else their windows would never be re-summed. Re-summing a window is idempotent.
-    `in_driver`: a small run's, whose checked rows are collected once and its records deduplicated and
-    appended in the driver (`_new_in_driver`); its records are returned as a pyarrow Table, which the steps
-    after this one take as the sign of a small run and handle in the driver too.
+    `checked`: the rows of `check_messages`, or of `check_in_driver` for a small run, whose records are
+    deduplicated and appended in the driver (`_new_in_driver`) and returned as a pyarrow Table, which the
+    steps after this one take as the sign of a small run and handle in the driver too (audit/books/run_records.py).
     """
     from pyspark.sql import functions as F
 
     step = step or _Steps()
     step.done("records read and checked")
-    rows = checked.toArrow() if in_driver else None
-    if rows is None or rows["retention_gaps_json"].null_count < rows.num_rows:
+    rows = checked if held_by_driver(checked) else None
+    gaps = rows is None or rows["retention_gaps_json"].null_count < rows.num_rows
+    if rows is not None and (gaps or rows["reason"].null_count < rows.num_rows):
+        checked = local_frame(spark, rows, CHECKED_ROWS_DDL)  # retention gaps or rejects, rare: stored by Spark
+    if gaps:
         store_retention_gaps(spark, settings, checked)
     step.done("retention gaps")
-    rejects = checked.where(F.col("reason").isNotNull()).drop(ROW).withColumn("date", F.to_date("ingested_at"))
     report.every_record = delta_io.is_empty(settings.lake_root, AUDIT_RECORDS)
     if rows is not None:
         records, new_records = _new_in_driver(settings, rows, every_record=report.every_record)
@@ -236,11 +284,12 @@ def store_records_and_rejects(
         records = once_per_record_id(checked.where(F.col("reason").isNull())).localCheckpoint()  # feeds every step
         new_records = records if report.every_record else _not_stored(spark, settings, records)
         report.records = new_records.count()
-        report.rejects = rejects.count()
+        report.rejects = _rejects(checked).count()
         step.done("records deduplicated", records=report.records, rejects=report.rejects)
         if report.records:  # new by the join above: appended, not merged (a second look at the same keys)
             delta_io.append(settings.lake_root, AUDIT_RECORDS, new_records)
-    if report.rejects:
+    if report.rejects:  # a small run's `checked` was handed to Spark above
+        rejects = _rejects(checked)
         delta_io.insert_new(spark, settings.lake_root, AUDIT_REJECTS, rejects, prune=False)
         for row in rejects.select("read_from_cluster", "read_from_offset", "reason").limit(5).collect():
             log.warning(
@@ -248,6 +297,13 @@ def store_records_and_rejects(
                 extra={"cluster": row.read_from_cluster, "offset": row.read_from_offset, "reason": row.reason},
             )
     return records
+
+
+def _rejects(checked):
+    """The rows of `checked` (a frame) that are not valid records, as `audit_rejects` dates them."""
+    from pyspark.sql import functions as F
+
+    return checked.where(F.col("reason").isNotNull()).drop(ROW).withColumn("date", F.to_date("ingested_at"))
 
 
 def once_per_record_id(valid):
@@ -372,13 +428,14 @@ def read_and_store(
     memory.cluster_states = store_cluster_reads(settings, report.unreachable, now_ms, memory.cluster_states)
     report.read = sum(source.pending for source in sources)
     step.done("offsets", messages=report.read)
-    messages = read_new_messages(spark, settings, sources)
-    if messages is None:
+    if not report.read:
         return sources, None
-    checked = check_messages(messages, RecordChecker.from_settings(settings, now_ms))
-    records = store_records_and_rejects(
-        spark, settings, checked, report, step, in_driver=report.read <= DRIVER_MESSAGES
-    )
+    checker = RecordChecker.from_settings(settings, now_ms)
+    if report.read <= DRIVER_MESSAGES:
+        checked = check_in_driver(read_new_messages_in_driver(settings, sources), checker)
+    else:
+        checked = check_messages(read_new_messages(spark, settings, sources), checker)
+    records = store_records_and_rejects(spark, settings, checked, report, step)
     step.done("records stored", records=report.records, rejects=report.rejects)
     return sources, records
 

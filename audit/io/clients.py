@@ -117,6 +117,59 @@ def list_offsets(
     return offsets
 
 
+def read_ranges(
+    config: Mapping[str, Any], ranges: Mapping[tuple[str, int], tuple[int, int]], *, stall_s: float, what: str
+) -> list:
+    """Every committed message of each partition's offset range [start, end), `end` at most the partition's last
+    stable offset (`list_offsets`). Offsets without a message (transaction markers, aborted records, records
+    deleted by retention) are passed over, as Spark's Kafka source with failOnDataLoss=false does. Raises a
+    KafkaClientError naming `what` and the partitions not read to their end when no message comes for `stall_s`."""
+    wanted = {key: span for key, span in ranges.items() if span[1] > span[0]}
+    consumer = Consumer(
+        {
+            **config,
+            "group.id": "kaudit-range-reader",  # assigned, never committed: the group is not joined
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 20,  # an idle partition's fetch returns at once, as in the books' Spark reads
+        }
+    )
+    messages: list = []
+    try:
+        consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _) in wanted.items()])
+        unread = dict(wanted)
+        stalled_at = time.monotonic() + stall_s
+        while unread:
+            batch = consumer.consume(10_000, timeout=0.5)
+            if batch:
+                stalled_at = time.monotonic() + stall_s
+            elif time.monotonic() > stalled_at:
+                missing = ", ".join(
+                    f"{t}[{p}] from {consumer.position([TopicPartition(t, p)])[0].offset}" for t, p in unread
+                )
+                raise KafkaClientError(f"{what}: no message for {stall_s:.0f} s before the end of {missing}")
+            for message in batch:
+                error = message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    if error.fatal():
+                        raise KafkaException(error)
+                    log.warning("read error, retried", extra={"what": what, "error": error.str()})
+                    continue
+                key, offset = (message.topic(), message.partition()), message.offset()
+                if key not in unread or offset is None:
+                    continue
+                end = unread[key][1]
+                if error is None and offset < end:
+                    messages.append(message)
+                if offset + (error is None) >= end:  # an EOF event carries the next offset, a message its own
+                    del unread[key]
+        return messages
+    finally:
+        consumer.close()
+
+
 COMMITTED_ATTEMPT_S = 5.0
 
 

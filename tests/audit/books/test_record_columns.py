@@ -16,8 +16,8 @@ from dataclasses import replace
 
 import pytest
 
-from audit.books.reconcile import ROW, check_messages
-from audit.books.record_check import RecordChecker
+from audit.books.reconcile import ROW, check_in_driver, check_messages
+from audit.books.record_check import SOURCE_COLUMNS, RecordChecker
 from audit.books.record_columns import (
     COUNT_KEYS,
     COUNT_OPTIONAL,
@@ -274,3 +274,37 @@ def test_the_canonical_keys_are_the_ones_encode_writes_in_its_order():
     assert tuple(gaps) == tuple(sorted((*STATUS_KEYS, *STATUS_OPTIONAL)))
     for kind, item in ((PARTITION_TYPE, gaps["partitions"][0]), (GAP_TYPE, gaps["retention_gaps"][0])):
         assert re.findall(r"(\w+):", kind) == list(item), "parsed in the order encode writes"
+
+
+def in_the_driver_and_in_spark(spark, values: list[bytes | None], checker: RecordChecker = CHECKER):
+    """`check_in_driver`'s rows and `check_messages`' of the same messages, both as Arrow, in offset order, without
+    the run's moment and row numbers; the driver's must be typed exactly as Spark's."""
+    import pandas as pd
+
+    rows = [("dc1", "_audit", 0, offset, value) for offset, value in enumerate(values)]
+    frame = pd.DataFrame(rows, columns=list(SOURCE_COLUMNS)).astype({"read_from_partition": "int32"})
+    driver = check_in_driver(frame, checker).drop_columns(["ingested_at", ROW])
+    spark_rows = check_messages(spark.createDataFrame(rows, SOURCE_DDL), checker).drop("ingested_at", ROW)
+    ours = spark_rows.orderBy("read_from_offset").toArrow()
+    assert [(f.name, f.type) for f in driver.schema] == [(f.name, f.type) for f in ours.schema]
+    return driver.to_pylist(), ours.to_pylist()
+
+
+def test_a_small_runs_check_in_the_driver_gives_spark_s_rows(spark):
+    """Valid, hostile and mutated records: the driver's check (the Python checker, typed in Arrow) gives the
+    rows Spark's check gives, natively or in Python."""
+    values = [*VALID, *HOSTILE, *mutations(300, seed=11)]
+    driver, in_spark = in_the_driver_and_in_spark(spark, values)
+    assert len(driver) == len(in_spark) == len(values)
+    for ours, theirs in zip(map(_read, driver), map(_read, in_spark), strict=True):
+        assert ours == theirs, (
+            values[ours["read_from_offset"]],
+            {k: (v, theirs[k]) for k, v in ours.items() if v != theirs[k]},
+        )
+    assert sum(row["reason"] is None for row in driver) >= len(VALID)
+
+
+def _read(row: dict) -> dict:
+    """A row with its JSON text read (the paths space it differently) and its maps' entries in one order."""
+    read = {key: json.loads(v) if key.endswith("_json") and v is not None else v for key, v in row.items()}
+    return {**read, "by_partition": None if row["by_partition"] is None else sorted(row["by_partition"])}

@@ -254,3 +254,55 @@ def test_an_abort_waits_for_its_messages_so_they_reach_the_log_aborted_and_no_re
         assert ends == {0, 1} and read == []
     finally:
         reader.close()
+
+
+@pytest.mark.kafka
+def test_a_range_read_gets_its_committed_messages_ends_at_the_last_stable_offset_and_names_a_stall(
+    local_clusters, topic_factory, unique_name
+):
+    """What the books' small runs read (`read_ranges`): plain and committed messages of [start, end); aborted ones
+    and transaction markers passed over, up to an end at the last stable offset, before a transaction still open;
+    a range that never fills raises an error naming it instead of hanging."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    from audit.contract.errors import KafkaClientError
+    from audit.io.clients import list_offsets, read_ranges
+
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    topic = topic_factory("dc1", partitions=2)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for sequence in range(3):
+        plain.produce(topic, b"plain %d" % sequence, partition=0)
+    plain.flush(30)
+    transactional = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_name("tx")})
+    transactional.init_transactions(30)
+    for outcome in ("committed", "aborted", "open"):
+        transactional.begin_transaction()
+        for sequence in range(2):
+            transactional.produce(topic, b"%s %d" % (outcome.encode(), sequence), partition=0)
+        if outcome == "committed":
+            transactional.commit_transaction(30)
+        elif outcome == "aborted":
+            abort_written(transactional, 30)
+    transactional.flush(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    stable_end = list_offsets(admin, [(topic, 0)], OffsetSpec.latest())[(topic, 0)]
+    assert stable_end == 3 + 3 + 3  # plain, committed + marker, aborted + marker; the open transaction after it
+    config = {"bootstrap.servers": bootstrap}
+
+    def values(ranges, stall_s: float = 15):
+        return [m.value() for m in read_ranges(config, ranges, stall_s=stall_s, what="the test topic")]
+
+    began = time.monotonic()
+    assert values({(topic, 0): (1, stable_end), (topic, 1): (0, 0)}) == [
+        b"plain 1",
+        b"plain 2",
+        b"committed 0",
+        b"committed 1",
+    ]
+    assert values({(topic, 0): (0, 2)}) == [b"plain 0", b"plain 1"]
+    assert time.monotonic() - began < 10, "the ends are found, not waited out"
+    with pytest.raises(KafkaClientError, match=rf"the test topic: no message for 2 s before the end of {topic}\[0\]"):
+        values({(topic, 0): (0, stable_end + 5)}, stall_s=2)
+    abort_written(transactional, 30)
