@@ -47,30 +47,50 @@ def restated(frame: pd.DataFrame) -> np.ndarray:
     return was_final & changed
 
 
-def _utc_text(moment) -> str:
-    stamp = pd.Timestamp(moment)
-    return (stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")).isoformat()
+def _utc_texts(moments: pd.Series) -> list[str]:
+    """Each moment (naive ones taken as UTC) as pandas' `isoformat` writes it in UTC, in one pass:
+    `2026-11-23T10:20:00+00:00`, with `.ffffff` before the offset when it has microseconds; a missing one `NaT`."""
+    utc = pd.to_datetime(moments, utc=True).dt.tz_localize(None).to_numpy().astype("datetime64[us]")
+    seconds = np.datetime_as_string(utc.astype("datetime64[s]"), unit="s")
+    micros = utc.astype(np.int64) % 1_000_000
+    fraction = np.where(micros != 0, np.char.add(".", np.char.zfill(micros.astype(str), 6)), "")
+    texts = np.char.add(np.char.add(seconds, fraction), "+00:00")
+    return np.where(np.isnat(utc), "NaT", texts).tolist()
 
 
-def _verdict_text(value) -> str:
-    """A verdict's count or status as the id hashes it: a missing one as `None`, a count as an integer however
-    pandas holds the column (a count column with a null in it is float: 100.0 is still `100`)."""
-    if value is None or pd.isna(value):
-        return "None"
-    if isinstance(value, float | np.floating):
-        return str(int(value))
-    return str(value)
+def _verdict_texts(values: pd.Series) -> list[str]:
+    """Each count or status as the id hashes it: a missing one as `None`, a count as an integer however pandas
+    holds the column (a count column with a null in it is float: 100.0 is still `100`)."""
+    missing = values.isna().to_numpy()
+    if pd.api.types.is_float_dtype(values):
+        texts = values.fillna(0).astype(np.int64).astype(str).to_numpy()
+    elif pd.api.types.is_integer_dtype(values):
+        texts = values.astype("Int64").fillna(0).astype(np.int64).astype(str).to_numpy()
+    else:
+        texts = np.array(
+            [str(int(v)) if isinstance(v, float | np.floating) else str(v) for v in values.fillna(0)], dtype=object
+        )
+    return np.where(missing, "None", texts).tolist()
 
 
-def restatement_id(row) -> str:
-    """Deterministic id of one restatement (a row of `restatements`' input)."""
-    parts = [row.origin_cluster, row.topic, _utc_text(row.window_start), row.tier, _utc_text(row.before_updated_at)]
-    parts += [_verdict_text(getattr(row, f"{side}_{name}")) for side in ("before", "after") for name in VERDICT]
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+def restatement_ids(rows: pd.DataFrame) -> list[str]:
+    """Deterministic id of each restatement (rows of `restatements`' input): a hash of its window, its tier,
+    when the verdict before was written and both verdicts."""
+    if rows.empty:
+        return []
+    parts = [
+        rows["origin_cluster"].astype(str).tolist(),
+        rows["topic"].astype(str).tolist(),
+        _utc_texts(rows["window_start"]),
+        rows["tier"].astype(str).tolist(),
+        _utc_texts(rows["before_updated_at"]),
+        *(_verdict_texts(rows[f"{side}_{name}"]) for side in ("before", "after") for name in VERDICT),
+    ]
+    return [hashlib.sha256("|".join(fields).encode()).hexdigest()[:32] for fields in zip(*parts, strict=True)]
 
 
 def restatements(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows of `frame` that restate a final window, with their id, in `RESTATEMENT_COLUMNS`."""
     rows = frame[restated(frame)].copy()
-    rows["restatement_id"] = [restatement_id(row) for row in rows.itertuples(index=False)]
+    rows["restatement_id"] = restatement_ids(rows)
     return rows[list(RESTATEMENT_COLUMNS)]

@@ -80,3 +80,28 @@ def test_an_id_does_not_depend_on_the_other_rows_it_is_found_with():
     beside = pair((None, 5, "complete"), (7, 5, "incomplete"), topic="other")
     first = restatements(pd.DataFrame([alone]))["restatement_id"].iloc[0]
     assert restatements(pd.DataFrame([alone, beside]))["restatement_id"].iloc[0] == first
+
+
+def test_ids_are_those_stored_by_earlier_versions():
+    """A run after an upgrade must find the restatements stored before it under the same ids, or it stores them
+    twice: microseconds, a float count column (a null beside), naive moments and a null count each keep their text."""
+    rows = [
+        pair((100, 100, "complete"), (100, 97, "incomplete")),
+        pair(
+            (None, 5, "complete"),
+            (7, 5, "incomplete"),
+            topic="other",
+            written=WRITTEN + pd.Timedelta(microseconds=1234),
+        ),
+        pair(
+            (100, 100, "complete"),
+            (100, None, "incomplete"),
+            window_start=pd.Timestamp("2026-11-23T23:50:00"),
+            written=pd.Timestamp("2026-11-24T00:01:02.5"),
+        ),
+    ]
+    assert restatements(pd.DataFrame(rows))["restatement_id"].tolist() == [
+        "2280382a5e049c44131f01a2c24c7e45",  # computed row by row (pandas' isoformat) before 2026-12-02
+        "dd74125a8ce875636667cb6cff36fdce",
+        "cbec52ace33e70cf3947ac7119cb50f4",
+    ]
