@@ -53,8 +53,8 @@ JUDGED_COUNTS = (*WINDOW_KEY, "tier", "count", "by_partition", "latency_p99_ms",
 
 def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, str, str]] | None = None):
     """Per (logical topic, tier on its path): reference tier, order, the tier's effective watermark
-    (audit/contract/tier_paths.py holds the rule) and the topic's threshold, as a frame, with the
-    (origin_cluster, topic, tier) on the paths and the frame's rows; None when no topic has a path. `counted`: the
+    (audit/contract/tier_paths.py holds the rule) and the topic's threshold, as rows of `PATHS_DDL` (`paths_frame`
+    hands them to Spark), with the (origin_cluster, topic, tier) on the paths; None when no topic has a path. `counted`: the
     (origin_cluster, topic, tier) that `tier_counts` holds, when known (`counted_tiers`), else they are read
     from it. Computed in the driver: a few rows per topic."""
     counted = counted if counted is not None else counted_tiers(settings)
@@ -65,8 +65,15 @@ def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, 
         return None
     patterns = settings.threshold_patterns()
     thresholds = {topic: threshold_for(".".join(topic), patterns) for topic in {row[:2] for row in paths}}
-    rows = [(*row, thresholds[row[:2]]) for row in paths]
-    return local_frame(spark, rows, f"{PATH_DDL}, threshold_pct DOUBLE"), frozenset(row[:3] for row in paths), rows
+    return [(*row, thresholds[row[:2]]) for row in paths], frozenset(row[:3] for row in paths)
+
+
+PATHS_DDL = f"{PATH_DDL}, threshold_pct DOUBLE"
+
+
+def paths_frame(spark: SparkSession, rows: list[tuple]):
+    """`tier_paths`' rows as a frame, for the judging in Spark."""
+    return local_frame(spark, rows, PATHS_DDL)
 
 
 def reported_points(settings: Settings) -> list[tuple]:
@@ -197,18 +204,21 @@ def update_completeness(
     found = tier_paths(spark, settings, counted)
     if found is None:
         return Judgement(windows=0, next_due_ms=None)
-    paths, path_tiers, path_rows = found
+    path_rows, path_tiers = found
     done("tier paths")
     # A table with no verdict yet (a new lake) holds no open window and restates none: it is not read.
     first_verdicts = delta_io.is_empty(settings.lake_root, COMPLETENESS)
     grown = None if known is None else {(origin, topic) for origin, topic, _ in path_tiers - known.path_tiers}
-    if first_verdicts:
-        again = local_frame(spark, [], WINDOW_DDL)
-    else:
-        again = _open_windows(spark, settings, paths, records, known, grown)
-    touched = resummed.windows if resummed is not None else local_frame(spark, [], WINDOW_DDL)
-    windows = touched.select(*WINDOW_KEY).unionByName(again).distinct().localCheckpoint()  # read by two joins
-    few = windows.limit(DRIVER_WINDOWS + 1).toArrow()
+    few = _windows_known(resummed, known, grown, first_verdicts=first_verdicts)
+    if few is None or few.num_rows > DRIVER_WINDOWS:
+        paths = paths_frame(spark, path_rows)
+        if first_verdicts:
+            again = local_frame(spark, [], WINDOW_DDL)
+        else:
+            again = _open_windows(spark, settings, paths, records, known, grown)
+        touched = resummed.windows_frame(spark) if resummed is not None else local_frame(spark, [], WINDOW_DDL)
+        windows = touched.select(*WINDOW_KEY).unionByName(again).distinct().localCheckpoint()  # read by two joins
+        few = windows.limit(DRIVER_WINDOWS + 1).toArrow()
     done("windows to judge")
     grace_ms = int(settings.grace_s * 1000)
     if few.num_rows <= DRIVER_WINDOWS:
@@ -285,6 +295,26 @@ def _store_judged(
     still_open = left_open(judged)
     books = OpenBooks(frozenset(still_open), path_tiers) if len(still_open) <= MAX_OPEN_WINDOWS else None
     return Judgement(len(judged), None if first_pending_end is None else first_pending_end + grace_ms, books)
+
+
+def _windows_known(
+    resummed: Resummed | None, known: OpenBooks | None, grown: set | None, *, first_verdicts: bool
+) -> pa.Table | None:
+    """The windows to judge (`WINDOW_KEY`, as Spark's `toArrow` gives them) when the driver knows them all: those
+    re-summed (their keys collected) and, unless these are the first verdicts, those the session left open, when
+    no path grew since. None: they must be found by Spark (a first run's, or a new session's, from `completeness`)."""
+    touched = frozenset() if resummed is None else resummed.keys
+    if touched is None or not (first_verdicts or (known is not None and not grown)):
+        return None
+    keys = touched if first_verdicts or known is None else touched | known.windows
+    columns = list(zip(*keys, strict=True)) or [(), (), ()]
+    return pa.table(
+        {
+            "origin_cluster": pa.array(columns[0], pa.string()),
+            "topic": pa.array(columns[1], pa.string()),
+            "window_start": pa.array(columns[2], pa.timestamp("us", tz="UTC")),
+        }
+    )
 
 
 def _is_open():

@@ -52,15 +52,19 @@ SUMMED += ("no_timestamp", "by_partition", "latency_p99_ms", "latency_max_ms")
 
 @dataclass(frozen=True)
 class Resummed:
-    """The (topic, window)s a run re-summed: as a frame (`WINDOW_KEY` and `date`), in the driver (None when not
-    collected), and their `tier_counts` rows as written: by Spark (`counts`, checkpointed) or by the driver
-    (`summed`, a pyarrow Table); both None when there were none."""
+    """The (topic, window)s a run re-summed: as a frame (`WINDOW_KEY` and `date`; None for a small run's, see
+    `windows_frame`), in the driver (None when not collected), and their `tier_counts` rows as written: by Spark
+    (`counts`, checkpointed) or by the driver (`summed`, a pyarrow Table); both None when there were none."""
 
-    windows: DataFrame
+    windows: DataFrame | None
     keys: frozenset[tuple] | None
     counts: DataFrame | None
     stored: Future | None = None  # the write of the rows into tier_counts, when it runs in the background
     summed: pa.Table | None = None
+
+    def windows_frame(self, spark: SparkSession) -> DataFrame:
+        """`windows`, handed to Spark from `keys` when the driver re-summed them (only a Spark judging needs it)."""
+        return self.windows if self.windows is not None else windows_frame(spark, list(self.keys or ()))
 
     def wait_stored(self) -> None:
         """Return once the re-summed rows are in `tier_counts`; raises the write's error."""
@@ -89,7 +93,8 @@ def update_tier_counts(
         counts = of_kind(new_records, "count")
         windows, touched, named = delta_io.windows_of(counts), None, None
     else:
-        touched, named, windows = _touched(spark, new_records)
+        keys, named, windows = _touched(new_records)
+        touched = windows_frame(spark, keys)
         counts = (
             delta_io.in_windows(  # as literals: Delta reads only the files that can hold them
                 delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name), windows
@@ -98,7 +103,7 @@ def update_tier_counts(
             .join(broadcast_when_small(touched, len(named)), [*WINDOW_KEY, "date"], "left_semi")
         )
     if not windows:
-        return Resummed(local_frame(spark, [], WINDOW_DDL).withColumn("date", F.to_date("window_start")), named, None)
+        return Resummed(windows_frame(spark, []), named, None)
     rows = _summed(counts)
     touched = touched if touched is not None else rows.select(*WINDOW_KEY, "date").distinct()
     write = partial(delta_io.replace_windows, spark, settings.lake_root, TIER_COUNTS, rows, windows=windows)
@@ -112,9 +117,9 @@ def _resummed_in_driver(spark: SparkSession, settings: Settings, new_records, ba
     """`update_tier_counts` of a small run: the touched windows' count records read by `deltalake`, summed in
     pandas (`summed_in_driver`) and their windows rewritten by `deltalake` (delta_io.replace_windows_from_driver).
     In Spark the same took two queries and an overwrite, 3-5 s of planning for some thousands of rows."""
-    touched, named, windows = _touched(spark, new_records)
+    _, named, windows = _touched(new_records)
     if not windows:
-        return Resummed(touched, named, None)
+        return Resummed(None, named, None)
     topics = pa.array(sorted({topic for _, topic, _ in named}), pa.string())
     records = read_arrow(
         settings.lake_root,
@@ -135,8 +140,8 @@ def _resummed_in_driver(spark: SparkSession, settings: Settings, new_records, ba
     )
     if background is None:
         write()
-        return Resummed(touched, named, None, summed=rows)
-    return Resummed(touched, named, None, background.submit(write), summed=rows)
+        return Resummed(None, named, None, summed=rows)
+    return Resummed(None, named, None, background.submit(write), summed=rows)
 
 
 def summed_in_driver(counts: pa.Table, windows: frozenset[tuple]) -> pa.Table:
@@ -191,22 +196,26 @@ def _summed_partition_maps(maps: pa.ChunkedArray, rows: np.ndarray, groups: np.n
     )
 
 
-def _touched(spark: SparkSession, new_records):
-    """The (topic, window)s that received count records: as a frame Spark knows the size of, in the driver, and
+def _touched(new_records):
+    """The (topic, window)s that received count records: as an Arrow table (`WINDOW_KEY`), in the driver, and
     their (date, window_start)s; in one action."""
-    from pyspark.sql import functions as F
-
     counts = of_kind(new_records, "count")
     if held_by_driver(counts):
         keys = counts.select(list(WINDOW_KEY)).group_by(list(WINDOW_KEY)).aggregate([])
     else:
         keys = counts.select(*WINDOW_KEY).distinct().toArrow()
-    touched = local_frame(spark, keys, WINDOW_DDL).withColumn("date", F.to_date("window_start"))
     named = frozenset(
         (origin, topic, naive_utc(start))
         for origin, topic, start in zip(*(keys.column(c).to_pylist() for c in WINDOW_KEY), strict=True)
     )
-    return touched, named, {(start.date(), start) for _, _, start in named}
+    return keys, named, {(start.date(), start) for _, _, start in named}
+
+
+def windows_frame(spark: SparkSession, keys) -> DataFrame:
+    """(topic, window)s (`WINDOW_KEY`: an Arrow table or tuples) as a frame Spark knows the size of, with `date`."""
+    from pyspark.sql import functions as F
+
+    return local_frame(spark, keys, WINDOW_DDL).withColumn("date", F.to_date("window_start"))
 
 
 def _summed(counts):
