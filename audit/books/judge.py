@@ -51,7 +51,7 @@ REPORTED = ("origin_cluster", "topic", "tier", "watermark", "last_status_at")  #
 JUDGED_COUNTS = (*WINDOW_KEY, "tier", "count", "by_partition", "latency_p99_ms", "window_minutes")
 
 
-def tier_paths(spark: SparkSession, settings: Settings, counted: set[tuple[str, str, str]] | None = None):
+def tier_paths(settings: Settings, counted: set[tuple[str, str, str]] | None = None):
     """Per (logical topic, tier on its path): reference tier, order, the tier's effective watermark
     (audit/contract/tier_paths.py holds the rule) and the topic's threshold, as rows of `PATHS_DDL` (`paths_frame`
     hands them to Spark), with the (origin_cluster, topic, tier) on the paths; None when no topic has a path. `counted`: the
@@ -201,7 +201,7 @@ def update_completeness(
     """
     from pyspark.sql import functions as F
 
-    found = tier_paths(spark, settings, counted)
+    found = tier_paths(settings, counted)
     if found is None:
         return Judgement(windows=0, next_due_ms=None)
     path_rows, path_tiers = found
