@@ -28,7 +28,6 @@ process starts with an empty memory and does every step, so a restart gives the 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -196,10 +195,13 @@ def check_in_driver(messages: pd.DataFrame, checker: RecordChecker) -> pa.Table:
     """`check_messages` of a small run's messages (SOURCE_COLUMNS, as `read_new_messages_in_driver` gives them),
     all checked by the Python checker in this process: the same rows, as a pyarrow Table (`CHECKED_ROWS_DDL`)."""
     schema = ddl_schema(CHECKED_ROWS_DDL)
-    text = pa.Table.from_pandas(checker.check(messages), schema=ddl_schema(CHECKED_DDL), preserve_index=False)
-    columns = {name: text[name] for name in text.column_names if name not in TYPED_NESTED}
+    checked = checker.check(messages, nested_as_text=False)
+    nested = {name: checked.pop(name) for name in TYPED_NESTED}
+    flat = pa.schema([field for field in ddl_schema(CHECKED_DDL) if field.name not in TYPED_NESTED])
+    text = pa.Table.from_pandas(checked, schema=flat, preserve_index=False)
+    columns = {name: text[name] for name in text.column_names}
     for name, (typed, _) in TYPED_NESTED.items():
-        values = [None if value is None else _nested(name, json.loads(value)) for value in text[name].to_pylist()]
+        values = [None if value is None else _nested(name, value) for value in nested[name]]
         columns[typed] = pa.array(values, schema.field(typed).type)
     columns[ROW] = pa.array(range(text.num_rows), pa.int64())
     for name in ("window_start", "emitted_at", "watermark"):
@@ -211,10 +213,10 @@ def check_in_driver(messages: pd.DataFrame, checker: RecordChecker) -> pa.Table:
 
 
 def _nested(name: str, parsed):
-    """A nested field's JSON text as the Python checker writes it, parsed to `TYPED_NESTED`'s type (as
-    `_typed_nested` does in Spark): partition maps keyed by number, partition times as moments."""
+    """A nested field as the Python checker holds it before writing its JSON text, in `TYPED_NESTED`'s type (as
+    `_typed_nested` gives it in Spark): partition maps as pairs, partition times as moments."""
     if name == "by_partition_json":
-        return [(int(partition), count) for partition, count in parsed.items()]
+        return list(parsed.items())
     return [
         {
             **{key: status[key] for key in ("partition", "position", "end_offset", "lag")},

@@ -119,12 +119,19 @@ class RecordChecker:
 
     # -- the whole check ------------------------------------------------------------------------
 
-    def check(self, frame: pd.DataFrame) -> pd.DataFrame:
-        """One output row (CHECKED_COLUMNS) per input row (SOURCE_COLUMNS)."""
+    def check(self, frame: pd.DataFrame, *, nested_as_text: bool = True) -> pd.DataFrame:
+        """One output row (CHECKED_COLUMNS) per input row (SOURCE_COLUMNS).
+
+        `nested_as_text`: TYPED_NESTED's columns as their JSON text (CHECKED_DDL, for Spark); False leaves them
+        the Python values the text is written from (a partition map keyed by number, a list of partition
+        statuses as dicts), for a caller that types them itself and would only parse the text back."""
         rows = [self._contract_row(source) for source in frame[list(SOURCE_COLUMNS)].itertuples(index=False)]
         out = pd.DataFrame(rows, columns=list(CHECKED_COLUMNS))
         for name, kind in _PANDAS_TYPES.items():
             out[name] = out[name].astype(kind)
+        for name in TYPED_NESTED:  # a row without the field holds NaN here
+            values = [value if isinstance(value, dict | list) else None for value in out[name]]
+            out[name] = [None if value is None else json.dumps(value) for value in values] if nested_as_text else values
         passed_contract = out["reason"].isna()
         self._apply_expectations(out)
         values = frame["value"].tolist()
@@ -189,7 +196,7 @@ class RecordChecker:
                 count=record.count, bytes=record.bytes, send_failed=record.send_failed, no_timestamp=record.no_timestamp
             )
             if record.by_partition is not None:
-                fields["by_partition_json"] = json.dumps({str(p): c for p, c in record.by_partition.items()})
+                fields["by_partition_json"] = dict(record.by_partition)
             if record.latency_ms is not None:
                 latency = record.latency_ms
                 fields.update(
@@ -202,18 +209,16 @@ class RecordChecker:
             fields.update(
                 watermark_ms=record.watermark_ms, stalled=record.stalled, lag=sum(p.lag for p in record.partitions)
             )
-            fields["partitions_json"] = json.dumps(
-                [
-                    {
-                        "partition": p.partition,
-                        "position": p.position,
-                        "end_offset": p.end_offset,
-                        "lag": p.lag,
-                        "last_audit_time_ms": p.last_audit_time_ms,
-                    }
-                    for p in record.partitions
-                ]
-            )
+            fields["partitions_json"] = [
+                {
+                    "partition": p.partition,
+                    "position": p.position,
+                    "end_offset": p.end_offset,
+                    "lag": p.lag,
+                    "last_audit_time_ms": p.last_audit_time_ms,
+                }
+                for p in record.partitions
+            ]
             if record.retention_gaps:
                 fields["retention_gaps_json"] = json.dumps([vars(g) for g in record.retention_gaps])
         return fields
