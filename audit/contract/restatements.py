@@ -62,10 +62,8 @@ def _verdict_texts(values: pd.Series) -> list[str]:
     """Each count or status as the id hashes it: a missing one as `None`, a count as an integer however pandas
     holds the column (a count column with a null in it is float: 100.0 is still `100`)."""
     missing = values.isna().to_numpy()
-    if pd.api.types.is_float_dtype(values):
+    if pd.api.types.is_float_dtype(values) or pd.api.types.is_integer_dtype(values):
         texts = values.fillna(0).astype(np.int64).astype(str).to_numpy()
-    elif pd.api.types.is_integer_dtype(values):
-        texts = values.astype("Int64").fillna(0).astype(np.int64).astype(str).to_numpy()
     else:
         texts = np.array(
             [str(int(v)) if isinstance(v, float | np.floating) else str(v) for v in values.fillna(0)], dtype=object
