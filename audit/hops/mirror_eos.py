@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 import uuid
 from collections import defaultdict
@@ -31,7 +32,7 @@ from audit.contract.errors import KafkaClientError
 from audit.hops.mirror_state import COPIED, ERRORS, PartitionFlow, copy_headers, provenance
 from audit.hops.replicator import Replicator
 from audit.hops.retention import Skip
-from audit.io.clients import FENCED, LATE_ANSWER_S, bounded, committed_offsets, ensure_topics, is_lost
+from audit.io.clients import FENCED, LATE_ANSWER_S, bounded, committed_offsets, ensure_topics, is_lost, read_ranges
 
 log = logging.getLogger(__name__)
 
@@ -53,37 +54,26 @@ def offset_key(group: str, topic: str, partition: int) -> bytes:
 
 def read_positions(target_config: dict, group: str, *, timeout_s: float) -> dict[tuple[str, int], int]:
     """Every source position `group` committed on the target, read up to the last stable offset."""
-    reader = Consumer(
-        {
-            **target_config,
-            "group.id": f"kaudit-mirror-offsets-reader-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-        }
-    )
-    positions: dict[tuple[str, int], int] = {}
+    reader = Consumer({**target_config, "group.id": f"kaudit-mirror-offsets-reader-{uuid.uuid4().hex[:8]}"})
     try:
         partitions = reader.list_topics(OFFSETS_TOPIC, timeout=timeout_s).topics[OFFSETS_TOPIC].partitions
-        reader.assign([TopicPartition(OFFSETS_TOPIC, p, OFFSET_BEGINNING) for p in partitions])
-        pending = set(partitions)
-        give_up_at = time.monotonic() + timeout_s
-        while pending:
-            if time.monotonic() > give_up_at:
-                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "reading the mirror offsets topic"))
-            for message in reader.consume(10_000, timeout=0.5):
-                error, key, value = message.error(), message.key(), message.value()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(message.partition())
-                    continue
-                if key is None or value is None:
-                    continue
-                group_topic_partition = json.loads(key)
-                if group_topic_partition[0] == group:
-                    positions[(group_topic_partition[1], group_topic_partition[2])] = json.loads(value)["offset"]
     finally:
         reader.close()
+    whole = {(OFFSETS_TOPIC, partition): (OFFSET_BEGINNING, sys.maxsize) for partition in partitions}
+    try:
+        messages = read_ranges(
+            target_config, whole, stall_s=timeout_s, what="reading the mirror offsets topic", to_eof=True
+        )
+    except KafkaClientError as exc:  # the replicator retries what the client calls a time-out
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, str(exc))) from exc
+    positions: dict[tuple[str, int], int] = {}
+    for message in messages:
+        key, value = message.key(), message.value()
+        if key is None or value is None:
+            continue
+        group_topic_partition = json.loads(key)
+        if group_topic_partition[0] == group:
+            positions[(group_topic_partition[1], group_topic_partition[2])] = json.loads(value)["offset"]
     return positions
 
 

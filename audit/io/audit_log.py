@@ -6,15 +6,14 @@ demo summary and `kaudit audit-tail`.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer
 
 from audit.contract.record import AuditRecord, Kind, parse
-from audit.io.clients import watermarks
+from audit.io.clients import read_ranges, watermarks
 
 
 def read_audit_topic(
@@ -22,52 +21,28 @@ def read_audit_topic(
 ) -> tuple[list[AuditRecord], list[tuple[bytes, str]]]:
     """(records, rejects) of everything committed in `audit_topic` up to its current end.
 
-    Reads with isolation.level=read_committed, so records of aborted transactions never show.
+    Reads with isolation.level=read_committed, so records of aborted transactions never show, and stops at a
+    partition's last stable offset while a transaction is open there.
     """
-    consumer = Consumer(
-        {
-            **config,
-            "group.id": f"kaudit-reader-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-        }
-    )
+    consumer = Consumer({**config, "group.id": f"kaudit-reader-{uuid.uuid4().hex[:8]}"})
     try:
         metadata = consumer.list_topics(audit_topic, timeout=timeout_s).topics.get(audit_topic)
         if metadata is None or metadata.error is not None:
             return [], []
-        ends = {}
-        for partition in metadata.partitions:
-            low, high = watermarks(consumer, audit_topic, partition, timeout_s=timeout_s)
-            if high > low:
-                ends[partition] = high
-        consumer.assign([TopicPartition(audit_topic, p, 0) for p in ends])
-        records, rejects = [], []
-        # With read_committed the consumer stops at the last stable offset, which can sit below the
-        # high watermark while a transaction is open; the deadline covers that case.
-        deadline = time.monotonic() + timeout_s
-        remaining = dict(ends)
-        while remaining and time.monotonic() < deadline:
-            for message in consumer.consume(1000, timeout=0.5):
-                if message.error():
-                    if message.error().code() == KafkaError._PARTITION_EOF:
-                        remaining.pop(message.partition(), None)
-                    continue
-                record, reason = parse(message.value())
-                if record is None:
-                    rejects.append((message.value(), reason))
-                else:
-                    records.append(record)
-                if message.offset() + 1 >= ends.get(message.partition(), 0):
-                    remaining.pop(message.partition(), None)
-            for partition in list(remaining):
-                position = consumer.position([TopicPartition(audit_topic, partition)])[0].offset
-                if position >= ends[partition]:
-                    remaining.pop(partition)
-        return records, rejects
+        ranges = {
+            (audit_topic, partition): watermarks(consumer, audit_topic, partition, timeout_s=timeout_s)
+            for partition in metadata.partitions
+        }
     finally:
         consumer.close()
+    records, rejects = [], []
+    for message in read_ranges(config, ranges, stall_s=timeout_s, what=f"reading {audit_topic}", to_eof=True):
+        record, reason = parse(message.value())
+        if record is None:
+            rejects.append((message.value(), reason))
+        else:
+            records.append(record)
+    return records, rejects
 
 
 def unique(records: Iterable[AuditRecord]) -> list[AuditRecord]:

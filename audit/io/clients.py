@@ -118,12 +118,20 @@ def list_offsets(
 
 
 def read_ranges(
-    config: Mapping[str, Any], ranges: Mapping[tuple[str, int], tuple[int, int]], *, stall_s: float, what: str
+    config: Mapping[str, Any],
+    ranges: Mapping[tuple[str, int], tuple[int, int]],
+    *,
+    stall_s: float,
+    what: str,
+    to_eof: bool = False,
 ) -> list:
     """Every committed message of each partition's offset range [start, end), `end` at most the partition's last
     stable offset (`list_offsets`). Offsets without a message (transaction markers, aborted records, records
     deleted by retention) are passed over, as Spark's Kafka source with failOnDataLoss=false does. Raises a
-    KafkaClientError naming `what` and the partitions not read to their end when no message comes for `stall_s`."""
+    KafkaClientError naming `what` and the partitions not read to their end when no message comes for `stall_s`.
+
+    `to_eof`: a partition also ends where its reader first finds no more committed messages (its last stable
+    offset then, below the high watermark while a transaction is open), for readers of what is committed now."""
     wanted = {key: span for key, span in ranges.items() if span[1] > span[0]}
     consumer = Consumer(
         {
@@ -163,7 +171,7 @@ def read_ranges(
                 end = unread[key][1]
                 if error is None and offset < end:
                     messages.append(message)
-                if offset + (error is None) >= end:  # an EOF event carries the next offset, a message its own
+                if offset + (error is None) >= end or (error is not None and to_eof):  # EOF: the next offset
                     del unread[key]
         return messages
     finally:
