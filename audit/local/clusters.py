@@ -15,9 +15,11 @@ stays PLAINTEXT on loopback. Without it, the cluster is PLAINTEXT as before.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -123,6 +125,27 @@ class ClusterStatus:
     pid: int | None
     healthy: bool
     folder: str
+
+
+BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
+# Settings that differ between clusters of one kind and that a format does not write.
+PER_CLUSTER_PROPERTIES = ("listeners", "advertised.listeners", "controller.quorum.voters", "log.dirs")
+
+
+def meta_properties(cluster_id: str) -> str:
+    """A formatted log directory's meta.properties, as StorageTool writes it for node 1 (a fresh directory id)."""
+    return f"cluster.id={cluster_id}\ndirectory.id={new_cluster_id()}\nnode.id=1\nversion=1\n"
+
+
+def _keep_template(checkpoint: Path, template: Path) -> None:
+    """Keep a format's bootstrap checkpoint as `template`; a concurrent keeper's copy is as good."""
+    partial = template.with_name(f"{template.name}.{os.getpid()}.partial")
+    partial.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(checkpoint, partial / BOOTSTRAP_CHECKPOINT)
+    try:
+        partial.rename(template)
+    except OSError:  # kept by another process in the meantime
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def new_cluster_id() -> str:
@@ -307,6 +330,32 @@ class LocalCluster:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def _format(self, state: ClusterState, props_file: Path) -> None:
+        """Format the storage: Kafka's StorageTool, a JVM of its own (1-2 CPU-s), the first time; later clusters
+        of the same jars and settings copy what it wrote (`_format_template`)."""
+        data_dir = Path(self.server_properties(state)["log.dirs"])
+        template = self._format_template()
+        if template is not None and (template / BOOTSTRAP_CHECKPOINT).is_file():
+            data_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(template / BOOTSTRAP_CHECKPOINT, data_dir / BOOTSTRAP_CHECKPOINT)
+            (data_dir / "meta.properties").write_text(meta_properties(state.cluster_id))
+        else:
+            self._format_with_storage_tool(state, props_file)
+            if template is not None:
+                _keep_template(data_dir / BOOTSTRAP_CHECKPOINT, template)
+        state.formatted = True
+
+    def _format_template(self) -> Path | None:
+        """Where a format of this cluster's kind is kept: keyed by the Kafka jars and the broker settings, which
+        decide the bootstrap metadata (its feature levels). None for a secured cluster, whose SCRAM users are
+        written at format time and stay with the cluster alone, or more than one log directory."""
+        props = self.server_properties(ClusterState(name="", cluster_id="", port=0, controller_port=0))
+        if self.security is not None or "," in props["log.dirs"]:
+            return None
+        kind = {key: value for key, value in props.items() if key not in PER_CLUSTER_PROPERTIES}
+        key = hashlib.sha256(json.dumps([jvm.classpath(self.cache_dir, jvm.KAFKA_JARS), kind], sort_keys=True).encode())
+        return self.cache_dir / "kraft-formats" / key.hexdigest()[:16]
+
+    def _format_with_storage_tool(self, state: ClusterState, props_file: Path) -> None:
         scram = []
         if self.security is not None:  # SCRAM credentials live in the metadata log, written at format time
             for user, password in self.security.users.items():
@@ -326,7 +375,6 @@ class LocalCluster:
             for password in self.security.users.values() if self.security else ():
                 output = output.replace(password, "****")
             raise ClusterError(f"{self.name}: formatting storage failed (exit {result.returncode}): {output}")
-        state.formatted = True
 
     def launch(self) -> bool:
         """Start the JVM without waiting for it; False when it is already running."""

@@ -169,3 +169,39 @@ def test_cluster_ids_never_look_like_an_option():
 
     ids = [new_cluster_id() for _ in range(2000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+def _meta(folder) -> dict[str, str]:
+    lines = (folder / "data" / "meta.properties").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+
+@pytest.mark.kafka
+def test_a_cluster_formatted_from_the_kept_format_starts_with_its_own_ids(tmp_path):
+    """Kafka's StorageTool (a JVM start) formats a cluster's storage once per kind; the next copies its bootstrap
+    checkpoint and writes meta.properties itself: the same keys, its own cluster and directory ids."""
+    from confluent_kafka.admin import AdminClient
+
+    by_tool = LocalCluster("by-tool", state_dir=tmp_path, cache_dir=cache_dir())
+    state = by_tool._state()
+    by_tool._format_with_storage_tool(state, by_tool._write_config(state))
+    first, second = (LocalCluster(name, state_dir=tmp_path, cache_dir=cache_dir()) for name in ("first", "second"))
+    clusters = LocalClusters(["first", "second"], state_dir=tmp_path, cache_dir=cache_dir())
+    try:
+        first.start()
+        template = first._format_template()
+        assert (template / "bootstrap.checkpoint").is_file()
+        second.start()
+        assert (second.folder / "data" / "bootstrap.checkpoint").read_bytes() == (
+            template / "bootstrap.checkpoint"
+        ).read_bytes()
+        for cluster in (first, second):
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+            assert admin.describe_cluster().result(30).cluster_id == cluster._state().cluster_id
+    finally:
+        clusters.down()
+    tool, copied, other = _meta(by_tool.folder), _meta(second.folder), _meta(first.folder)
+    assert copied.keys() == tool.keys() and {k: copied[k] for k in ("node.id", "version")} == {
+        k: tool[k] for k in ("node.id", "version")
+    }
+    assert copied["directory.id"] != other["directory.id"] and copied["cluster.id"] != other["cluster.id"]
