@@ -305,4 +305,9 @@ def test_a_range_read_gets_its_committed_messages_ends_at_the_last_stable_offset
     assert time.monotonic() - began < 10, "the ends are found, not waited out"
     with pytest.raises(KafkaClientError, match=rf"the test topic: no message for 2 s before the end of {topic}\[0\]"):
         values({(topic, 0): (0, stable_end + 5)}, stall_s=2)
+    # To its end as it stands (`to_eof`, as read_audit_topic reads): the open transaction's end is not waited for.
+    began = time.monotonic()
+    whole = read_ranges(config, {(topic, 0): (0, stable_end + 5)}, stall_s=15, what="the test topic", to_eof=True)
+    assert [m.value() for m in whole] == [b"plain 0", b"plain 1", b"plain 2", b"committed 0", b"committed 1"]
+    assert time.monotonic() - began < 10
     abort_written(transactional, 30)
