@@ -18,6 +18,10 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from confluent_kafka import KafkaException
+
+from audit.io.clients import is_transient
+
 log = logging.getLogger(__name__)
 
 
@@ -52,6 +56,7 @@ def run_hop(
     # commit and the closing are all watched. Each arming starts a watchdog thread, so it is renewed
     # every STUCK_REARM_S, not every step (a batch).
     faulthandler.dump_traceback_later(STUCK_STEP_S, repeat=True, file=sys.stderr)
+    topics_known = False
     try:
         hop.open()
         while not stop.is_set():
@@ -60,10 +65,12 @@ def run_hop(
                 faulthandler.dump_traceback_later(STUCK_STEP_S, repeat=True, file=sys.stderr)
                 armed_at = now
             if now >= next_refresh:
-                hop.refresh_topics()
-                next_refresh = now + hop.topic_refresh_s
+                refreshed = _refresh(hop)
+                topics_known = topics_known or refreshed
+                next_refresh = now + (hop.topic_refresh_s if refreshed else REFRESH_RETRY_S)
             idle = hop.step()
-            if until_caught_up and idle and hop.caught_up():
+            # Before its topics are known a hop has nothing assigned, which is not having caught up.
+            if until_caught_up and idle and topics_known and hop.caught_up():
                 break
             if max_seconds is not None and time.monotonic() - started >= max_seconds:
                 break
@@ -76,6 +83,20 @@ def run_hop(
             faulthandler.cancel_dump_traceback_later()
 
 
+def _refresh(hop: Hop) -> bool:
+    """Refresh the hop's topics; False when a broker did not answer (down, restarting), which the next try
+    may find back. A replicator's source broker killed during its first refresh ended the process."""
+    try:
+        hop.refresh_topics()
+    except KafkaException as exc:
+        if not is_transient(exc.args[0]):
+            raise
+        log.warning("topic refresh failed, retried", extra={"error": exc.args[0].str(), "retry_in_s": REFRESH_RETRY_S})
+        return False
+    return True
+
+
+REFRESH_RETRY_S = 1.0
 STUCK_STEP_S = 60.0  # no new step, or an opening or closing not done, for this long: every thread's stack is printed, and again each time
 STUCK_REARM_S = 10.0  # so a step stuck 50-60 s is the shortest that prints
 

@@ -242,14 +242,19 @@ def _held_by_a_transaction(config: Mapping[str, Any], partitions: list[TopicPart
         probe.close()
 
 
+# What a client call says while its broker is away (down, restarting); librdkafka flags none of them retriable.
+BROKER_AWAY = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN})
 # Answers of a partition whose leader is being elected or moved (librdkafka does not flag them all retriable).
-_LEADERSHIP_MOVING = {
+_LEADERSHIP_MOVING = BROKER_AWAY | {
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._TRANSPORT,
-    KafkaError._TIMED_OUT,
 }
+
+
+def is_transient(error: KafkaError, codes: frozenset = BROKER_AWAY) -> bool:
+    """An error a later try may not meet: not fatal, and retriable or one of `codes`."""
+    return not error.fatal() and (error.retriable() or error.code() in codes)
 
 
 def watermarks(
@@ -262,8 +267,7 @@ def watermarks(
         try:
             return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
         except KafkaException as exc:
-            moving = exc.args[0].retriable() or exc.args[0].code() in _LEADERSHIP_MOVING
-            if not moving or time.monotonic() >= deadline:
+            if not is_transient(exc.args[0], _LEADERSHIP_MOVING) or time.monotonic() >= deadline:
                 raise
             time.sleep(0.2)
 

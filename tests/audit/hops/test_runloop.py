@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from audit.hops.runloop import EXIT_FORCED, run_hop
 
@@ -138,3 +139,41 @@ def test_a_hop_stuck_opening_finishing_or_closing_prints_every_stack(where):
     done = subprocess.run([sys.executable, "-c", STUCK_HOP, where], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert "Thread" in done.stderr and "in hangs" in done.stderr, done.stderr
+
+
+class RefreshFailsFirst(CountingHop):
+    """A hop whose broker is away for its first `failures` topic refreshes."""
+
+    topic_refresh_s = 60.0
+
+    def __init__(self, failures: int, error: KafkaError) -> None:
+        super().__init__(idle_after=0)
+        self.failures, self.error = failures, error
+
+    def refresh_topics(self) -> None:
+        self.calls.append("refresh")
+        if self.calls.count("refresh") <= self.failures:
+            raise KafkaException(self.error)
+
+
+def test_a_refresh_a_broker_does_not_answer_is_tried_again_and_no_run_is_caught_up_before_it_succeeds():
+    """A replicator's source broker killed while it listed its topics ended the process (2026-12-02)."""
+    from audit.hops import runloop
+
+    hop = RefreshFailsFirst(2, KafkaError(KafkaError._TRANSPORT, "Failed while waiting for response from broker"))
+    began = time.monotonic()
+    run_hop(hop, threading.Event(), until_caught_up=True)
+    assert hop.calls.count("refresh") == 3 and hop.calls[-2:] == ["finish", "close"]
+    assert hop.steps > 1, "idle steps before the topics were known did not end the run"
+    assert time.monotonic() - began < 2 * runloop.REFRESH_RETRY_S + 1
+
+
+@pytest.mark.parametrize(
+    "error",
+    [KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "denied"), KafkaError(KafkaError._TRANSPORT, "x", fatal=True)],
+)
+def test_a_refresh_refused_for_good_still_ends_the_run(error):
+    hop = RefreshFailsFirst(1, error)
+    with pytest.raises(KafkaException):
+        run_hop(hop, threading.Event(), until_caught_up=True)
+    assert hop.calls[-1] == "close"
