@@ -4,7 +4,10 @@ Each cluster has its own folder under `<state_dir>/clusters/<name>` holding its 
 `server.properties` and `cluster.json` (ports, cluster id, pid). Ports are chosen free on the first
 start and kept, so a stopped cluster comes back at the same address. Processes run in their own
 session, so `kaudit clusters up` can exit and leave them running; every JVM carries a
-`-Dkaudit.cluster=<folder>` marker so `down` can find strays whose pid file was lost.
+`-Dkaudit.cluster=<folder>` marker so `down` can find strays whose pid file was lost. Storage is formatted
+once per kind of cluster (Kafka jars and broker settings): Kafka's StorageTool, a JVM of its own, formats the
+first, and later ones copy the bootstrap checkpoint it left under `<cache_dir>/kraft-formats/` and write their
+own meta.properties.
 
 Opt-in security (`security=ClusterSecurity(...)`): the client listener is SASL_SSL with SCRAM users
 created when the storage is formatted, TLS certificates generated for the cluster (audit/local/certs.py),
