@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -142,8 +143,8 @@ def meta_properties(cluster_id: str) -> str:
 
 def _keep_template(checkpoint: Path, template: Path) -> None:
     """Keep a format's bootstrap checkpoint as `template`; a concurrent keeper's copy is as good."""
-    partial = template.with_name(f"{template.name}.{os.getpid()}.partial")
-    partial.mkdir(parents=True, exist_ok=True)
+    template.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f"{template.name}.", suffix=".partial", dir=template.parent))
     shutil.copyfile(checkpoint, partial / BOOTSTRAP_CHECKPOINT)
     try:
         partial.rename(template)

@@ -205,3 +205,22 @@ def test_a_cluster_formatted_from_the_kept_format_starts_with_its_own_ids(tmp_pa
         k: tool[k] for k in ("node.id", "version")
     }
     assert copied["directory.id"] != other["directory.id"] and copied["cluster.id"] != other["cluster.id"]
+
+
+def test_formats_kept_at_once_by_several_threads_leave_one_template_and_no_partial_copy(tmp_path):
+    """`kaudit clusters up` on a new cache formats its clusters side by side, each keeping what it wrote."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from audit.local.clusters import _keep_template
+
+    checkpoints = []
+    for index in range(8):
+        checkpoint = tmp_path / f"formatted-{index}" / "bootstrap.checkpoint"
+        checkpoint.parent.mkdir()
+        checkpoint.write_bytes(b"bootstrap %d" % index)
+        checkpoints.append(checkpoint)
+    template = tmp_path / "kraft-formats" / "kind"
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda checkpoint: _keep_template(checkpoint, template), checkpoints))
+    assert [path.name for path in template.parent.iterdir()] == ["kind"]
+    assert (template / "bootstrap.checkpoint").read_bytes() in {c.read_bytes() for c in checkpoints}
