@@ -51,7 +51,7 @@ def ensure_topics(
 ) -> list[str]:
     """Create the topics that do not exist yet; returns the names created. Existing ones are left alone."""
     admin = AdminClient(dict(config))
-    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    existing = set(list_topics_retried(admin, timeout_s=timeout_s).topics)
     wanted = [
         NewTopic(name, num_partitions=count, replication_factor=-1, config=dict((topic_configs or {}).get(name, {})))
         for name, count in partitions.items()
@@ -72,6 +72,19 @@ def ensure_topics(
             raise KafkaClientError(f"creating topic {name!r} failed: {error.str()}", code=error.code()) from exc
     log.info("topics created", extra={"topics": ",".join(created)})
     return created
+
+
+def list_topics_retried(client, *, timeout_s: float):
+    """`client.list_topics()`, asked again while its broker is away, until `timeout_s`: a broker killed mid-request
+    answers at once with a transport error, which ended a replicator that was opening (2026-12-02)."""
+    give_up_at = time.monotonic() + timeout_s
+    while True:
+        try:
+            return client.list_topics(timeout=max(give_up_at - time.monotonic(), 1.0))
+        except KafkaException as exc:
+            if not is_transient(exc.args[0]) or time.monotonic() >= give_up_at:
+                raise
+            time.sleep(0.5)
 
 
 def list_offsets(

@@ -311,3 +311,34 @@ def test_a_range_read_gets_its_committed_messages_ends_at_the_last_stable_offset
     assert [m.value() for m in whole] == [b"plain 0", b"plain 1", b"plain 2", b"committed 0", b"committed 1"]
     assert time.monotonic() - began < 10
     abort_written(transactional, 30)
+
+
+class _AwayThenBack:
+    """A client whose broker answers its first `failures` metadata requests with `error`."""
+
+    def __init__(self, failures: int, error) -> None:
+        self.failures, self.error, self.asked = failures, error, 0
+
+    def list_topics(self, timeout: float):
+        from confluent_kafka import KafkaException
+
+        self.asked += 1
+        if self.asked <= self.failures:
+            raise KafkaException(self.error)
+        return "metadata"
+
+
+def test_topics_are_listed_again_while_the_broker_is_away_and_a_refusal_is_raised_at_once():
+    from confluent_kafka import KafkaError, KafkaException
+
+    from audit.io.clients import list_topics_retried
+
+    back = _AwayThenBack(2, KafkaError(KafkaError._TRANSPORT, "Failed to get metadata"))
+    assert list_topics_retried(back, timeout_s=10) == "metadata" and back.asked == 3
+    refused = _AwayThenBack(1, KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED, "denied"))
+    with pytest.raises(KafkaException):
+        list_topics_retried(refused, timeout_s=10)
+    assert refused.asked == 1
+    away = _AwayThenBack(10**6, KafkaError(KafkaError._TRANSPORT, "Failed to get metadata"))
+    with pytest.raises(KafkaException):
+        list_topics_retried(away, timeout_s=1.5)
