@@ -72,6 +72,7 @@ def run_broker(cache_dir: Path, scratch: Path, options: list[str]) -> None:
         for number in range(WORKLOAD_MESSAGES):
             producer.produce("classes", str(number).encode())
         producer.commit_transaction()
+        producer.close()  # else it calls the broker again while it stops, and logs each refusal
         consumer = Consumer(
             {**config, "group.id": "classes", "auto.offset.reset": "earliest", "isolation.level": "read_committed"}
         )
