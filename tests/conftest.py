@@ -6,6 +6,7 @@ or on a fixed port.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import uuid
 from itertools import zip_longest
@@ -100,20 +101,48 @@ def cache_dir() -> Path:
     return Path(os.environ.get("KAUDIT_CACHE_DIR", "~/.cache/kafka-audit")).expanduser()
 
 
+def run_dir(tmp_path_factory) -> Path:
+    """The directory of this whole test run: under pytest-xdist, the one every worker's own directory is in."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+SESSION_STATE = "kaudit-state"  # in run_dir: the session clusters' state
+
+
 @pytest.fixture(scope="session")
 def state_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("kaudit-state")
+    path = run_dir(tmp_path_factory) / SESSION_STATE
+    path.mkdir(exist_ok=True)
+    return path
 
 
 @pytest.fixture(scope="session")
 def local_clusters(state_dir):
-    """Two real single-node KRaft clusters, `dc1` and `aggregate`, on free loopback ports."""
+    """Two real single-node KRaft clusters, `dc1` and `aggregate`, on free loopback ports.
+
+    One pair serves all the run's workers, as every topic and group a test makes is its own: the first worker
+    to need it starts it, the others find it running (each worker's pair cost four more brokers' start and
+    their idle CPU over the run, 2026-12-02). No test stops or restarts it. A worker may end while another
+    still uses it, so the run's controller stops it (`pytest_sessionfinish`); without workers, this fixture."""
     clusters = LocalClusters(SESSION_CLUSTERS, state_dir=state_dir, cache_dir=cache_dir())
     try:
-        clusters.up()
+        with open(state_dir / "up.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            clusters.up()
         yield clusters
     finally:
-        clusters.down()
+        if not os.environ.get("PYTEST_XDIST_WORKER"):
+            clusters.down()
+
+
+def pytest_sessionfinish(session) -> None:
+    """The controller of a run with workers stops the session clusters they shared (see local_clusters)."""
+    if hasattr(session.config, "workerinput") or not session.config.getoption("numprocesses", None):
+        return
+    state = session.config._tmp_path_factory.getbasetemp() / SESSION_STATE  # the workers' run_dir
+    if state.is_dir():
+        LocalClusters(SESSION_CLUSTERS, state_dir=state, cache_dir=cache_dir()).down()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from dashboards.sample import Duplicate, Lagging, Loss, sample_frames, write_frames
-from tests.conftest import cache_dir
+from tests.conftest import cache_dir, run_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "completeness.ipynb"
@@ -51,8 +51,7 @@ def executed(tmp_path_factory):
 
     Run once for the whole test run: `make test`'s workers each get some of this module's tests, and the
     first to need the notebook executes it while the others wait on the lock, then read what it left."""
-    base = tmp_path_factory.getbasetemp()
-    work = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "notebook"  # the parent: shared by this run's workers
+    work = run_dir(tmp_path_factory) / "notebook"  # shared by this run's workers
     outcome, output = work / "outcome.json", work / "completeness.executed.ipynb"
     with open(f"{work}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
