@@ -64,9 +64,8 @@ def in_schedule_order(items: list) -> list:
     """The order parallel workers take tests in: slow tests first, so the workers end together. Then whole
     modules, alternating between those that run Spark (CPU-bound) and those that mostly wait on brokers,
     processes and timeouts, so the waiting overlaps the computing: in collection order, the waiting
-    modules came one after the other and left the cores half idle for minutes. On each side the modules with a
-    test marked `waits` go first: last in collection order, they left the cores a third idle in the run's last
-    minutes (2026-12-02). Tests that need neither come last and fill the tail."""
+    modules came one after the other and left the cores half idle for minutes. Tests that need neither
+    come last and fill the tail."""
     slow = [item for item in items if item.get_closest_marker("slow")]
     modules: dict[str, list] = {}
     for item in items:
@@ -76,8 +75,6 @@ def in_schedule_order(items: list) -> list:
     for tests in modules.values():
         kind = next((m for m in ("spark", "kafka") if any(t.get_closest_marker(m) for t in tests)), "rest")
         by_kind[kind].append(tests)
-    for kind in ("spark", "kafka"):  # modules that mostly wait early, beside the busy ones, not in the tail
-        by_kind[kind].sort(key=lambda tests: not any(t.get_closest_marker("waits") for t in tests))
     alternating = [tests for pair in zip_longest(by_kind["spark"], by_kind["kafka"]) for tests in pair if tests]
     rest = by_kind["rest"]
     ordered = slow + [test for tests in [*alternating, *rest] for test in tests]

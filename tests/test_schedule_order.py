@@ -51,25 +51,3 @@ def test_a_shared_run_module_keeps_its_first_test_in_place_and_its_others_go_las
     ]
     ordered = [item.nodeid for item in in_schedule_order(items)]
     assert ordered == ["n.py::first", "c.py::one", "a.py::quick", "n.py::second", "n.py::third"]
-
-
-def test_modules_that_wait_go_first_on_their_side_so_the_tail_is_not_all_waiting():
-    items = [
-        Item("b.py::one", ("spark",)),
-        Item("c.py::one", ("kafka",)),
-        Item("d.py::restart", ("kafka", "waits")),
-        Item("d.py::two", ("kafka",)),
-        Item("g.py::one", ("spark",)),
-        Item("h.py::outage", ("spark", "kafka", "waits")),
-        Item("a.py::quick"),
-    ]
-    ordered = [item.nodeid for item in in_schedule_order(items)]
-    assert ordered == [
-        "h.py::outage",
-        "d.py::restart",
-        "d.py::two",
-        "b.py::one",
-        "c.py::one",
-        "g.py::one",
-        "a.py::quick",
-    ]

@@ -307,7 +307,6 @@ def test_active_active_with_identity_naming_never_loops(local_clusters, topic_fa
 
 
 @kafka
-@pytest.mark.waits
 def test_target_down_30_s_loses_nothing_and_is_reported_as_a_stall(tmp_path, unique_name):
     clusters = LocalClusters(["src", "dst"], state_dir=tmp_path, cache_dir=cache_dir())
     clusters.up()

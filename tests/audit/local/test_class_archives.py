@@ -16,7 +16,7 @@ from audit.local import class_archives
 from audit.local.clusters import LocalCluster
 from tests.conftest import cache_dir
 
-pytestmark = [pytest.mark.kafka, pytest.mark.waits]
+pytestmark = pytest.mark.kafka
 
 
 AOT = jvm.keeps_aot_cache()

@@ -21,7 +21,7 @@ from tests.conftest import cache_dir, write_config
 from tests.traffic import SteadyProducer
 from tests.waiting import wait_until
 
-pytestmark = [pytest.mark.kafka, pytest.mark.waits]
+pytestmark = pytest.mark.kafka
 
 RECOVERY_S = 30.0
 STOP_S = 15.0

@@ -23,7 +23,7 @@ from audit.local.clusters import LocalCluster
 from audit.settings import load_settings
 from tests.conftest import cache_dir
 
-pytestmark = [pytest.mark.kafka, pytest.mark.waits]
+pytestmark = pytest.mark.kafka
 
 ROOT = Path(__file__).resolve().parents[3]
 AUDIT_PASSWORD = "audit-" + secrets.token_urlsafe(12)
