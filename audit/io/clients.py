@@ -49,17 +49,33 @@ def ensure_topics(
     topic_configs: Mapping[str, Mapping[str, str]] | None = None,
     timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S,
 ) -> list[str]:
-    """Create the topics that do not exist yet; returns the names created. Existing ones are left alone."""
+    """Create the topics that do not exist yet; returns the names created. Existing ones are left alone.
+    A broker away (killed, restarting) is asked again until `timeout_s`: its transport error ended a replicator
+    that was opening (2026-12-02)."""
     admin = AdminClient(dict(config))
-    existing = set(list_topics_retried(admin, timeout_s=timeout_s).topics)
+    created: list[str] = []
+    retried(lambda: _create_missing(admin, partitions, topic_configs or {}, timeout_s, created), timeout_s=timeout_s)
+    if created:
+        log.info("topics created", extra={"topics": ",".join(created)})
+    return created
+
+
+def _create_missing(
+    admin: AdminClient,
+    partitions: Mapping[str, int],
+    topic_configs: Mapping[str, Mapping[str, str]],
+    timeout_s: float,
+    created: list[str],
+) -> None:
+    """One try of `ensure_topics`, adding the names it created to `created`; a broker away raises KafkaException."""
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
     wanted = [
-        NewTopic(name, num_partitions=count, replication_factor=-1, config=dict((topic_configs or {}).get(name, {})))
+        NewTopic(name, num_partitions=count, replication_factor=-1, config=dict(topic_configs.get(name, {})))
         for name, count in partitions.items()
         if name not in existing
     ]
     if not wanted:
-        return []
-    created = []
+        return
     for name, future in admin.create_topics(wanted, operation_timeout=timeout_s, request_timeout=timeout_s).items():
         try:
             future.result()
@@ -69,22 +85,22 @@ def ensure_topics(
             # Another process created it between our listing and our request: that is what we wanted.
             if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue
+            if is_transient(error):
+                raise
             raise KafkaClientError(f"creating topic {name!r} failed: {error.str()}", code=error.code()) from exc
-    log.info("topics created", extra={"topics": ",".join(created)})
-    return created
 
 
-def list_topics_retried(client, *, timeout_s: float):
-    """`client.list_topics()`, asked again while its broker is away, until `timeout_s`: a broker killed mid-request
-    answers at once with a transport error, which ended a replicator that was opening (2026-12-02)."""
+def retried(call: Callable[[], Any], *, timeout_s: float, codes: frozenset | None = None, pause_s: float = 0.5) -> Any:
+    """call(), asked again while it raises a transient KafkaException (`is_transient`: the broker away, or one of
+    `codes`), until `timeout_s`; any other error, or the last one, is raised."""
     give_up_at = time.monotonic() + timeout_s
     while True:
         try:
-            return client.list_topics(timeout=max(give_up_at - time.monotonic(), 1.0))
+            return call()
         except KafkaException as exc:
-            if not is_transient(exc.args[0]) or time.monotonic() >= give_up_at:
+            if not is_transient(exc.args[0], codes or BROKER_AWAY) or time.monotonic() >= give_up_at:
                 raise
-            time.sleep(0.5)
+            time.sleep(pause_s)
 
 
 def list_offsets(
@@ -275,14 +291,12 @@ def watermarks(
 ) -> tuple[int, int]:
     """(low, high) offsets of one partition, retried while its leadership is moving: a topic
     created a moment ago or a broker restart answers "not leader" for a while, not for ever."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
-        except KafkaException as exc:
-            if not is_transient(exc.args[0], _LEADERSHIP_MOVING) or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.2)
+    return retried(
+        lambda: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False),
+        timeout_s=timeout_s,
+        codes=_LEADERSHIP_MOVING,
+        pause_s=0.2,
+    )
 
 
 def bounded(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
