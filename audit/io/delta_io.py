@@ -183,8 +183,12 @@ WINDOW_FILE_ROWS = 50_000
 
 
 def _in_window_order(rows):
-    """`rows` sorted by window within each write task, when they have windows."""
-    return rows.sortWithinPartitions("window_start") if "window_start" in rows.columns else rows
+    """`rows` sorted by window within each write task, when they have windows. A table with windows is partitioned
+    by their date, which comes first: the writer, which needs its rows grouped by partition, then finds them so
+    and sorts them no second time (a million records: about a second)."""
+    if "window_start" not in rows.columns:
+        return rows
+    return rows.sortWithinPartitions(*(["date"] if "date" in rows.columns else []), "window_start")
 
 
 def _append(rows, path: str) -> None:

@@ -31,9 +31,11 @@ def _kept(spark, rows, form: str) -> list[tuple[str, str]]:
         kept, new = _new_in_driver(None, checked, every_record=True)  # type: ignore[arg-type]
         assert kept.column_names == list(AUDIT_RECORDS.column_names) and new == kept
         return sorted(zip(kept["record_id"].to_pylist(), kept["read_from_cluster"].to_pylist(), strict=True))
-    kept = once_per_record_id(valid)
+    kept, count = once_per_record_id(valid)
     assert kept.columns == list(AUDIT_RECORDS.column_names)
-    return sorted((row.record_id, row.read_from_cluster) for row in kept.collect())
+    found = kept.collect()
+    assert count == len(found)  # the count it gives is of the rows it keeps
+    return sorted((row.record_id, row.read_from_cluster) for row in found)
 
 
 @pytest.mark.parametrize(

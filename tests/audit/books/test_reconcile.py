@@ -13,14 +13,17 @@ from datetime import UTC, datetime
 import pytest
 from confluent_kafka import Producer
 
+from audit.books import reconcile as reconcile_module
 from audit.books.alert_rules import window_alerts
 from audit.books.reconcile import ReconcileReport, RunMemory, read_and_store, reconcile
 from audit.contract.record import PartitionStatus, count_record, encode, status_record
+from audit.contract.retention import RetentionGap
 from audit.contract.tables import (
     AUDIT_RECORDS,
     AUDIT_REJECTS,
     COMPLETENESS,
     COMPLETENESS_WATERMARKS,
+    RETENTION_GAPS,
     SOURCE_OFFSETS,
     TIER_COUNTS,
     TIER_STATUS,
@@ -104,6 +107,7 @@ class AuditWriter:
         emitted_at: int = FRESH,
         to: str | None = None,
         position: int = 1000,
+        retention_gaps: tuple = (),
     ) -> None:
         self.sequence += 1
         partitions = [PartitionStatus(0, position, position + lag, lag, last_audit_time)]
@@ -115,6 +119,7 @@ class AuditWriter:
             service=service,
             partitions=partitions,
             emitted_at_ms=emitted_at,
+            retention_gaps=retention_gaps,
         )
         self.send(to or cluster, encode(record))
 
@@ -417,7 +422,18 @@ MALFORMED = {
 }
 
 
-def test_malformed_records_are_rejected_with_reasons_and_nothing_else_is_lost(spark, settings_factory):
+def read_by(form: str, monkeypatch) -> None:
+    """Make the runs of a test read and check their messages in the driver (a small run) or in Spark (a run of more
+    than `DRIVER_MESSAGES`), whose counts of rejects and retention gaps come from a query of their own."""
+    if form == "spark":
+        monkeypatch.setattr(reconcile_module, "DRIVER_MESSAGES", 0)
+
+
+@pytest.mark.parametrize("form", ["driver", "spark"])
+def test_malformed_records_are_rejected_with_reasons_and_nothing_else_is_lost(
+    spark, settings_factory, monkeypatch, form
+):
+    read_by(form, monkeypatch)
     settings = settings_factory()
     writer = AuditWriter(settings)
     writer.count("producer", "dc1", "orders", W1, 10)
@@ -437,6 +453,28 @@ def test_malformed_records_are_rejected_with_reasons_and_nothing_else_is_lost(sp
     assert {r["record_id"] for r in rejects} >= {"bad:1", "bad:2", "bad:3", "bad:4"}
     assert completeness(spark, settings)[("dc1.orders", W1, "dc1")] == ("complete", 10, 10, 0, 0)
     assert len(rows(spark, settings, AUDIT_RECORDS)) == 3
+
+
+@pytest.mark.parametrize("form", ["driver", "spark"])
+def test_a_retention_gap_a_status_record_reports_is_stored_and_a_run_without_one_stores_none(
+    spark, settings_factory, monkeypatch, form
+):
+    read_by(form, monkeypatch)
+    settings = settings_factory()
+    writer = AuditWriter(settings)
+    writer.count("producer", "dc1", "orders", W1, 10)
+    writer.status("dc1", "dc1", "orders")
+    writer.flush()
+    reconcile(spark, settings, now_ms=NOW)
+    assert rows(spark, settings, RETENTION_GAPS) == []
+
+    writer.status("aggregate", "aggregate", "dc1.orders", retention_gaps=(RetentionGap(0, 40, 70),))
+    writer.flush()
+    reconcile(spark, settings, now_ms=NOW)
+    gaps = rows(spark, settings, RETENTION_GAPS)
+    assert [(g["tier"], g["partition"], g["from_offset"], g["to_offset"], g["skipped"]) for g in gaps] == [
+        ("aggregate", 0, 40, 70, 30)
+    ]
 
 
 def test_reconciling_twice_or_from_scratch_leaves_identical_tables(spark, settings_factory):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import time
 from dataclasses import replace
 
 import pytest
@@ -308,3 +309,15 @@ def _read(row: dict) -> dict:
     """A row with its JSON text read (the paths space it differently) and its maps' entries in one order."""
     read = {key: json.loads(v) if key.endswith("_json") and v is not None else v for key, v in row.items()}
     return {**read, "by_partition": None if row["by_partition"] is None else sorted(row["by_partition"])}
+
+
+def test_every_query_of_a_runs_checked_rows_sees_one_ingest_moment(spark):
+    """The checked rows are read by several queries (the records' append, the tier tables' sums, the rejects):
+    each must see the same `ingested_at` and so the same `date` for a record without a window, or a status record
+    could be dated apart from itself."""
+    messages = spark.createDataFrame([("dc1", "_audit", 0, offset, v) for offset, v in enumerate(VALID)], SOURCE_DDL)
+    checked = check_messages(messages, CHECKER)
+    first = checked.select("ingested_at").distinct().collect()
+    time.sleep(0.01)
+    again = checked.select("ingested_at").distinct().collect()
+    assert len(first) == 1 and first == again

@@ -74,7 +74,8 @@ def _records(spark, settings):
     rows = [("dc1", "_audit", 0, offset, encode(r)) for offset, r in enumerate(records)]
     messages = spark.createDataFrame(pd.DataFrame(rows, columns=list(SOURCE_COLUMNS)))
     checked = check_messages(messages, RecordChecker.from_settings(settings, WINDOW_MS + 3_600_000))
-    return once_per_record_id(checked.where("reason IS NULL")).localCheckpoint()
+    records, _ = once_per_record_id(checked.where("reason IS NULL"))
+    return records.localCheckpoint()
 
 
 def test_a_first_run_sums_its_records_as_the_table_would_give_them(spark, tmp_path):
