@@ -132,6 +132,11 @@ def class_archive_jars(cache_dir: Path, name: str) -> list[Path]:
     return jars(cache_dir, name)
 
 
+def class_archive_folders(jar_paths: list[Path]) -> list[str]:
+    """The folders a jar set's jars are in (a venv's pyspark, the cache): where its archive belongs (`class_archive`)."""
+    return sorted({str(jar.parent) for jar in jar_paths})
+
+
 def class_archive(cache_dir: Path, name: str) -> Path:
     """Where the class-data archive of one jar set lives: `<set>-<where its jars are>-<what they are>.jsa`
     (`.aot` on Java 25). What they are is a digest of the Java and of every jar (path, size, time), all of
@@ -140,7 +145,7 @@ def class_archive(cache_dir: Path, name: str) -> Path:
     replace each other's."""
     java = os.path.realpath(java_executable())
     jar_paths = class_archive_jars(cache_dir, name)
-    place = hashlib.sha256("\n".join(sorted({str(jar.parent) for jar in jar_paths})).encode())
+    place = hashlib.sha256("\n".join(class_archive_folders(jar_paths)).encode())
     content = hashlib.sha256()
     for path in [Path(java), *jar_paths]:
         stat = path.stat()

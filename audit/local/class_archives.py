@@ -29,6 +29,7 @@ from audit.settings import DEFAULT_CACHE_DIR
 log = logging.getLogger(__name__)
 
 RECORDED_SETS = (jvm.KAFKA_JARS, jvm.SPARK_JARS)
+FOLDERS_SUFFIX = ".folders"  # beside each archive: the folders of the jars it was recorded for, one a line
 WORKLOAD_MESSAGES = 100
 # How long a recording JVM may take to exit: on Java 25 it starts a second JVM that writes the cache, 10-40 s.
 RECORDING_EXIT_S = 300
@@ -50,12 +51,41 @@ def record(cache_dir: Path, name: str) -> Path:
     for suffix in jvm.ARCHIVE_SUFFIXES:  # this venv's, for older jars or another Java
         for stale in archive.parent.glob(archive.name.rsplit("-", 1)[0] + f"-*{suffix}"):
             stale.unlink()
+            stale.with_suffix(FOLDERS_SUFFIX).unlink(missing_ok=True)
     recording.replace(archive)
+    folders = jvm.class_archive_folders(jvm.class_archive_jars(cache_dir, name))
+    archive.with_suffix(FOLDERS_SUFFIX).write_text("".join(f"{folder}\n" for folder in folders))
+    forget_archives_of_gone_jars(archive.parent)
     log.info(
         "class archive recorded",
         extra={"jars": name, "archive": str(archive), "seconds": round(time.monotonic() - began, 1)},
     )
     return archive
+
+
+def forget_archives_of_gone_jars(archives: Path) -> list[Path]:
+    """Remove the archives (of `archives`, the cache's folder of them) recorded for jars whose folder is gone, a
+    deleted checkout's venv: some 200 MB each that no JVM can map again, one more per fresh clone. An archive
+    without its list of folders (recorded before the lists were written) stays. Returns the archives removed."""
+    removed = []
+    for listed in archives.glob(f"*{FOLDERS_SUFFIX}"):
+        try:
+            folders = listed.read_text().splitlines()
+        except FileNotFoundError:  # `make setup` records the two sets side by side: the other removed it
+            continue
+        if all(Path(folder).is_dir() for folder in folders):
+            continue
+        for suffix in jvm.ARCHIVE_SUFFIXES:
+            archive = listed.with_suffix(suffix)
+            try:
+                archive.unlink()  # a JVM still mapping it keeps its pages: unlinked, never overwritten
+            except FileNotFoundError:
+                continue
+            removed.append(archive)
+        listed.unlink(missing_ok=True)
+    if removed:
+        log.info("class archives of jars gone removed", extra={"archives": ",".join(p.name for p in removed)})
+    return removed
 
 
 def run_broker(cache_dir: Path, scratch: Path, options: list[str]) -> None:

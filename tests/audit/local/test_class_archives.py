@@ -89,11 +89,16 @@ def test_recording_replaces_the_old_archive_of_these_jars_with_one_a_broker_maps
         archive.write_bytes(b"recorded for jars gone since")
     other_venvs = expected.with_name(f"{jvm.KAFKA_JARS}-00000000-0000000000000000{expected.suffix}")
     other_venvs.write_bytes(b"recorded for jars elsewhere")
+    gone_venv = expected.with_name(f"{jvm.KAFKA_JARS}-11111111-1111111111111111{expected.suffix}")
+    gone_venv.write_bytes(b"recorded for a checkout deleted since")
+    gone_venv.with_suffix(class_archives.FOLDERS_SUFFIX).write_text(f"{tmp_path / 'deleted-checkout'}\n")
 
     archive = class_archives.record(cache, jvm.KAFKA_JARS)
 
     assert archive == expected
-    assert sorted((cache / jvm.CLASS_ARCHIVES).iterdir()) == sorted([archive, other_venvs])
+    folders = archive.with_suffix(class_archives.FOLDERS_SUFFIX)
+    assert folders.read_text() == f"{cache / 'jars' / jvm.KAFKA_JARS}\n"
+    assert sorted((cache / jvm.CLASS_ARCHIVES).iterdir()) == sorted([archive, folders, other_venvs])
     result = subprocess.run(cluster_id_command(cache, tmp_path), capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     recorded_at = archive.stat().st_mtime_ns
