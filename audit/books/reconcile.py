@@ -85,7 +85,7 @@ from audit.books.audit_read import (
     stored_offsets,
 )
 from audit.books.judge import Judgement, OpenBooks, counted_tiers, update_completeness
-from audit.books.retention_gaps import store_retention_gaps
+from audit.books.retention_gaps import carried_gaps, store_retention_gaps
 from audit.books.run_records import DRIVER_MESSAGES, held_by_driver
 from audit.books.tier_tables import update_tier_counts, update_tier_status
 
@@ -270,7 +270,7 @@ def store_records_and_rejects(
     step.done("records read and checked")
     rows = checked if held_by_driver(checked) else None
     if rows is None:  # one job counts both, for the rest of the run
-        report.rejects, gaps = checked.agg(F.count("reason"), F.count(_carrying_gaps())).first()
+        report.rejects, gaps = checked.agg(F.count("reason"), F.count(carried_gaps())).first()
     else:
         report.rejects = rows.num_rows - rows["reason"].null_count
         gaps = rows.num_rows - rows["retention_gaps_json"].null_count
@@ -302,13 +302,6 @@ def store_records_and_rejects(
                 extra={"cluster": row.read_from_cluster, "offset": row.read_from_offset, "reason": row.reason},
             )
     return records
-
-
-def _carrying_gaps():
-    """A valid record's retention gaps, null for every other row: what `store_retention_gaps` stores."""
-    from pyspark.sql import functions as F
-
-    return F.when(F.col("reason").isNull(), F.col("retention_gaps_json"))
 
 
 def _rejects(checked):

@@ -18,6 +18,14 @@ if TYPE_CHECKING:
 GAPS_TYPE = "ARRAY<STRUCT<partition: INT, from_offset: BIGINT, to_offset: BIGINT, after_time_ms: BIGINT, before_time_ms: BIGINT>>"
 
 
+def carried_gaps():
+    """A checked row's retention gaps (JSON text) when the row is a valid record, else null: what
+    `store_retention_gaps` stores, and what a run counts to know whether it has any."""
+    from pyspark.sql import functions as F
+
+    return F.when(F.col("reason").isNull(), F.col("retention_gaps_json"))
+
+
 def store_retention_gaps(spark: SparkSession, settings: Settings, checked) -> None:
     """Insert the gaps carried by the valid status records of `checked` (the record checker's rows)."""
     from delta.tables import DeltaTable
@@ -25,7 +33,7 @@ def store_retention_gaps(spark: SparkSession, settings: Settings, checked) -> No
     from pyspark.sql import functions as F
 
     gaps = (
-        checked.where(F.col("reason").isNull() & F.col("retention_gaps_json").isNotNull())
+        checked.where(carried_gaps().isNotNull())
         .select(
             "tier",
             "cluster",
