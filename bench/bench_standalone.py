@@ -26,6 +26,7 @@ import audit.cli
 from audit.books.reconcile import reconcile
 from audit.contract.windows import window_start
 from audit.io.clients import ensure_topics
+from audit.io.lake import lake_of
 from audit.io.lake_read import read_frame
 from audit.io.logs import setup_logging
 from audit.io.spark import spark_session
@@ -117,9 +118,9 @@ def main() -> int:
         finally:
             clusters.down()
         same = {
-            name: table_rows(local.lake_root, name).equals(table_rows(standalone.lake_root, name)) for name in COMPARED
+            name: table_rows(lake_of(local), name).equals(table_rows(lake_of(standalone), name)) for name in COMPARED
         }
-        rows = {name: len(read_frame(local.lake_root, name)) for name in COMPARED}
+        rows = {name: len(read_frame(lake_of(local), name)) for name in COMPARED}
     print()
     print("| what | records | local[2] | standalone, master + workers | same tables |")
     print(

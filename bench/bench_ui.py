@@ -67,7 +67,7 @@ def main() -> int:
         from dashboards import app as ui_app
         from dashboards.data import LakeCache
 
-        ui_app.create_app(settings, lake_root=lake)
+        ui_app.create_app(settings, lake=lake)
         from dashboards.pages import overview
 
         def ours_warm():

@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 import dash
 from dash import dcc, html
 
+from audit.io.lake import Lake, lake_of
 from dashboards import ids
 from dashboards.data import LakeCache
 
@@ -45,12 +46,14 @@ def href(path: str, **query) -> str:
     return f"{path}?{urlencode(kept)}" if kept else path
 
 
-def create_app(settings, *, lake_root: str | None = None) -> dash.Dash:
-    """The Dash app over the tables under `lake_root` (default: settings.lake_root)."""
+def create_app(settings, *, lake: Lake | str | None = None) -> dash.Dash:
+    """The Dash app over the tables of `lake` (default: the configured one)."""
     global _CONTEXT
     _CONTEXT = Context(
         settings=settings,
-        lake=LakeCache(lake_root or settings.lake_root, refresh_s=settings.ui.refresh_s, days=settings.ui.days),
+        lake=LakeCache(
+            Lake.of(lake) if lake else lake_of(settings), refresh_s=settings.ui.refresh_s, days=settings.ui.days
+        ),
     )
     app = dash.Dash(__name__, use_pages=True, pages_folder="", title="kafka-audit", suppress_callback_exceptions=True)
     for page in PAGES:

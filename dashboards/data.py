@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.books.loss_partitions import describe, partition_losses
+from audit.io.lake import Lake
 from audit.io.lake_read import read_arrow, table_version
 
 STATUS_RANK = {"complete": 1, "pending": 2, "lagging": 3, "over": 4, "incomplete": 5}
@@ -50,10 +51,10 @@ FIRST_REAL_WATERMARK = pd.Timestamp("1970-01-02", tz="UTC")
 
 
 class LakeCache:
-    """Cached pyarrow snapshots of the tables under `lake_root`."""
+    """Cached pyarrow snapshots of the tables of `lake`."""
 
-    def __init__(self, lake_root: str, *, refresh_s: float, days: int, clock: Callable[[], float] = time.monotonic):
-        self.lake_root, self.refresh_s, self.days, self.clock = lake_root, refresh_s, days, clock
+    def __init__(self, lake: Lake, *, refresh_s: float, days: int, clock: Callable[[], float] = time.monotonic):
+        self.lake, self.refresh_s, self.days, self.clock = lake, refresh_s, days, clock
         self._entries: dict[tuple, tuple[float, int | None, pa.Table]] = {}
         self._derived: dict[tuple, tuple[pa.Table, object]] = {}
         self._lock = threading.Lock()
@@ -65,12 +66,12 @@ class LakeCache:
             entry = self._entries.get(key)
             if entry and now - entry[0] < self.refresh_s:
                 return entry[2]
-        version = table_version(self.lake_root, name)
+        version = table_version(self.lake, name)
         if entry and entry[1] == version and version is not None:
             data = entry[2]
         else:
             since = (datetime.now(UTC) - timedelta(days=self.days + 1)).date()
-            data = read_arrow(self.lake_root, name, columns=columns, since=since)
+            data = read_arrow(self.lake, name, columns=columns, since=since)
         with self._lock:
             self._entries[key] = (now, version, data)
         return data

@@ -5,7 +5,7 @@ without a pipeline. Nothing here decides what the real tables hold: the columns 
 audit/contract/tables.py, the statuses follow its rules (complete | incomplete | over | lagging | pending).
 
     frames = sample_frames(now=..., topics=["orders"], faults=[Loss("orders", "aggregate", 3, 40)])
-    write_frames(lake_root, frames)
+    write_frames(lake, frames)
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import pandas as pd
 
 from audit.contract.complete_through import watermark_frame
 from audit.contract.restatements import restatements
-from audit.contract.tables import TABLES, arrow_schema, arrow_table, table_path
+from audit.contract.tables import TABLES, arrow_schema, arrow_table
+from audit.io.lake import Lake
 
 DEFAULT_TIERS = ("producer", "dc1", "aggregate", "lake")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -358,19 +359,16 @@ def status_history(
     return pd.DataFrame(rows)
 
 
-def write_table(lake_root: str, name: str, frame, *, mode: str = "append") -> str:
-    """Write `frame` to the Delta table `name` under `lake_root`, partitioned as declared."""
-    from deltalake import write_deltalake
-
-    table = TABLES[name]
-    path = table_path(lake_root, name)
-    write_deltalake(path, arrow_table(table, frame), mode=mode, partition_by=list(table.partition_by) or None)
-    return path
+def write_table(lake: Lake | str, name: str, frame, *, mode: str = "append") -> str:
+    """Write `frame` to the Delta table `name` of `lake`, partitioned as declared; returns its path."""
+    lake, table = Lake.of(lake), TABLES[name]
+    lake.write(name, arrow_table(table, frame), mode=mode, partition_by=list(table.partition_by) or None)
+    return lake.path(name)
 
 
-def write_frames(lake_root: str, frames: Mapping[str, pd.DataFrame], *, mode: str = "overwrite") -> None:
+def write_frames(lake: Lake | str, frames: Mapping[str, pd.DataFrame], *, mode: str = "overwrite") -> None:
     for name, frame in frames.items():
-        write_table(lake_root, name, frame, mode=mode)
+        write_table(lake, name, frame, mode=mode)
 
 
 def bulk_completeness(

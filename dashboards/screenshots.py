@@ -57,7 +57,7 @@ def main(out: str = "docs/img") -> int:
     lake = sample_lake()
     if "alerts" in PAGES:
         _sample_alerts(lake)
-    app = create_app(Settings.default().replace(state_dir=Path(lake)), lake_root=lake)
+    app = create_app(Settings.default().replace(state_dir=Path(lake)), lake=lake)
     with serving(app) as base, chromium() as driver:
         for name, path in PAGES.items():
             driver.set_window_size(1400, 1800 if name == "topic" else 1100)

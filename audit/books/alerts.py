@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from audit.contract.tables import ALERTS, arrow_table, table_path
+from audit.contract.tables import ALERTS, arrow_table
 from audit.io.lake_read import read_frame
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ from audit.books.alert_rules import (
 )
 from audit.books.traffic_drops import COLUMNS as DROP_COLUMNS
 from audit.books.traffic_drops import DropRule, drop_alerts
+from audit.io.lake import Lake, lake_of
 
 # The alerts' public surface: the run and its log here, the rules and the emails re-exported.
 __all__ = [
@@ -96,8 +97,8 @@ class AlertReport:
 # -- the log ----------------------------------------------------------------------------------------
 
 
-def read_log(lake_root: str) -> pd.DataFrame:
-    return read_frame(lake_root, "alerts")
+def read_log(lake: Lake | str) -> pd.DataFrame:
+    return read_frame(lake, "alerts")
 
 
 def _log_rows(alerts: Iterable[Alert], *, recipients_of: Callable[[str], Sequence[str]], now: datetime) -> list[dict]:
@@ -124,19 +125,18 @@ def _log_rows(alerts: Iterable[Alert], *, recipients_of: Callable[[str], Sequenc
     return rows
 
 
-def upsert_log(lake_root: str, rows: pd.DataFrame | list[dict]) -> None:
+def upsert_log(lake: Lake | str, rows: pd.DataFrame | list[dict]) -> None:
     """Insert or update rows of the alerts log by alert_id (a Delta MERGE; creates the table if needed)."""
-    from deltalake import DeltaTable, write_deltalake
     from deltalake.exceptions import TableNotFoundError
 
     data = arrow_table(ALERTS, rows)
     if not data.num_rows:
         return
-    path = table_path(lake_root, "alerts")
+    lake = Lake.of(lake)
     try:
-        target = DeltaTable(path)
+        target = lake.delta_table("alerts")
     except TableNotFoundError:
-        write_deltalake(path, data, mode="append")
+        lake.write("alerts", data, mode="append")
         return
     (
         target.merge(data, predicate="t.alert_id = s.alert_id", source_alias="s", target_alias="t")
@@ -150,7 +150,7 @@ def _drops(settings: Settings, tier_status: pd.DataFrame, *, now: datetime, sinc
     """Traffic-drop alerts of the windows since `since`, judged against the days of history before them."""
     config = settings.alerts
     history = read_frame(
-        settings.lake_root,
+        lake_of(settings),
         "completeness",
         since=(since - timedelta(days=config.drop_history_days)).date(),
         columns=DROP_COLUMNS,
@@ -177,9 +177,9 @@ def _alert_of(row) -> Alert:
 def run_alerts(
     settings: Settings, *, now: datetime | None = None, sleep: Callable[[float], None] = time.sleep
 ) -> AlertReport:
-    """Decide, record and send the alerts of the tables under `settings.lake_root`; see the module doc."""
+    """Decide, record and send the alerts of the tables under `lake_of(settings)`; see the module doc."""
     now = now or datetime.now(UTC)
-    lake = settings.lake_root
+    lake = lake_of(settings)
     config = settings.alerts
     since = (now - timedelta(hours=config.lookback_hours)).date()
     completeness = read_frame(lake, "completeness", since=since)

@@ -23,6 +23,7 @@ from audit.contract.tables import (
 )
 from audit.io import delta_io
 from audit.io.clients import client_config, list_offsets, read_ranges, spark_kafka_options
+from audit.io.lake import lake_of
 from audit.io.lake_read import read_arrow
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def store_cluster_reads(
     states stored now, cluster -> (reachable, error)."""
     states = {name: (name not in unreachable, unreachable.get(name)) for name in settings.cluster_names}
     if known is None:
-        stored = read_arrow(settings.lake_root, CLUSTER_READS.name).to_pylist()  # small: as `stored_offsets`
+        stored = read_arrow(lake_of(settings), CLUSTER_READS.name).to_pylist()  # small: as `stored_offsets`
         known = {row["cluster"]: (row["reachable"], row["error"]) for row in stored}
     since = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
     changed = [
@@ -93,7 +94,7 @@ def store_cluster_reads(
         for name, (reachable, error) in states.items()
         if known.get(name) != (reachable, error)
     ]
-    delta_io.upsert_from_driver(settings.lake_root, CLUSTER_READS, changed, ignore=())
+    delta_io.upsert_from_driver(lake_of(settings), CLUSTER_READS, changed, ignore=())
     return states
 
 
@@ -185,7 +186,7 @@ def read_new_messages_in_driver(
 def stored_offsets(settings: Settings) -> dict[tuple[str, str, int], int]:
     """The offsets the runs before stored, read in this process with `deltalake` (milliseconds): a Spark
     query of this small table took 0.25 s in a warm session, over a second in a new one."""
-    rows = read_arrow(settings.lake_root, SOURCE_OFFSETS.name).to_pylist()
+    rows = read_arrow(lake_of(settings), SOURCE_OFFSETS.name).to_pylist()
     return {(row["cluster"], row["topic"], row["partition"]): row["next_offset"] for row in rows}
 
 
@@ -208,4 +209,4 @@ def store_offsets(settings: Settings, sources: list[AuditSource], known: dict | 
         for (cluster, topic, partition), end in offsets_read_up_to(sources).items()
         if known.get((cluster, topic, partition)) != end
     ]
-    delta_io.upsert_from_driver(settings.lake_root, SOURCE_OFFSETS, rows)
+    delta_io.upsert_from_driver(lake_of(settings), SOURCE_OFFSETS, rows)

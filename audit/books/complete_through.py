@@ -24,6 +24,7 @@ from audit.contract.complete_through import KEY_COLUMNS, WINDOW_COLUMNS, Waterma
 from audit.contract.completeness import COMPLETE
 from audit.contract.tables import COMPLETENESS, COMPLETENESS_WATERMARKS
 from audit.io import delta_io
+from audit.io.lake import Lake, lake_of
 from audit.io.lake_read import read_arrow
 from audit.io.spark import local_frame
 
@@ -70,11 +71,11 @@ def refresh_watermarks(
         marks += _summed_marks(spark, settings, pairs)
     now = datetime.now(UTC)
     # Written by the driver, as the tier tables: most runs move no watermark, and then make no commit.
-    delta_io.upsert_from_driver(settings.lake_root, COMPLETENESS_WATERMARKS, [{**m, "updated_at": now} for m in marks])
+    delta_io.upsert_from_driver(lake_of(settings), COMPLETENESS_WATERMARKS, [{**m, "updated_at": now} for m in marks])
 
 
 def _stored_watermarks(settings: Settings) -> dict[tuple, Watermark]:
-    rows = read_arrow(settings.lake_root, COMPLETENESS_WATERMARKS.name, columns=[*PAIR, *MARK_COLUMNS]).to_pylist()
+    rows = read_arrow(lake_of(settings), COMPLETENESS_WATERMARKS.name, columns=[*PAIR, *MARK_COLUMNS]).to_pylist()
     return {tuple(row[c] for c in PAIR): Watermark(*(row[c] for c in MARK_COLUMNS)) for row in rows}
 
 
@@ -101,7 +102,7 @@ def _summed_marks(spark: SparkSession, settings: Settings, pairs) -> list[dict]:
     """`watermarks` of every window of `pairs` (origin_cluster, topic, tier) in `completeness`."""
     from pyspark.sql import functions as F
 
-    stored = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
+    stored = delta_io.read_table(spark, lake_of(settings), COMPLETENESS.name)
     return _marks_of(stored.join(F.broadcast(pairs), list(PAIR), "left_semi"))
 
 
@@ -144,19 +145,21 @@ def watermarks(windows):
 
 
 def complete_through(
-    spark: SparkSession, topic: str, tier: str, *, lake_root: str | None = None
+    spark: SparkSession, topic: str, tier: str, *, lake: Lake | str | None = None
 ) -> pd.Timestamp | None:
     """The end of the last window up to which every window of `topic` (its logical name, `dc1.orders`) is
-    final and complete at `tier`; None when none is yet. `lake_root`: the configured lake by default."""
+    final and complete at `tier`; None when none is yet. `lake`: the configured lake by default. A LakeError
+    when the books never wrote there (a mistyped path is not an empty lake)."""
     import pandas as pd
     from pyspark.sql import functions as F
 
-    if lake_root is None:
+    if lake is None:
         from audit.settings import load_settings
 
-        lake_root = load_settings().lake_root
+        lake = lake_of(load_settings())
+    lake = Lake.of(lake).require_books()
     rows = (
-        delta_io.read_table(spark, lake_root, COMPLETENESS_WATERMARKS.name)
+        delta_io.read_table(spark, lake, COMPLETENESS_WATERMARKS.name)
         .where((F.col("logical_topic") == topic) & (F.col("tier") == tier))
         .select("complete_through")
         .collect()

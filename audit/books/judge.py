@@ -40,6 +40,7 @@ from audit.books.restatements import store_restatements
 from audit.books.run_records import held_by_driver, of_kind
 from audit.books.tier_tables import WINDOW_DDL, WINDOW_KEY, Resummed, stored_points
 from audit.books.verdicts import classified
+from audit.io.lake import lake_of
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +83,9 @@ def reported_points(settings: Settings) -> list[tuple]:
     newest watermark, with the tier before it unknown: its windows and those of the tiers after it are lagging
     until the reporters have reported again."""
     reported = {
-        (origin, topic, tier): points for (tier, origin, topic), points in stored_points(settings.lake_root).items()
+        (origin, topic, tier): points for (tier, origin, topic), points in stored_points(lake_of(settings)).items()
     }
-    status = read_arrow(settings.lake_root, TIER_STATUS.name, columns=REPORTED)  # written by the driver
+    status = read_arrow(lake_of(settings), TIER_STATUS.name, columns=REPORTED)  # written by the driver
     for origin, topic, tier, watermark, last_status_at in zip(*(status.column(c).to_pylist() for c in REPORTED)):
         if (origin, topic, tier) not in reported:
             newest = to_ms(last_status_at or EPOCH)
@@ -100,7 +101,7 @@ READ = ("origin_cluster", "topic", "tier", "cluster", "seen_topic", "partition",
 def read_positions(settings: Settings) -> dict[tuple, dict[tuple, tuple[int, int]]]:
     """Per (origin_cluster, topic, tier), the (position, emitted_at ms) of each of its reporter partitions' newest
     status (`_partition_status`), by (cluster, seen_topic, partition): what `tier_paths.caught_up_at` compares."""
-    status = read_arrow(settings.lake_root, PARTITION_STATUS.name, columns=READ)  # written by the driver
+    status = read_arrow(lake_of(settings), PARTITION_STATUS.name, columns=READ)  # written by the driver
     positions: dict[tuple, dict[tuple, tuple[int, int]]] = defaultdict(dict)
     for origin, topic, tier, cluster, seen, partition, position, emitted in zip(
         *(status.column(c).to_pylist() for c in READ)
@@ -116,7 +117,7 @@ def counted_tiers(settings: Settings, known=None, counts=None) -> set[tuple[str,
     removed. A new session reads them with `deltalake`: three columns, without a Spark query (0.4-0.5 s in a
     small run)."""
     if known is None:
-        return _pairs(read_arrow(settings.lake_root, TIER_COUNTS.name, columns=PAIR))
+        return _pairs(read_arrow(lake_of(settings), TIER_COUNTS.name, columns=PAIR))
     if counts is None:
         return known
     if isinstance(counts, pa.Table):  # summed in the driver
@@ -207,7 +208,7 @@ def update_completeness(
     path_rows, path_tiers = found
     done("tier paths")
     # A table with no verdict yet (a new lake) holds no open window and restates none: it is not read.
-    first_verdicts = delta_io.is_empty(settings.lake_root, COMPLETENESS)
+    first_verdicts = delta_io.is_empty(lake_of(settings), COMPLETENESS)
     grown = None if known is None else {(origin, topic) for origin, topic, _ in path_tiers - known.path_tiers}
     few = _windows_known(resummed, known, grown, first_verdicts=first_verdicts)
     if few is None or few.num_rows > DRIVER_WINDOWS:
@@ -243,12 +244,12 @@ def update_completeness(
     done("completeness judged", windows=judged)
     if not judged:
         return Judgement(0, None, OpenBooks(frozenset(), path_tiers))
-    before = delta_io.in_windows(delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name), windows)
+    before = delta_io.in_windows(delta_io.read_table(spark, lake_of(settings), COMPLETENESS.name), windows)
     if not first_verdicts and len(windows) <= delta_io.MAX_NAMED_WINDOWS:  # read once: restatements and rewrite
         before = before.localCheckpoint()
     restated = 0 if first_verdicts else store_restatements(spark, settings, before, result, _as_frame(spark, records))
     done("restatements", restatements=restated)
-    delta_io.replace_windows(spark, settings.lake_root, COMPLETENESS, result, windows=windows, existing=before)
+    delta_io.replace_windows(spark, lake_of(settings), COMPLETENESS, result, windows=windows, existing=before)
     done("completeness stored", windows=judged)
     refresh_watermarks(spark, settings, result, judged, every_window=first_verdicts)
     done("completeness watermarks")
@@ -276,7 +277,7 @@ def _store_judged(
     result = arrow_table(COMPLETENESS, judged[list(COMPLETENESS.column_names)])
     stored, found = result.schema.empty_table(), ()
     if not first_verdicts:  # a table with no verdict yet restates none
-        stored = read_arrow(settings.lake_root, COMPLETENESS.name, filters=delta_io.window_filter(windows))
+        stored = read_arrow(lake_of(settings), COMPLETENESS.name, filters=delta_io.window_filter(windows))
         found = found_restatements(stored.to_pandas(), judged)
     if len(found):
         counted = None
@@ -284,11 +285,9 @@ def _store_judged(
             counted = of_kind(records, "count")
             columns = [*WINDOW_KEY, "tier", "record_id"]
             counted = counted.select(columns) if held_by_driver(counted) else counted.select(*columns).toArrow()
-        delta_io.insert_new_from_driver(settings.lake_root, RESTATEMENTS, restatement_rows(found, counted))
+        delta_io.insert_new_from_driver(lake_of(settings), RESTATEMENTS, restatement_rows(found, counted))
     done("restatements", restatements=len(found))
-    delta_io.replace_windows_from_driver(
-        spark, settings.lake_root, COMPLETENESS, result, windows=windows, stored=stored
-    )
+    delta_io.replace_windows_from_driver(spark, lake_of(settings), COMPLETENESS, result, windows=windows, stored=stored)
     done("completeness stored", windows=len(judged))
     refresh_watermarks(spark, settings, result, len(judged), every_window=first_verdicts)
     done("completeness watermarks")
@@ -333,7 +332,7 @@ def _open_windows(spark: SparkSession, settings: Settings, paths, records, known
 
     if known is not None and not grown:
         return local_frame(spark, list(known.windows), WINDOW_DDL)
-    current = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name)
+    current = delta_io.read_table(spark, lake_of(settings), COMPLETENESS.name)
     if known is None:
         held_open = current.where(_is_open()).select(*WINDOW_KEY)
         return held_open.unionByName(_windows_missing_a_tier(current, paths, _as_frame(spark, records)))
@@ -387,7 +386,7 @@ def _counts_in_driver(settings: Settings, windows: pa.Table, resummed: Resummed 
         if resummed is not None:
             resummed.wait_stored()
         counts = read_arrow(
-            settings.lake_root,
+            lake_of(settings),
             TIER_COUNTS.name,
             columns=JUDGED_COUNTS,
             filters=delta_io.window_filter_of(windows["window_start"]),
@@ -403,7 +402,7 @@ def _stored_counts(spark: SparkSession, settings: Settings, windows, resummed: R
     if resummed is not None:
         resummed.wait_stored()
     return delta_io.in_windows(
-        delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name), delta_io.windows_of(windows)
+        delta_io.read_table(spark, lake_of(settings), TIER_COUNTS.name), delta_io.windows_of(windows)
     ).join(broadcast_when_small(windows), [*WINDOW_KEY, "date"], "left_semi")
 
 

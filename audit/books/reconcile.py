@@ -88,6 +88,7 @@ from audit.books.judge import Judgement, OpenBooks, counted_tiers, update_comple
 from audit.books.retention_gaps import carried_gaps, store_retention_gaps
 from audit.books.run_records import DRIVER_MESSAGES, held_by_driver
 from audit.books.tier_tables import update_tier_counts, update_tier_status
+from audit.io.lake import lake_of
 
 log = logging.getLogger(__name__)
 
@@ -279,23 +280,23 @@ def store_records_and_rejects(
     if gaps:
         store_retention_gaps(spark, settings, checked)
     step.done("retention gaps")
-    report.every_record = delta_io.is_empty(settings.lake_root, AUDIT_RECORDS)
+    report.every_record = delta_io.is_empty(lake_of(settings), AUDIT_RECORDS)
     if rows is not None:
         records, new_records = _new_in_driver(settings, rows, every_record=report.every_record)
         report.records = new_records.num_rows
         step.done("records deduplicated", records=report.records, rejects=report.rejects)
         if report.records:
-            delta_io.append_from_driver(settings.lake_root, AUDIT_RECORDS, new_records)
+            delta_io.append_from_driver(lake_of(settings), AUDIT_RECORDS, new_records)
     else:
         records, distinct = once_per_record_id(checked.where(F.col("reason").isNull()))
         new_records = records if report.every_record else _not_stored(spark, settings, records)
         report.records = distinct if report.every_record else new_records.count()
         step.done("records deduplicated", records=report.records, rejects=report.rejects)
         if report.records:  # new by the join above: appended, not merged (a second look at the same keys)
-            delta_io.append(settings.lake_root, AUDIT_RECORDS, new_records)
+            delta_io.append(lake_of(settings), AUDIT_RECORDS, new_records)
     if report.rejects:  # a small run's `checked` was handed to Spark above
         rejects = _rejects(checked)
-        delta_io.insert_new(spark, settings.lake_root, AUDIT_REJECTS, rejects, prune=False)
+        delta_io.insert_new(spark, lake_of(settings), AUDIT_REJECTS, rejects, prune=False)
         for row in rejects.select("read_from_cluster", "read_from_offset", "reason").limit(5).collect():
             log.warning(
                 "audit record rejected",
@@ -363,7 +364,7 @@ def _stored_record_ids(settings: Settings, records: pa.Table) -> pa.Array:
         dates = pa.array(sorted(set(windowless["date"].to_pylist())), pa.date32())
         filters.append(pc.field("date").isin(dates) & pc.field("window_start").is_null())
     found = [
-        _id_and_date(read_arrow(settings.lake_root, AUDIT_RECORDS.name, columns=("record_id", "date"), filters=where))
+        _id_and_date(read_arrow(lake_of(settings), AUDIT_RECORDS.name, columns=("record_id", "date"), filters=where))
         for where in filters
     ]
     return pa.chunked_array([chunk for keys in found for chunk in keys.chunks], pa.string()).combine_chunks()
@@ -380,7 +381,7 @@ def _not_stored(spark: SparkSession, settings: Settings, records):
     if windowless is not None:
         windowless += " AND `window_start` IS NULL"
     where = " OR ".join(f"({named})" for named in (with_window, windowless) if named is not None) or "false"
-    existing = delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name).where(where)
+    existing = delta_io.read_table(spark, lake_of(settings), AUDIT_RECORDS.name).where(where)
     return records.join(existing.select("record_id", "date"), ["record_id", "date"], "left_anti").localCheckpoint()
 
 
@@ -414,7 +415,7 @@ def read_and_store(
     step = step or _Steps()
     memory = memory or RunMemory()
     delta_io.ensure_tables(
-        settings.lake_root,
+        lake_of(settings),
         (
             AUDIT_RECORDS.name,
             AUDIT_REJECTS.name,

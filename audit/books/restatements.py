@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from audit.settings import Settings
 
 from audit.books.tier_tables import WINDOW_KEY
+from audit.io.lake import lake_of
 
 KEY = (*WINDOW_KEY, "tier")
 
@@ -57,7 +58,7 @@ def store_restatements(spark: SparkSession, settings: Settings, current, judged,
         .select(*RESTATEMENTS.column_names)
         .toArrow()  # in the driver (one row per restated window and tier), as delta_io writes it
     )
-    delta_io.insert_new_from_driver(settings.lake_root, RESTATEMENTS, rows)
+    delta_io.insert_new_from_driver(lake_of(settings), RESTATEMENTS, rows)
     return rows.num_rows
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from audit.contract.tables import RETENTION_GAPS
-from audit.io import delta_io
+from audit.io.lake import lake_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,7 +66,7 @@ def store_retention_gaps(spark: SparkSession, settings: Settings, checked) -> No
     )
     if rows.isEmpty():
         return
-    target = DeltaTable.forPath(spark, delta_io.table_path(settings.lake_root, RETENTION_GAPS.name))
+    target = DeltaTable.forPath(spark, lake_of(settings).path(RETENTION_GAPS.name))
     (
         target.alias("t")
         .merge(rows.alias("s"), " AND ".join(f"t.`{name}` = s.`{name}`" for name in key))

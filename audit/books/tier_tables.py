@@ -28,6 +28,7 @@ from audit.contract.tables import (
 from audit.contract.watermark_points import KEPT_POINTS, WatermarkPoint, kept, replayed, reporter
 from audit.contract.watermarks import tier_watermark
 from audit.io import delta_io
+from audit.io.lake import Lake, lake_of
 from audit.io.lake_read import read_arrow
 from audit.io.spark import broadcast_when_small, local_frame
 
@@ -97,7 +98,7 @@ def update_tier_counts(
         touched = windows_frame(spark, keys)
         counts = (
             delta_io.in_windows(  # as literals: Delta reads only the files that can hold them
-                delta_io.read_table(spark, settings.lake_root, AUDIT_RECORDS.name), windows
+                delta_io.read_table(spark, lake_of(settings), AUDIT_RECORDS.name), windows
             )
             .where(F.col("kind") == "count")
             .join(broadcast_when_small(touched, len(named)), [*WINDOW_KEY, "date"], "left_semi")
@@ -106,7 +107,7 @@ def update_tier_counts(
         return Resummed(windows_frame(spark, []), named, None)
     rows = _summed(counts)
     touched = touched if touched is not None else rows.select(*WINDOW_KEY, "date").distinct()
-    write = partial(delta_io.replace_windows, spark, settings.lake_root, TIER_COUNTS, rows, windows=windows)
+    write = partial(delta_io.replace_windows, spark, lake_of(settings), TIER_COUNTS, rows, windows=windows)
     if background is None:
         write()
         return Resummed(touched, named, rows)
@@ -122,17 +123,17 @@ def _resummed_in_driver(spark: SparkSession, settings: Settings, new_records, ba
         return Resummed(None, named, None)
     topics = pa.array(sorted({topic for _, topic, _ in named}), pa.string())
     records = read_arrow(
-        settings.lake_root,
+        lake_of(settings),
         AUDIT_RECORDS.name,
         columns=("kind", *SUMMED),
         filters=delta_io.window_filter(windows) & pc.field("topic").isin(topics) & (pc.field("kind") == "count"),
     )
     rows = summed_in_driver(records, named)
-    stored = read_arrow(settings.lake_root, TIER_COUNTS.name, filters=delta_io.window_filter(windows))  # all topics'
+    stored = read_arrow(lake_of(settings), TIER_COUNTS.name, filters=delta_io.window_filter(windows))  # all topics'
     write = partial(
         delta_io.replace_windows_from_driver,
         spark,
-        settings.lake_root,
+        lake_of(settings),
         TIER_COUNTS,
         rows,
         windows=windows,
@@ -293,11 +294,11 @@ def update_tier_status(spark: SparkSession, settings: Settings, new_records) -> 
     for row in recent:
         by_pair[tuple(row[c] for c in STATUS_PAIR)].append(row)
     states: dict[tuple, dict[tuple, dict]] = defaultdict(dict)
-    for row in read_arrow(settings.lake_root, PARTITION_STATUS.name).to_pylist():
+    for row in read_arrow(lake_of(settings), PARTITION_STATUS.name).to_pylist():
         pair = tuple(row[c] for c in STATUS_PAIR)
         if pair in by_pair:
             states[pair][reporter(row)] = row
-    stored = stored_points(settings.lake_root)
+    stored = stored_points(lake_of(settings))
     changed, points = [], []
     for pair, statuses in by_pair.items():
         state = states[pair]
@@ -306,25 +307,25 @@ def update_tier_status(spark: SparkSession, settings: Settings, new_records) -> 
         new_points, reporters = replayed(state, statuses, watermark, stored=before)
         changed += [state[key] for key in reporters]
         points.append({**dict(zip(STATUS_PAIR, pair, strict=True)), "points": kept(before, new_points)})
-    delta_io.upsert_from_driver(settings.lake_root, PARTITION_STATUS, changed, ignore=(), update_when=NEWER_STATUS)
+    delta_io.upsert_from_driver(lake_of(settings), PARTITION_STATUS, changed, ignore=(), update_when=NEWER_STATUS)
     now = datetime.now(UTC)
     partitions = [row for state in states.values() for row in state.values()]
     delta_io.upsert_from_driver(
-        settings.lake_root, TIER_STATUS, tier_status_rows(partitions, settings.cluster_names, now)
+        lake_of(settings), TIER_STATUS, tier_status_rows(partitions, settings.cluster_names, now)
     )
-    delta_io.upsert_from_driver(settings.lake_root, TIER_POINTS, [_as_stored(row) for row in points], ignore=())
+    delta_io.upsert_from_driver(lake_of(settings), TIER_POINTS, [_as_stored(row) for row in points], ignore=())
 
 
 # `replayed`'s order of a reporter partition's statuses, for the stored newest one (deltalake's SQL).
 NEWER_STATUS = 's."emitted_at" > t."emitted_at" OR (s."emitted_at" = t."emitted_at" AND s."record_id" > t."record_id")'
 
 
-def stored_points(lake_root: str) -> dict[tuple, list[WatermarkPoint]]:
+def stored_points(lake: Lake | str) -> dict[tuple, list[WatermarkPoint]]:
     """Every (tier, origin_cluster, topic)'s kept points (`_tier_points`), read column by column: 6,000 tiers'
     32 points each took 3.5 s through pyarrow's nested `to_pylist`, 0.3 s as tuples from the flat columns."""
     import pyarrow.compute as pc
 
-    table = read_arrow(lake_root, TIER_POINTS.name).combine_chunks()
+    table = read_arrow(lake, TIER_POINTS.name).combine_chunks()
     pairs = zip(*(table.column(c).to_pylist() for c in STATUS_PAIR), strict=True)
     points = table.column("points").chunks[0] if table.num_rows else None
     if points is None:

@@ -50,8 +50,10 @@ def _parse_now(text: str | None) -> datetime | None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from audit.books.alerts import run_alerts
+    from audit.io.lake import lake_of
 
     now = _parse_now(args.now)
+    lake_of(settings).require_books()
     stop = threading.Event()
     stop_on_signals(stop.set)
     while True:

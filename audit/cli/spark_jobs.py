@@ -1,7 +1,7 @@
 """`kaudit lake` and `kaudit reconcile`: the two Spark jobs, local by default, any master from config.
 
-Both build their Spark session from the cached jars (`make setup`) with KAUDIT_SPARK_MASTER or
-local[2]; under `spark-submit` the session the submitter configured is used as it is.
+Both build their Spark session from the cached jars (`make setup`) with `[spark]`'s master (local[2]) and
+conf and the lake's storage settings; under `spark-submit` the submitter's master and jars win.
 """
 
 from __future__ import annotations
@@ -71,9 +71,9 @@ def add_command(commands) -> None:
 
 
 def _spark(settings: Settings, name: str):
-    from audit.io.spark import spark_session
+    from audit.io.spark import session_for
 
-    session = spark_session(app_name=name, cache_dir=settings.cache_dir)
+    session = session_for(settings, name)
     session.sparkContext.setLogLevel("ERROR")
     return session
 

@@ -8,6 +8,8 @@ import tempfile
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from audit.io.lake import Lake, lake_of
+
 if TYPE_CHECKING:
     from audit.settings import Settings
 
@@ -40,17 +42,18 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     ui = settings.ui.replace(host=args.host or settings.ui.host, port=args.port or settings.ui.port)
     settings = settings.replace(ui=ui)
-    lake_root = settings.lake_root
     if args.sample:
         from dashboards.sample import demo_frames, write_frames
 
-        lake_root = tempfile.mkdtemp(prefix="kaudit-sample-lake-")
-        write_frames(lake_root, demo_frames(datetime.now(UTC)))
-    app = create_app(settings, lake_root=lake_root)
+        lake = Lake.of(tempfile.mkdtemp(prefix="kaudit-sample-lake-"))
+        write_frames(lake, demo_frames(datetime.now(UTC)))
+    else:
+        lake = lake_of(settings).require_books()
+    app = create_app(settings, lake=lake)
     log.info(
         "audit UI serving",
-        extra={"url": f"http://{ui.host}:{ui.port}", "lake_root": lake_root, "login": bool(ui.auth_user)},
+        extra={"url": f"http://{ui.host}:{ui.port}", "lake": str(lake), "login": bool(ui.auth_user)},
     )
-    print(f"audit UI on http://{ui.host}:{ui.port} (tables: {lake_root})", flush=True)
+    print(f"audit UI on http://{ui.host}:{ui.port} (tables: {lake})", flush=True)
     app.run(host=ui.host, port=ui.port, debug=False)
     return 0

@@ -34,6 +34,10 @@ class HarnessError(KafkaAuditError):
     """The local harness (demo, soak, pipeline, supervised services) could not go on."""
 
 
+class LakeError(KafkaAuditError):
+    """The lake cannot be used as asked: no kafka-audit tables at its root, or another writer holds it."""
+
+
 class KafkaClientError(KafkaAuditError):
     """A Kafka client call failed; `code` keeps the librdkafka error code when there is one."""
 

@@ -32,6 +32,7 @@ from audit.contract.windows import MS_PER_MINUTE
 from audit.hops.retention import RetentionGaps, Skip
 from audit.io import delta_io
 from audit.io.clients import Admin, client_config, ensure_topics, spark_kafka_options
+from audit.io.lake import lake_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -134,7 +135,7 @@ class LakeJob:
         self._producer = Producer({**config, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
         self._admin = Admin(config)
         ensure_topics(config, {settings.audit_topic: 1}, timeout_s=options.client_timeout_s)
-        self.bronze = delta_io.ensure_table(settings.lake_root, BRONZE)
+        self.bronze = delta_io.ensure_table(lake_of(settings), BRONZE)
 
     # -- topics --------------------------------------------------------------------------------
 
@@ -474,4 +475,4 @@ def _json(value) -> dict:
 
 
 def default_checkpoint(settings: Settings, cluster: str) -> str:
-    return f"{str(settings.lake_root).rstrip('/')}/_checkpoints/lake-{cluster}"
+    return f"{str(lake_of(settings)).rstrip('/')}/_checkpoints/lake-{cluster}"

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from audit.contract.tables import EVERY_TABLE, Table, arrow_schema, arrow_table, table_path  # noqa: F401 (table_path is re-used by the jobs)
-from audit.io.lake_read import table_version
+from audit.contract.tables import EVERY_TABLE, Table, arrow_schema, arrow_table
+from audit.io.lake import Lake
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,8 +48,8 @@ def spark_schema(table: Table):
 _ENSURED: set[str] = set()  # paths this process has created or found, so later runs skip the check
 
 
-def ensure_table(lake_root: str, table: Table) -> str:
-    """Create `table` under `lake_root` when it does not exist; returns its path.
+def ensure_table(lake: Lake | str, table: Table) -> str:
+    """Create `table` in `lake` when it does not exist; returns its path as Spark reads it.
 
     Created by `deltalake` in this process: a few milliseconds a table, where Spark's CREATE took 0.5-1 s
     each in a new driver (a first run's 11 tables: 7-10 s), with the checksum Spark reads
@@ -57,19 +57,21 @@ def ensure_table(lake_root: str, table: Table) -> str:
     in it, which is no table: the next call creates it there."""
     from deltalake import DeltaTable
 
-    path = table_path(lake_root, table.name)
+    lake = Lake.of(lake)
+    path = lake.path(table.name)
     if path in _ENSURED:
         return path
     try:
         DeltaTable.create(
-            path,
+            lake.uri(table.name),
             schema=arrow_schema(table),
             partition_by=list(table.partition_by) or None,
             configuration=table_properties(table),
             mode="ignore",
+            storage_options=lake.storage_options(),
         )
     except Exception:
-        if table_version(lake_root, table.name) is None:  # else another process created it first
+        if lake.version(table.name) is None:  # else another process created it first
             raise
     write_first_checksum(path)
     _ENSURED.add(path)
@@ -121,10 +123,10 @@ def write_first_checksum(path: str) -> bool:
     return True
 
 
-def ensure_tables(lake_root: str, names: tuple[str, ...] | None = None) -> dict[str, str]:
+def ensure_tables(lake: Lake | str, names: tuple[str, ...] | None = None) -> dict[str, str]:
     """Every declared table (or those named), created when missing: {name: path}."""
     names = names or tuple(EVERY_TABLE)
-    return {name: ensure_table(lake_root, EVERY_TABLE[name]) for name in names}
+    return {name: ensure_table(lake, EVERY_TABLE[name]) for name in names}
 
 
 def _key_condition(table: Table, rows, prune: bool = True, dates: Iterable | None = None) -> str:
@@ -148,32 +150,32 @@ def _key_condition(table: Table, rows, prune: bool = True, dates: Iterable | Non
 _NON_EMPTY: set[str] = set()
 
 
-def _is_empty(path: str) -> bool:
+def _is_empty(lake: Lake, name: str) -> bool:
+    path = lake.path(name)
     if path in _NON_EMPTY:
         return False
-    if _file_count(path) == 0:
+    if _file_count(lake, name) == 0:
         return True
     _NON_EMPTY.add(path)
     return False
 
 
-def _file_count(path: str) -> int:
+def _file_count(lake: Lake, name: str) -> int:
     """The files of the table's latest version, as `deltalake` reads its log: a few milliseconds. Spark's
     DeltaLog computed the table's state for it with three jobs when the version had no checksum file, as the
     version `ensure_table` creates has not (0.3-0.4 s a table, in every run on a new lake). A table not created
     yet holds none, as for Spark: the append creates it."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return len(DeltaTable(path).file_uris())
+        return len(lake.delta_table(name).file_uris())
     except TableNotFoundError:
         return 0
 
 
-def is_empty(lake_root: str, table: Table) -> bool:
+def is_empty(lake: Lake | str, table: Table) -> bool:
     """True while `table` holds no file (a new lake)."""
-    return _is_empty(table_path(lake_root, table.name))
+    return _is_empty(Lake.of(lake), table.name)
 
 
 # Rows a file of a table with windows holds at most. Written in window order, each file then covers a
@@ -197,31 +199,30 @@ def _append(rows, path: str) -> None:
     _NON_EMPTY.add(path)
 
 
-def append(lake_root: str, table: Table, rows) -> None:
+def append(lake: Lake | str, table: Table, rows) -> None:
     """Append `rows`, known to hold only keys the table does not have yet."""
-    _append(rows.select(*table.column_names), table_path(lake_root, table.name))
+    _append(rows.select(*table.column_names), Lake.of(lake).path(table.name))
 
 
-def append_from_driver(lake_root: str, table: Table, rows) -> None:
+def append_from_driver(lake: Lake | str, table: Table, rows) -> None:
     """`append` of rows the driver holds (a pyarrow Table), written by `deltalake` in window order."""
-    from deltalake import write_deltalake
-
-    path = table_path(lake_root, table.name)
+    lake = Lake.of(lake)
     rows = arrow_table(table, rows)
-    write_deltalake(path, rows.sort_by("window_start") if "window_start" in rows.column_names else rows, mode="append")
-    _NON_EMPTY.add(path)
+    lake.write(table.name, rows.sort_by("window_start") if "window_start" in rows.column_names else rows, mode="append")
+    _NON_EMPTY.add(lake.path(table.name))
 
 
-def insert_new(spark: SparkSession, lake_root: str, table: Table, rows, *, prune: bool = True) -> None:
+def insert_new(spark: SparkSession, lake: Lake | str, table: Table, rows, *, prune: bool = True) -> None:
     """Insert the rows whose key is not in the table yet; existing keys are left as they are.
 
     `prune=False` where the partition column does not follow from the key (a reject's ingest date).
     """
     from delta.tables import DeltaTable
 
-    path = table_path(lake_root, table.name)
+    lake = Lake.of(lake)
+    path = lake.path(table.name)
     rows = rows.select(*table.column_names)
-    if _is_empty(path):
+    if _is_empty(lake, table.name):
         _append(rows, path)
         return
     target = DeltaTable.forPath(spark, path)
@@ -231,7 +232,7 @@ def insert_new(spark: SparkSession, lake_root: str, table: Table, rows, *, prune
 
 def upsert(
     spark: SparkSession,
-    lake_root: str,
+    lake: Lake | str,
     table: Table,
     rows,
     *,
@@ -244,9 +245,10 @@ def upsert(
     (the rows) that an update must meet as well."""
     from delta.tables import DeltaTable
 
-    path = table_path(lake_root, table.name)
+    lake = Lake.of(lake)
+    path = lake.path(table.name)
     rows = rows.select(*table.column_names)
-    if _is_empty(path):
+    if _is_empty(lake, table.name):
         _append(rows, path)
         return
     target = DeltaTable.forPath(spark, path)
@@ -273,7 +275,7 @@ def _changed(table: Table, ignore: tuple[str, ...]) -> str:
 
 
 def upsert_from_driver(
-    lake_root: str,
+    lake: Lake | str,
     table: Table,
     rows,
     *,
@@ -290,28 +292,30 @@ def upsert_from_driver(
     changed = " OR ".join(f'(t."{c.name}" IS DISTINCT FROM s."{c.name}")' for c in _updatable(table, ignore))
     if update_when:
         changed = f"({update_when}) AND ({changed})" if changed else update_when
-    merge = _merge_from_driver(lake_root, table, rows)
+    merge = _merge_from_driver(lake, table, rows)
     merge.when_matched_update_all(predicate=changed or None).when_not_matched_insert_all().execute()
 
 
-def insert_new_from_driver(lake_root: str, table: Table, rows) -> None:
+def insert_new_from_driver(lake: Lake | str, table: Table, rows) -> None:
     """`insert_new` of rows this process holds, written by `deltalake` (see `upsert_from_driver`)."""
     if len(rows):
-        _merge_from_driver(lake_root, table, rows).when_not_matched_insert_all().execute()
+        _merge_from_driver(lake, table, rows).when_not_matched_insert_all().execute()
 
 
-def _merge_from_driver(lake_root: str, table: Table, rows):
+def _merge_from_driver(lake: Lake | str, table: Table, rows):
     """deltalake's MERGE of `rows` on the table's key. Keys are matched with `=`, not `<=>`: the table's key
     columns must never be null. A partition column that follows from the key is matched too, which lets
     deltalake read only the partitions the rows fall in."""
-    from deltalake import DeltaTable
-
     matched = [*table.key, *(p for p in table.partition_by if p not in table.key)]
-    return DeltaTable(table_path(lake_root, table.name)).merge(
-        arrow_table(table, rows),
-        predicate=" AND ".join(f't."{name}" = s."{name}"' for name in matched),
-        source_alias="s",
-        target_alias="t",
+    return (
+        Lake.of(lake)
+        .delta_table(table.name)
+        .merge(
+            arrow_table(table, rows),
+            predicate=" AND ".join(f't."{name}" = s."{name}"' for name in matched),
+            source_alias="s",
+            target_alias="t",
+        )
     )
 
 
@@ -353,7 +357,7 @@ def in_windows(frame, windows: Iterable):
 
 def replace_windows(
     spark: SparkSession,
-    lake_root: str,
+    lake: Lake | str,
     table: Table,
     rows,
     *,
@@ -371,20 +375,21 @@ def replace_windows(
     no other column changed, and nothing is written when no row changed."""
     from pyspark.sql import functions as F
 
-    path = table_path(lake_root, table.name)
+    lake = Lake.of(lake)
+    path = lake.path(table.name)
     rows = rows.select(*table.column_names)
-    if _is_empty(path):
+    if _is_empty(lake, table.name):
         _append(rows, path)
         return
     windows = set(windows)
     if len(windows) > MAX_NAMED_WINDOWS:
-        upsert(spark, lake_root, table, rows, ignore=ignore, dates={d for d, _ in windows})
+        upsert(spark, lake, table, rows, ignore=ignore, dates={d for d, _ in windows})
         return
     predicate = window_predicate(windows)
     if predicate is None:
         raise ValueError(f"{table.name}: rows to write but no window named for them")
     if existing is None:
-        existing = read_table(spark, lake_root, table.name).where(predicate)
+        existing = read_table(spark, lake, table.name).where(predicate)
     changed = _changed(table, ignore)
     written = F.col(f"s.`{table.key[0]}`").isNotNull()  # else a row of those windows kept as it is
     fresh = written & (F.col(f"t.`{table.key[0]}`").isNull() | F.expr(changed))
@@ -412,7 +417,7 @@ def replace_windows(
 
 def replace_windows_from_driver(
     spark: SparkSession,
-    lake_root: str,
+    lake: Lake | str,
     table: Table,
     rows,
     *,
@@ -426,20 +431,18 @@ def replace_windows_from_driver(
     named (0.3 s for a 16,000-row rewrite where Spark's took 1.9 s). Spark's next read of the table pays for
     reading the versions it did not write, so this suits a table Spark reads only now and then. Over more
     windows than are named one by one, Spark merges, as `replace_windows` does."""
-    from deltalake import write_deltalake
-
-    path = table_path(lake_root, table.name)
+    lake = Lake.of(lake)
     windows = set(windows)
-    if _is_empty(path):
-        write_deltalake(path, rows.sort_by("window_start"), mode="append")
-        _NON_EMPTY.add(path)
+    if _is_empty(lake, table.name):
+        lake.write(table.name, rows.sort_by("window_start"), mode="append")
+        _NON_EMPTY.add(lake.path(table.name))
         return
     if len(windows) > MAX_NAMED_WINDOWS:  # not named one by one: a MERGE, as `replace_windows` does
-        upsert(spark, lake_root, table, spark.createDataFrame(rows), ignore=ignore, dates={d for d, _ in windows})
+        upsert(spark, lake, table, spark.createDataFrame(rows), ignore=ignore, dates={d for d, _ in windows})
         return
     replaced = rewritten(table, rows, stored, ignore=ignore)
     if replaced is not None:
-        write_deltalake(path, replaced.sort_by("window_start"), mode="overwrite", predicate=_named_windows(windows))
+        lake.write(table.name, replaced.sort_by("window_start"), mode="overwrite", predicate=_named_windows(windows))
 
 
 def _named_windows(windows: Iterable) -> str:
@@ -533,5 +536,5 @@ def _comparable(side: str, column) -> str:
     return name
 
 
-def read_table(spark: SparkSession, lake_root: str, name: str):
-    return spark.read.format("delta").load(table_path(lake_root, name))
+def read_table(spark: SparkSession, lake: Lake | str, name: str):
+    return spark.read.format("delta").load(Lake.of(lake).path(name))

@@ -14,32 +14,26 @@ from datetime import date
 
 import pandas as pd
 
-from audit.contract.tables import EVERY_TABLE, arrow_schema, table_path
+from audit.contract.tables import EVERY_TABLE, arrow_schema
+from audit.io.lake import Lake
 
 log = logging.getLogger(__name__)
 
 
-def table_version(lake_root: str, name: str) -> int | None:
+def table_version(lake: Lake | str, name: str) -> int | None:
     """The table's current Delta version, or None when it does not exist (cheap: reads the log only)."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        return DeltaTable(table_path(lake_root, name)).version()
-    except TableNotFoundError:
-        return None
+    return Lake.of(lake).version(name)
 
 
 def read_arrow(
-    lake_root: str, name: str, *, columns: Sequence[str] | None = None, since: date | None = None, filters=None
+    lake: Lake | str, name: str, *, columns: Sequence[str] | None = None, since: date | None = None, filters=None
 ):
     """Table `name` as a pyarrow Table; `since` keeps partitions with date >= since (partitioned tables)."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     table = EVERY_TABLE[name]
     try:
-        delta = DeltaTable(table_path(lake_root, name))
+        delta = Lake.of(lake).delta_table(name)
     except TableNotFoundError:
         schema = arrow_schema(table)
         if columns:
@@ -51,6 +45,6 @@ def read_arrow(
     return delta.to_pyarrow_table(columns=list(columns) if columns else None, filters=filters)
 
 
-def read_frame(lake_root: str, name: str, **kwargs) -> pd.DataFrame:
+def read_frame(lake: Lake | str, name: str, **kwargs) -> pd.DataFrame:
     """Table `name` as a pandas DataFrame (timestamps tz-aware UTC); see `read_arrow`."""
-    return read_arrow(lake_root, name, **kwargs).to_pandas()
+    return read_arrow(lake, name, **kwargs).to_pandas()

@@ -13,12 +13,17 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from audit.io import jvm
+
+if TYPE_CHECKING:
+    from audit.settings import Settings
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MASTER = "local[2]"
+HADOOP_PREFIX = "spark.hadoop."
 
 BASE_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -103,7 +108,7 @@ def spark_session(
     settings = dict(BASE_CONF)
     if not under_spark_submit():
         os.environ.update(jvm.java_home_env())  # pyspark starts the JVM the class archive was recorded with
-        builder = builder.master(master or os.environ.get("KAUDIT_SPARK_MASTER", DEFAULT_MASTER))
+        builder = builder.master(master or DEFAULT_MASTER)
         settings["spark.jars"] = ",".join(str(jar) for jar in jvm.jars(cache_dir, jvm.SPARK_JARS))
         settings["spark.driver.extraJavaOptions"] = " ".join(
             [
@@ -121,7 +126,21 @@ def spark_session(
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    for key, value in (conf or {}).items():
+        if key.startswith(HADOOP_PREFIX):
+            # A session that existed before (getOrCreate) keeps its context's Hadoop settings; Spark copies a
+            # session's own settings into the Hadoop configuration of each read and write, without the prefix.
+            session.conf.set(key.removeprefix(HADOOP_PREFIX), value)
+    return session
+
+
+def session_for(settings: Settings, app_name: str):
+    """The Spark session of a kafka-audit job: `[spark]`'s master and conf, the lake's storage settings."""
+    from audit.io.lake import lake_of
+
+    conf = {**lake_of(settings).spark_conf(), **settings.spark.conf}
+    return spark_session(app_name=app_name, cache_dir=settings.cache_dir, master=settings.spark.master, conf=conf)
 
 
 # A checkpointed frame has no size Spark can plan with, so a join shuffles both sides even when this one

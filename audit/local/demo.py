@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from audit.contract.record import iso
+from audit.io.lake import lake_of
 from audit.local.clusters import local_clusters
 from audit.local.mailbox import mail_dir, saved_emails
 from audit.local.pipeline import (
@@ -99,7 +100,7 @@ def observe(settings: Settings, plan: PipelinePlan, findings: Findings) -> None:
     """Read the tables (deltalake, no JVM) and the mailbox; update `findings`."""
     from audit.io.lake_read import read_frame
 
-    completeness = read_frame(settings.lake_root, "completeness")
+    completeness = read_frame(lake_of(settings), "completeness")
     findings.emails = saved_emails(mail_dir(settings))
     if completeness.empty:
         return
@@ -115,7 +116,7 @@ def observe(settings: Settings, plan: PipelinePlan, findings: Findings) -> None:
     stalled = completeness[completeness["origin_cluster"] == plan.stall.cluster]
     keys = stalled["logical_topic"] + "|" + window.loc[stalled.index].astype(str) + "|" + stalled["tier"]
     findings.lagging_keys |= set(keys[stalled["status"] == "lagging"])
-    tier_status = read_frame(settings.lake_root, "tier_status")
+    tier_status = read_frame(lake_of(settings), "tier_status")
     stalled_now = not tier_status.empty and bool(
         tier_status[(tier_status["origin_cluster"] == plan.stall.cluster) & (tier_status["tier"] == plan.hub)][
             "stalled"
@@ -165,7 +166,7 @@ def summary(settings: Settings, plan: PipelinePlan, supervisor: Supervisor, find
     lines += [
         "",
         f"UI:        {settings.alerts.ui_url}" if plan.with_ui else "UI:        not started (--no-ui)",
-        f"Delta:     {settings.lake_root}",
+        f"Delta:     {lake_of(settings)}",
         f"Mailbox:   {mail_dir(settings)}",
     ]
     for path, subject in findings.emails:
@@ -213,9 +214,9 @@ def start_fresh(settings: Settings) -> list[Path]:
     every window would show as a loss. A lake outside the state directory is never touched."""
     state = Path(settings.state_dir).resolve()
     parts = [state / "clusters", mail_dir(settings).resolve()]
-    lake = Path(settings.lake_root).resolve()
-    if lake.is_relative_to(state):
-        parts.append(lake)
+    lake = lake_of(settings)
+    if not lake.on_object_store and Path(lake.root).resolve().is_relative_to(state):
+        parts.append(Path(lake.root).resolve())
     removed = [part for part in parts if part.exists()]
     for part in removed:
         shutil.rmtree(part)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from audit.contract.errors import ConfigError, HarnessError
 from audit.contract.record import iso
 from audit.contract.windows import window_start
+from audit.io.lake import lake_of
 from audit.local.pipeline import TOPICS, DropPlan, PipelinePlan, create_topics, drop_window, mirror_args, start_services
 from audit.local.services import Supervisor, count_in_log, log_tail
 from audit.local.soak_check import origin_of, render
@@ -443,7 +444,7 @@ class Soak:
             self.settings, [*origin_topics, (self.regional[0], TRANSACTIONAL_TOPIC)], self.hub, WINDOW_MINUTES
         )
         tables = {
-            name: read_frame(self.settings.lake_root, name)
+            name: read_frame(lake_of(self.settings), name)
             for name in ("tier_counts", "completeness", "alerts", "audit_rejects")
         }
         expect = Expectations(

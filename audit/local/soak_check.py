@@ -21,6 +21,7 @@ import pandas as pd
 
 from audit.contract.completeness import partition_gaps
 from audit.io.clients import watermarks
+from audit.io.lake import lake_of
 
 log = logging.getLogger(__name__)
 COMMITTED = re.compile(r"([\d,]+) messages committed")  # in the transactional producer's summary line
@@ -134,7 +135,7 @@ def pipeline_truth(
         add_truth(truth, logical, cluster, topic_truth(client_config(settings, cluster), topic, window_minutes))
         add_truth(truth, logical, hub, topic_truth(client_config(settings, hub), logical, window_minutes))
         hub_topics.append(logical)
-    bronze = read_frame(settings.lake_root, "bronze", columns=["topic", "partition", "window_start"])
+    bronze = read_frame(lake_of(settings), "bronze", columns=["topic", "partition", "window_start"])
     truth.update(bronze_truth(bronze, hub_topics))
     return truth, hub_topics
 

@@ -36,13 +36,12 @@ OTHER_ENV = frozenset(
         CONFIG_ENV,
         "KAUDIT_LOG_LEVEL",
         "KAUDIT_LOG_FORMAT",
-        "KAUDIT_SPARK_MASTER",
         "KAUDIT_PURE_PYTHON",
         "KAUDIT_PORT_SLOT",
         "KAUDIT_DRIVER_JAVA_OPTIONS",
     }
 )  # KAUDIT_PURE_PYTHON: audit.hops.fastcount, producers.audited; KAUDIT_PORT_SLOT: audit.local.processes;
-# KAUDIT_DRIVER_JAVA_OPTIONS: audit.io.spark
+# KAUDIT_DRIVER_JAVA_OPTIONS: audit.io.spark. KAUDIT_SPARK_MASTER is spark.master, a configuration key.
 
 CLIENT_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 ENV_INT_PATTERN = re.compile(r"[+-]?[0-9]+")  # of the stripped text: int() strips less than `\s` matches

@@ -17,6 +17,7 @@ from audit.settings.alerts import AlertSettings, SmtpSettings
 from audit.settings.clusters import ClusterSettings, default_clusters, env_name
 from audit.settings.errors import config_error, from_validation_error, invalid, show
 from audit.settings.fields import ConfigPath, FrozenValues, PositiveSeconds, SettingsModel, Strings, setting
+from audit.settings.storage import SparkSettings, StorageSettings
 from audit.settings.topics import (
     DEFAULT_NAMING,
     TopicSelection,
@@ -34,7 +35,13 @@ DEFAULT_FLUSH_INTERVAL_S = 10.0
 DEFAULT_METRICS_HOST = "127.0.0.1"
 HOST_PATTERN = re.compile(r"\A[A-Za-z0-9.:_-]{1,253}\Z")  # a host name, IPv4 or IPv6 address
 # Tables of Settings whose scalar keys KAUDIT_<SECTION>_<KEY> may set (KAUDIT_SMTP_PASSWORD).
-SECTIONS: dict[str, type[SettingsModel]] = {"smtp": SmtpSettings, "alerts": AlertSettings, "ui": UiSettings}
+SECTIONS: dict[str, type[SettingsModel]] = {
+    "smtp": SmtpSettings,
+    "alerts": AlertSettings,
+    "ui": UiSettings,
+    "storage": StorageSettings,
+    "spark": SparkSettings,
+}
 # What Settings(...) takes already built, as before: keyword arguments are values, not TOML tables.
 _BUILT: dict[str, type[SettingsModel]] = {"topics": TopicSelection, **SECTIONS}
 
@@ -108,7 +115,8 @@ class Settings(FrozenValues, BaseSettings):
         "downloaded jars (filled by `make setup`), shared by every state_dir", DEFAULT_CACHE_DIR
     )
     lake_path: StrictStr = setting(
-        "root of the Delta tables: a local folder or a URI (s3a://bucket/audit, hdfs://...); empty: <state_dir>/lake",
+        "root of the Delta tables: a local folder or an object store URI (s3://bucket/audit or s3a://..., reached "
+        "as [storage] says); empty: <state_dir>/lake",
         "",
     )
     audit_topic: Annotated[StrictStr, AfterValidator(_audit_topic)] = setting(
@@ -158,6 +166,12 @@ class Settings(FrozenValues, BaseSettings):
         "when and to whom alerts go ([alerts] table)", factory=AlertSettings, shown="see alerts.*"
     )
     ui: UiSettings = setting("the audit UI ([ui] table)", factory=UiSettings, shown="see ui.*")
+    storage: StorageSettings = setting(
+        "how the lake's object store is reached ([storage] table)", factory=StorageSettings, shown="see storage.*"
+    )
+    spark: SparkSettings = setting(
+        "where the Spark jobs run ([spark] table)", factory=SparkSettings, shown="see spark.*"
+    )
 
     def __init__(self, /, **values: Any) -> None:
         if "_build_sources" not in values:
@@ -200,11 +214,6 @@ class Settings(FrozenValues, BaseSettings):
             if cluster.name == name:
                 return cluster
         raise ConfigError(f"cluster {name!r} is not configured (known: {', '.join(self.cluster_names)})")
-
-    @property
-    def lake_root(self) -> str:
-        """Where the Delta tables live: `lake_path`, else `<state_dir>/lake`."""
-        return self.lake_path or str(Path(self.state_dir) / "lake")
 
     def threshold_patterns(self) -> list[tuple[re.Pattern[str], float]]:
         """(compiled regex, percent) in the order of the configuration."""

@@ -49,7 +49,7 @@ def ui(tmp_path_factory):
     )
     frames["tier_status"] = pd.concat([frames["tier_status"], never], ignore_index=True)
     write_frames(lake, {**frames, "cluster_reads": CLUSTER_READS})
-    app = create_app(Settings.default().replace(state_dir=Path(lake)), lake_root=lake)
+    app = create_app(Settings.default().replace(state_dir=Path(lake)), lake=lake)
     with serving(app) as base, chromium() as driver:
         driver.set_window_size(1400, 1200)
         yield base, driver

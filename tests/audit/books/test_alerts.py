@@ -13,6 +13,7 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from audit.books.alerts import Alert, alert_id, lag_alerts, read_log, run_alerts, subject
+from audit.io.lake import lake_of
 from audit.io.lake_read import read_frame
 from audit.local.processes import free_port
 from audit.settings import AlertRoute, AlertSettings, Settings, SmtpSettings
@@ -83,7 +84,7 @@ def settings_for(tmp_path, port: int, **alerts) -> Settings:
 
 def seed(settings: Settings, *faults, **spec) -> dict[str, pd.DataFrame]:
     frames = sample_frames(SampleSpec(now=NOW, topics=("orders", "payments", "clicks"), faults=list(faults), **spec))
-    write_frames(settings.lake_root, frames)
+    write_frames(lake_of(settings), frames)
     return frames
 
 
@@ -121,7 +122,7 @@ def test_a_seeded_loss_sends_exactly_one_email_with_the_windows_and_a_link(tmp_p
     html = body(message, "html")
     assert "<th>missing</th>" in html and "<td>40</td>" in html and 'href="http://ui.example:8050/topic?' in html
     # The log holds both, sent; a rerun (and a later one) sends nothing more.
-    log = read_log(settings.lake_root)
+    log = read_log(lake_of(settings))
     assert sorted(log["tier"]) == ["aggregate", "lake"] and set(log["state"]) == {"sent"}
     assert set(log["attempts"]) == {1} and log["sent_at"].notna().all()
     assert run_alerts(settings, now=NOW).new == 0
@@ -132,7 +133,7 @@ def test_the_loss_email_names_the_partitions_that_lost_messages_beside_the_hop(t
     _controller, inbox, port = smtp_server
     settings = settings_for(tmp_path, port)
     seed(settings, Loss("orders", "aggregate", 3, 40, partition=2), Loss("orders", "aggregate", 3, 5, partition=0))
-    counts = read_frame(settings.lake_root, "tier_counts").query("topic == 'orders' and tier == 'aggregate'")
+    counts = read_frame(lake_of(settings), "tier_counts").query("topic == 'orders' and tier == 'aggregate'")
     lost = counts[counts["window_start"] == pd.Timestamp(window_starts(NOW, 12, 10)[3])]
     assert dict(lost["by_partition"].iloc[0]) == {0: 353, 1: 358, 2: 318}  # as the hops report by default
 
@@ -145,7 +146,7 @@ def test_the_loss_email_names_the_partitions_that_lost_messages_beside_the_hop(t
         assert f"aggregate is short; {tier} misses 40 in partition 2, 5 in partition 0" in text
         assert f"{tier} misses 40 in partition 2, 5 in partition 0" in html
     assert "lost between dc1 -> aggregate (the replicator)" in text and "partition 1" not in text
-    causes = read_log(settings.lake_root).set_index("tier")["cause"]
+    causes = read_log(lake_of(settings)).set_index("tier")["cause"]
     assert causes["aggregate"].startswith("lost between dc1 -> aggregate (the replicator): ")
     assert causes["aggregate"].endswith("aggregate misses 40 in partition 2, 5 in partition 0")
 
@@ -186,7 +187,7 @@ def test_one_recovery_email_when_an_alerted_window_becomes_complete(tmp_path, sm
     assert subj(recovery) == "[kaudit] RECOVERED dc1.payments at lake: 100.00% in 2025-03-04 11:00 UTC"
     assert "complete now" in body(recovery, "plain")
     assert run_alerts(settings, now=NOW).new == 0 and len(inbox.messages) == 2
-    states = read_log(settings.lake_root).set_index("kind")["state"].to_dict()
+    states = read_log(lake_of(settings)).set_index("kind")["state"].to_dict()
     assert states == {"over": "sent", "recovery": "sent"}
 
 
@@ -202,7 +203,7 @@ def test_smtp_down_keeps_the_alert_pending_then_sends_it_once(tmp_path, smtp_ser
     assert (report.new, report.emails, report.pending, report.exit_code) == (1, 0, 1, 3)
     assert "unreachable after 2 attempt(s)" in report.errors[0]
     assert slept == [0.01]
-    [row] = read_log(settings.lake_root).itertuples()
+    [row] = read_log(lake_of(settings)).itertuples()
     assert (row.state, row.attempts, row.kind) == ("pending", 2, "loss") and "unreachable" in row.last_error
 
     controller.start()  # back, on the same port
@@ -210,7 +211,7 @@ def test_smtp_down_keeps_the_alert_pending_then_sends_it_once(tmp_path, smtp_ser
     assert (report.new, report.emails, report.sent, report.pending, report.exit_code) == (0, 1, 1, 0, 0)
     [message] = inbox.messages
     assert subj(message).startswith("[kaudit] LOSS dc1.payments at lake: ")
-    [row] = read_log(settings.lake_root).itertuples()
+    [row] = read_log(lake_of(settings)).itertuples()
     assert (row.state, row.attempts, row.last_error) == ("sent", 3, None)
     assert run_alerts(settings, now=NOW).emails == 0 and len(inbox.messages) == 1
 
@@ -225,7 +226,7 @@ def test_a_pending_loss_that_recovered_before_delivery_is_resolved_not_sent(tmp_
     seed(settings)
     report = run_alerts(settings, now=NOW)
     assert (report.resolved, report.emails) == (1, 0) and inbox.messages == []
-    assert read_log(settings.lake_root)["state"].tolist() == ["resolved"]
+    assert read_log(lake_of(settings))["state"].tolist() == ["resolved"]
 
 
 def test_alerts_without_recipients_are_logged_as_failed(tmp_path, smtp_server):
@@ -234,7 +235,7 @@ def test_alerts_without_recipients_are_logged_as_failed(tmp_path, smtp_server):
     seed(settings, Loss("clicks", "dc1", 1, 3))
     report = run_alerts(settings, now=NOW)
     assert (report.failed, report.exit_code, inbox.messages) == (3, 3, [])  # dc1, aggregate and lake are short
-    assert set(read_log(settings.lake_root)["last_error"].str.slice(0, 13)) == {"no recipients"}
+    assert set(read_log(lake_of(settings))["last_error"].str.slice(0, 13)) == {"no recipients"}
 
 
 WEEK = 7 * 144 + 12  # windows: 7 days of history before the last 12 (the last final one: WEEK - 3)
@@ -257,7 +258,7 @@ def test_a_traffic_drop_to_5_percent_of_the_usual_sends_one_drop_email(tmp_path,
     # A topic that is new today: no history, so its drop is no alert either.
     new = sample_frames(SampleSpec(now=NOW, topics=("refunds",), faults=[Drop("refunds", 9, 0.05)]))
     frames = {name: pd.concat([frames[name], new[name]], ignore_index=True) for name in frames}
-    write_frames(settings.lake_root, frames)
+    write_frames(lake_of(settings), frames)
     producer = frames["completeness"].query("topic == 'orders' and tier == 'producer'").set_index("window_start")
     window = pd.Timestamp(window_starts(NOW, WEEK, 10)[last])
     usual = statistics.median(producer.loc[window - pd.Timedelta(days=k), "expected"] for k in range(1, 8))
@@ -279,7 +280,7 @@ def test_a_traffic_drop_to_5_percent_of_the_usual_sends_one_drop_email(tmp_path,
     assert f"expected: {round(usual):,} | observed: {count:,}" in text
     assert f"traffic dropped: producer counted {count:,} in this window, {pct:.1f}% of the median {usual:,.0f}" in text
     assert f"{UI}/topic?topic=dc1.orders&window=2025-03-04T11%3A40Z&tier=producer" in text
-    [row] = read_log(settings.lake_root).itertuples()
+    [row] = read_log(lake_of(settings)).itertuples()
     assert (row.kind, row.status, row.state, row.tier) == ("drop", "drop", "sent", "producer")
     recorded = [r for r in caplog.records if r.getMessage() == "alert recorded"]
     assert [(r.kind, r.topic) for r in recorded] == [("drop", "dc1.orders")]
@@ -407,7 +408,7 @@ def restate(settings: Settings, frames, topic: str, tier: str, window: int, befo
     }
     rows = restatements(pd.DataFrame([change])).drop(columns="reference_tier")
     rows = rows.assign(record_ids=[["late:1"]], restated_at=at, date=row["window_start"].date())
-    write_table(settings.lake_root, "restatements", rows)
+    write_table(lake_of(settings), "restatements", rows)
 
 
 def test_a_window_that_flips_again_after_its_emails_sends_one_restated_email_per_flip(tmp_path, smtp_server):
@@ -438,6 +439,6 @@ def test_a_window_that_flips_again_after_its_emails_sends_one_restated_email_per
     restate(settings, frames, "payments", "lake", 2, "incomplete", minutes[6])
     assert run_alerts(settings, now=minutes[7]).emails == 1
     assert "restated incomplete -> complete" in body(inbox.messages[-1], "plain")
-    kinds = read_log(settings.lake_root).groupby("kind")["state"].agg(list).to_dict()
+    kinds = read_log(lake_of(settings)).groupby("kind")["state"].agg(list).to_dict()
     assert kinds == {"loss": ["sent"], "recovery": ["sent"], "restated": ["sent", "sent"]}
     assert run_alerts(settings, now=minutes[7]).new == 0 and len(inbox.messages) == 4

@@ -31,6 +31,7 @@ from audit.contract.tables import (
 from audit.contract.windows import window_start
 from audit.io import delta_io
 from audit.io.clients import ensure_topics
+from audit.io.lake import lake_of
 from audit.io.lake_read import read_frame
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -130,7 +131,7 @@ class AuditWriter:
 
 
 def rows(spark, settings, table, *, drop=("updated_at", "ingested_at")) -> list[dict]:
-    frame = delta_io.read_table(spark, settings.lake_root, table.name)
+    frame = delta_io.read_table(spark, lake_of(settings), table.name)
     return sorted(
         (row.asDict(recursive=True) for row in frame.drop(*[c for c in drop if c in frame.columns]).collect()),
         key=lambda r: json.dumps(r, default=str, sort_keys=True),
@@ -140,7 +141,7 @@ def rows(spark, settings, table, *, drop=("updated_at", "ingested_at")) -> list[
 def version_of(spark, settings, table) -> int:
     from delta.tables import DeltaTable
 
-    return DeltaTable.forPath(spark, delta_io.table_path(settings.lake_root, table.name)).history(1).first().version
+    return DeltaTable.forPath(spark, lake_of(settings).path(table.name)).history(1).first().version
 
 
 def completeness(spark, settings) -> dict[tuple[str, int, str], tuple]:
@@ -263,7 +264,7 @@ def test_the_books_balance_per_topic_window_and_tier(spark, settings_factory):
 def assert_the_loss_alerts_name_the_partition_short(settings) -> None:
     """The alert rules over the Delta tables the reconciliation wrote (read as `kaudit alert` reads them):
     W2 of orders lost 3 messages, all in partition 1, at the aggregate and so at the lake."""
-    lake = settings.lake_root
+    lake = lake_of(settings)
     alerts = window_alerts(
         read_frame(lake, "completeness"),
         read_frame(lake, "tier_status"),
@@ -496,7 +497,7 @@ def test_reconciling_twice_or_from_scratch_leaves_identical_tables(spark, settin
     assert version_of(spark, settings, COMPLETENESS_WATERMARKS) == marks_version, "no watermark moved: no commit"
 
     # Forget every offset: the whole audit topic is read again, and still nothing changes.
-    spark.sql(f"DELETE FROM delta.`{delta_io.table_path(settings.lake_root, SOURCE_OFFSETS.name)}`")
+    spark.sql(f"DELETE FROM delta.`{lake_of(settings).path(SOURCE_OFFSETS.name)}`")
     replay = reconcile(spark, settings, now_ms=NOW)
     assert replay.read > 0 and replay.records == 0 and replay.rejects == 1
     assert {t.name: rows(spark, settings, t, drop=()) for t in tables} == first
@@ -555,6 +556,6 @@ def test_a_cluster_never_started_is_reported_and_the_others_still_balance(spark,
     assert reads["dc1"] == reads["aggregate"] == (True, None)
     assert reads["dc2"][0] is False and "never started" in reads["dc2"][1]
 
-    version = table_version(settings.lake_root, CLUSTER_READS.name)
+    version = table_version(lake_of(settings), CLUSTER_READS.name)
     reconcile(spark, settings, now_ms=NOW + MINUTE)
-    assert table_version(settings.lake_root, CLUSTER_READS.name) == version, "an unchanged state is not rewritten"
+    assert table_version(lake_of(settings), CLUSTER_READS.name) == version, "an unchanged state is not rewritten"

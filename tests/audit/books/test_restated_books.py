@@ -10,6 +10,7 @@ from audit.books import reconcile as reconcile_module
 from audit.books.complete_through import complete_through
 from audit.books.reconcile import reconcile
 from audit.contract.tables import COMPLETENESS_WATERMARKS, RESTATEMENTS
+from audit.io.lake import lake_of
 from tests.audit.books.test_reconcile import NOW, W1, W2, AuditWriter, rows
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -41,7 +42,7 @@ def summed_over_the_table(spark, settings) -> dict[str, tuple]:
     from audit.contract.tables import COMPLETENESS
     from audit.io.delta_io import read_table
 
-    windows = read_table(spark, settings.lake_root, COMPLETENESS.name).select(*KEY_COLUMNS, *WINDOW_COLUMNS)
+    windows = read_table(spark, lake_of(settings), COMPLETENESS.name).select(*KEY_COLUMNS, *WINDOW_COLUMNS)
     return {
         r.tier: tuple(None if v is None else int(at_utc(v).value // 1_000_000) for v in r[4:6]) + (r[6],)
         for r in summed(windows).collect()
@@ -89,8 +90,8 @@ def test_watermarks_follow_the_verdicts_and_changed_final_windows_are_restated(
     reconcile(spark, settings, now_ms=NOW)
 
     assert watermarks(spark, settings) == {"dc1": (W3 + 600_000, None, None), "aggregate": (W2, W2, "incomplete")}
-    assert complete_through(spark, "dc1.orders", "aggregate", lake_root=settings.lake_root) == at(W2)
-    assert complete_through(spark, "dc1.orders", "lake", lake_root=settings.lake_root) is None
+    assert complete_through(spark, "dc1.orders", "aggregate", lake=lake_of(settings)) == at(W2)
+    assert complete_through(spark, "dc1.orders", "lake", lake=lake_of(settings)) is None
     assert restatements(spark, settings) == [], "first verdicts restate nothing"
 
     # The 3 missing messages of W2 are counted late: a final window changes, the watermark moves on.

@@ -23,6 +23,7 @@ def test_the_books_report_a_retention_gap_as_missing_with_its_cause(spark, setti
     from audit.books.alert_rules import window_alerts
     from audit.books.reconcile import reconcile
     from audit.io.clients import ensure_topics
+    from audit.io.lake import lake_of
     from audit.io.lake_read import read_frame
     from tests.audit.local.test_pipeline_e2e import books, count_cluster, mirror
 
@@ -52,15 +53,15 @@ def test_the_books_report_a_retention_gap_as_missing_with_its_cause(spark, setti
     verdicts = books(spark, settings, f"dc1.{topic}")
     assert verdicts[(window_a, "aggregate")] == ("complete", 100, 100, 0, 0)
     assert verdicts[(window_b, "aggregate")] == ("incomplete", 50, 20, 30, 0)
-    gaps = read_frame(settings.lake_root, "retention_gaps")
+    gaps = read_frame(lake_of(settings), "retention_gaps")
     assert gaps[["tier", "partition", "from_offset", "to_offset", "skipped"]].values.tolist() == [
         ["aggregate", 0, 100, 130, 30]
     ]
 
     alerts = window_alerts(
-        read_frame(settings.lake_root, "completeness"),
-        read_frame(settings.lake_root, "tier_status"),
-        read_frame(settings.lake_root, "tier_counts"),
+        read_frame(lake_of(settings), "completeness"),
+        read_frame(lake_of(settings), "tier_status"),
+        read_frame(lake_of(settings), "tier_counts"),
         now=datetime.now(UTC),
         lag_minutes=30,
         retention_gaps=gaps,

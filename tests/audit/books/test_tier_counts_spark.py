@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from audit.books.tier_tables import summed_maps
+from audit.io.lake import lake_of
 
 PARTITION_COUNTS = st.dictionaries(st.integers(0, 5), st.integers(0, 10**12), max_size=4)
 
@@ -89,11 +90,11 @@ def test_a_first_run_sums_its_records_as_the_table_would_give_them(spark, tmp_pa
     tables, windows = {}, {}
     for every_record in (True, False):
         settings = Settings(lake_path=str(tmp_path / f"lake-{every_record}"))
-        delta_io.ensure_tables(settings.lake_root, (AUDIT_RECORDS.name, TIER_COUNTS.name))
+        delta_io.ensure_tables(lake_of(settings), (AUDIT_RECORDS.name, TIER_COUNTS.name))
         records = _records(spark, settings)
-        delta_io.append(settings.lake_root, AUDIT_RECORDS, records)
+        delta_io.append(lake_of(settings), AUDIT_RECORDS, records)
         resummed = update_tier_counts(spark, settings, records, every_record=every_record)
-        stored = delta_io.read_table(spark, settings.lake_root, TIER_COUNTS.name).drop("updated_at")
+        stored = delta_io.read_table(spark, lake_of(settings), TIER_COUNTS.name).drop("updated_at")
         tables[every_record] = sorted(map(tuple, stored.collect()))
         windows[every_record] = sorted(map(tuple, resummed.windows.select("topic", "window_start", "date").collect()))
 

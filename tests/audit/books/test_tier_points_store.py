@@ -5,7 +5,6 @@ it is unknown; and the positions the reporters read, which `tier_paths.caught_up
 from __future__ import annotations
 
 import datetime as dt
-from types import SimpleNamespace
 
 from audit.books.judge import reported_points
 from audit.books.tier_tables import stored_points
@@ -14,6 +13,7 @@ from audit.contract.watermark_points import WatermarkPoint
 from audit.contract.windows import to_ms
 from audit.io import delta_io
 from audit.io.lake_read import table_version
+from audit.settings import Settings
 
 PAIR = {"tier": "lake", "origin_cluster": "dc1", "topic": "clicks"}
 
@@ -47,7 +47,7 @@ def test_a_tier_status_row_without_points_is_one_point_whose_tier_before_is_unkn
     old = {**PAIR, "tier": "aggregate", "watermark": seen, "last_status_at": last}
     delta_io.upsert_from_driver(lake, TIER_STATUS, [old, {**PAIR, "watermark": seen, "last_status_at": last}])
     delta_io.upsert_from_driver(lake, TIER_POINTS, [stored([WatermarkPoint(9_000, 8_000, 7_000)])], ignore=())
-    reported = {row[2]: row[3] for row in reported_points(SimpleNamespace(lake_root=lake))}
+    reported = {row[2]: row[3] for row in reported_points(Settings(lake_path=lake))}
     assert reported == {
         "lake": [WatermarkPoint(9_000, 8_000, 7_000)],
         "aggregate": [WatermarkPoint(to_ms(last), None, to_ms(seen))],
@@ -74,7 +74,7 @@ def test_the_positions_read_are_each_reporters_newest_by_cluster_topic_and_parti
         for p in (0, 1)
     ]
     delta_io.upsert_from_driver(lake, PARTITION_STATUS, rows, ignore=())
-    assert read_positions(SimpleNamespace(lake_root=lake)) == {
+    assert read_positions(Settings(lake_path=lake)) == {
         ("dc1", "ledger", "aggregate"): {
             ("dc1", "ledger", 0): (10, to_ms(emitted)),
             ("dc1", "ledger", 1): (11, to_ms(emitted)),

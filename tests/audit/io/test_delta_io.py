@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from audit.contract.arrow import arrow_schema
 from audit.contract.tables import BRONZE, TIER_COUNTS
 from audit.io import delta_io
+from audit.io.lake import Lake
 
 pytestmark = pytest.mark.spark
 
@@ -188,7 +189,7 @@ def test_replacing_a_window_keeps_its_rows_not_written_and_the_updated_at_of_tho
         ("c", START, "lake"): (3, later),  # new
         ("d", START, "lake"): (7, first),  # not written: kept as it was
     }
-    version = DeltaTable.forPath(spark, delta_io.table_path(lake, TIER_COUNTS.name)).history(1).first()
+    version = DeltaTable.forPath(spark, Lake.of(lake).path(TIER_COUNTS.name)).history(1).first()
     if named_at_most == 0:
         assert version.operation == "MERGE"
         return
@@ -196,7 +197,7 @@ def test_replacing_a_window_keeps_its_rows_not_written_and_the_updated_at_of_tho
 
     # A rewrite that changes nothing writes nothing: no new version.
     _write(spark, lake, [_count_row("a", START, "dc1", 12, dt.datetime(2026, 11, 25, 11, 0))])
-    again = DeltaTable.forPath(spark, delta_io.table_path(lake, TIER_COUNTS.name)).history(1).first()
+    again = DeltaTable.forPath(spark, Lake.of(lake).path(TIER_COUNTS.name)).history(1).first()
     assert again.version == version.version
     assert _table(spark, lake)[("a", START, "dc1")] == (12, later)
 
@@ -215,7 +216,7 @@ def test_windows_written_in_order_are_read_back_from_their_own_files_only(spark,
     one_window = table.where(delta_io.window_predicate([(DAY, windows[-1])]))
     assert len(one_window.inputFiles()) < every_file
     assert one_window.count() == 12_000
-    files = deltalake.DeltaTable(delta_io.table_path(lake, TIER_COUNTS.name)).get_add_actions(flatten=True)
+    files = deltalake.DeltaTable(Lake.of(lake).path(TIER_COUNTS.name)).get_add_actions(flatten=True)
     kept = {name.removeprefix("min.") for name in files.schema.names if name.startswith("min.")}
     assert kept == set(TIER_COUNTS.stats_columns), "min and max are kept only for the columns reads filter on"
 
@@ -276,7 +277,7 @@ def test_an_upsert_from_the_driver_updates_only_where_its_condition_holds(tmp_pa
 
     lake = str(tmp_path / "lake")
     no_rows = pa.Table.from_pylist([], schema=arrow_schema(PARTITION_STATUS))
-    deltalake.write_deltalake(delta_io.table_path(lake, PARTITION_STATUS.name), no_rows)
+    deltalake.write_deltalake(Lake.of(lake).path(PARTITION_STATUS.name), no_rows)
     key = {"tier": "dc1", "cluster": "dc1", "seen_topic": "orders", "service": "kaudit-counter", "partition": 0}
 
     def status(lag: int, at_hour: int) -> dict:
@@ -295,7 +296,7 @@ def test_an_insert_from_the_driver_stores_each_key_once(tmp_path):
     from audit.io.lake_read import read_arrow
 
     lake = str(tmp_path / "lake")
-    path = delta_io.table_path(lake, RESTATEMENTS.name)
+    path = Lake.of(lake).path(RESTATEMENTS.name)
     deltalake.write_deltalake(path, pa.Table.from_pylist([], schema=arrow_schema(RESTATEMENTS)), partition_by=["date"])
 
     def restatement(key: str, day: int) -> dict:

@@ -26,6 +26,7 @@ from audit.hops.replicator import MirrorOptions, Replicator
 from audit.io import delta_io
 from audit.io.audit_log import counts_by_window, read_audit_topic
 from audit.io.clients import ensure_topics
+from audit.io.lake import lake_of
 from producers.audited import AuditedProducer
 from tests.conftest import write_config
 from tests.waiting import wait_for
@@ -119,9 +120,7 @@ def windows_of_topic(bootstrap: str, topic: str) -> Counter:
 
 
 def books(spark, settings, logical_topic: str) -> dict[tuple[int, str], tuple]:
-    frame = delta_io.read_table(spark, settings.lake_root, COMPLETENESS.name).where(
-        f"logical_topic = '{logical_topic}'"
-    )
+    frame = delta_io.read_table(spark, lake_of(settings), COMPLETENESS.name).where(f"logical_topic = '{logical_topic}'")
     return {
         (int(r.window_start.timestamp() * 1000), r.tier): (r.status, r.expected, r.observed, r.missing, r.duplicated)
         for r in frame.collect()
@@ -159,7 +158,7 @@ def test_no_fault_is_exact_a_drop_is_exact_and_duplicates_show_as_over(spark, se
         for tier in ("aggregate", "lake"):
             missing = dropped.get(window, 0)
             assert lost[(window, tier)] == (("incomplete" if missing else "complete"), 1000, 1000 - missing, missing, 0)
-    bronze = delta_io.read_table(spark, settings.lake_root, BRONZE.name)
+    bronze = delta_io.read_table(spark, lake_of(settings), BRONZE.name)
     assert bronze.count() == bronze.select("topic", "partition", "offset").distinct().count() == 6000 - 37
 
     # A second replicator group copies the intact topic (and the audit topic) again: at-least-once duplicates.
@@ -228,7 +227,7 @@ def test_lake_job_killed_at_random_moments_lands_every_row_and_count_once(
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert kills >= 1
 
-    bronze = delta_io.read_table(spark, settings.lake_root, BRONZE.name).where(f"topic = '{topic}'")
+    bronze = delta_io.read_table(spark, lake_of(settings), BRONZE.name).where(f"topic = '{topic}'")
     assert bronze.count() == bronze.select("partition", "offset").distinct().count() == KILLED_LAKE_MESSAGES
     records, rejects = read_audit_topic(aggregate, settings.audit_topic)
     lake = {w: n for (t, w), n in counts_by_window(records, "lake").items() if t == topic}
@@ -253,5 +252,5 @@ def test_tombstones_are_counted_at_every_tier_like_any_message(spark, settings_f
     judged = books(spark, settings, replica)
     assert len(judged) == 3 * 3, judged
     assert all(row == ("complete", 100, 100, 0, 0) for row in judged.values()), judged
-    bronze = delta_io.read_table(spark, settings.lake_root, BRONZE.name).where(f"topic = '{replica}'")
+    bronze = delta_io.read_table(spark, lake_of(settings), BRONZE.name).where(f"topic = '{replica}'")
     assert bronze.count() == bronze.where("value IS NULL").count() == 300
