@@ -20,6 +20,11 @@ SPARK_JARS := $(call jars_done,spark)
 MIRRORMAKER_JARS := $(call jars_done,mirrormaker)
 NATIVE := build/native/.done
 MVN := mvn -q -B -Dmaven.repo.local=$(KAUDIT_CACHE_DIR)/m2
+# SeaweedFS, the S3-compatible store the tests keep Delta tables in (audit/local/object_store.py pins the version;
+# this reads it there). Named by its version, so only a new pin builds again.
+WEED_VERSION := $(shell sed -n 's/^WEED_VERSION = "\(.*\)"$$/\1/p' audit/local/object_store.py)
+WEED := $(KAUDIT_CACHE_DIR)/bin/weed-$(WEED_VERSION)
+GO ?= go
 PYTEST_ARGS ?=
 # Test processes of `make test`: much of the suite waits on brokers, timeouts and subprocesses, so three
 # workers overlap the waiting even on two cores (2026-11-26: 20.5 min with two, 15.0-16.3 with three). One
@@ -42,7 +47,7 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 .PHONY: setup
-setup: $(VENV)/.installed $(NATIVE) $(KAFKA_JARS) $(SPARK_JARS) $(MIRRORMAKER_JARS) class-archives browser ## venv + package + Kafka, Spark and MirrorMaker 2 jars + their class archives + headless Chromium (idempotent, offline once cached)
+setup: $(VENV)/.installed $(NATIVE) $(KAFKA_JARS) $(SPARK_JARS) $(MIRRORMAKER_JARS) $(WEED) class-archives browser ## venv + package + Kafka, Spark (with S3A) and MirrorMaker 2 jars + their class archives + SeaweedFS + headless Chromium (idempotent, offline once cached)
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -76,6 +81,27 @@ $(SPARK_JARS): | $(VENV)/.installed $(KAFKA_JARS)
 	$(PY) -m audit.io.jvm prune-provided $(JARS)/spark
 	touch $@
 
+# SeaweedFS from source, built beside the venv's install and the Maven steps (it needs neither). Its go.mod has
+# replace directives, so `go install ...@version` refuses it: the module is downloaded into Go's module cache and
+# built there. -buildvcs=false: a module cache inside a git checkout would otherwise stamp (or fail on) that
+# checkout's state; -s -w leave out the debug symbols (a third of the binary). Download and build go to $(WEED).log;
+# the binary appears only when the build succeeded.
+$(WEED):
+	@command -v $(GO) >/dev/null || { echo "SeaweedFS is built with Go: install Go 1.26.6 or later (its go.mod asks for it) or set GO=/path/to/go"; exit 1; }
+	@test -n "$(WEED_VERSION)" || { echo "no WEED_VERSION in audit/local/object_store.py"; exit 1; }
+	mkdir -p $(dir $@)
+	@echo "building SeaweedFS $(WEED_VERSION) from source: log in $@.log"
+	@{ set -euo pipefail; time { \
+	    module=$$($(GO) mod download -json github.com/seaweedfs/seaweedfs@$(WEED_VERSION)) || { echo "$$module"; exit 1; }; \
+	    echo "$$module"; dir=$$(echo "$$module" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	    cd "$$dir" && GOFLAGS=-buildvcs=false $(GO) build -v -ldflags='-s -w' -o $@.tmp ./weed; }; } >$@.log 2>&1 \
+	  || { tail -30 $@.log; rm -f $@.tmp; exit 1; }
+	mv $@.tmp $@
+	@echo "built $@ ($$(du -m $@ | cut -f1) MB):$$(tail -3 $@.log | tr '\n\t' '  ')"
+
+.PHONY: weed
+weed: $(WEED) ## build SeaweedFS, the tests' S3-compatible object store, from source with Go (part of setup; once per pinned version)
+
 # The class-data archives the brokers and Spark drivers start from (audit/local/class_archives.py): recorded
 # once for this Java, venv and jar set, in about a minute; a later run finds them and does nothing.
 .PHONY: class-archives
@@ -106,9 +132,9 @@ lint: $(VENV)/.installed ## ruff (lint + format check) over the tree, mypy on th
 test: setup lint ## lint, then the whole test suite on TEST_WORKERS processes (starts real Kafka clusters and Spark on loopback)
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1 $(PYTEST_ARGS)
 
-FAST_TESTS := not kafka and not spark and not browser and not open_bug
+FAST_TESTS := not kafka and not spark and not object_store and not browser and not open_bug
 .PHONY: test-fast
-test-fast: $(VENV)/.installed $(NATIVE) ## the tests that need no broker, Spark or browser: pure logic, property tests, CLI errors (under 2 minutes)
+test-fast: $(VENV)/.installed $(NATIVE) ## the tests that need no broker, Spark, object store or browser: pure logic, property tests, CLI errors (under 2 minutes)
 	$(VENV)/bin/pytest -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
 .PHONY: test-open-bugs

@@ -35,6 +35,8 @@ INFRASTRUCTURE_FIXTURES = {
     "topic_factory": "kafka",
     "settings_factory": "kafka",
     "spark": "spark",
+    "object_store": "object_store",
+    "s3_lake": "object_store",
 }
 
 
@@ -190,6 +192,36 @@ def spark(tmp_path_factory):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory):
+    """A real S3-compatible store (SeaweedFS, `make setup` builds it) on free loopback ports, with one SigV4
+    identity: one per test process, as it starts in a few seconds and costs little while idle."""
+    from audit.local.object_store import start_object_store
+
+    store = start_object_store(tmp_path_factory.mktemp("object-store"), cache_dir())
+    yield store
+    store.stop()
+
+
+LAKE_BUCKET = "kaudit-lake"
+
+
+@pytest.fixture(scope="session")
+def lake_bucket(object_store) -> str:
+    """The bucket the tests' S3 lakes share, created once per store."""
+    return object_store.create_bucket(LAKE_BUCKET)
+
+
+@pytest.fixture
+def s3_lake(lake_bucket):
+    """A factory of fresh lake roots on the object store: `s3_lake()` -> `s3a://kaudit-lake/<uuid>`."""
+
+    def make() -> str:
+        return f"s3a://{lake_bucket}/{uuid.uuid4().hex}"
+
+    return make
 
 
 @pytest.fixture
