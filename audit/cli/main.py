@@ -22,7 +22,7 @@ default (three local clusters dc1, dc2 -> aggregate). `kaudit config show` print
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from audit.cli import alert, clusters, config, count, demo, mailbox, mirror, soak, spark_jobs, ui
+    from audit.cli import alert, clusters, config, count, demo, mailbox, mirror, soak, spark_jobs, spark_submit, ui
     from producers import loadgen
 
     parser = argparse.ArgumentParser(
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-format", choices=["kv", "json"], default=None, help="log lines as key=value (default) or JSON"
     )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for module in (clusters, config, loadgen, count, mirror, spark_jobs, alert, ui, mailbox, demo, soak):
+    for module in (clusters, config, loadgen, count, mirror, spark_jobs, spark_submit, alert, ui, mailbox, demo, soak):
         module.add_command(commands)
     return parser
 
