@@ -29,7 +29,8 @@ def add_command(commands) -> None:
         "alerts.drop_fraction of the median of the same time of day over the previous alerts.drop_history_days "
         "days. Recipients come from [[alerts.routes]] by topic, else "
         "alerts.default_recipients. Every alert is logged in the `alerts` table first, so it is never sent "
-        "twice and stays pending while SMTP is down. Exit code 3 when alerts were left pending or failed.",
+        "twice and stays pending while SMTP is down. Exit code 3 when alerts were left pending or failed. While "
+        "`kaudit reconcile` (which sends them itself with --continuous) holds the lake, it refuses (exit 2).",
     )
     parser.add_argument("--now", help="judge as of this UTC time (ISO 8601, e.g. 2025-03-04T12:00Z); default: now")
     parser.add_argument("--every-s", type=float, help="run again every this many seconds until interrupted")
@@ -51,12 +52,21 @@ def _parse_now(text: str | None) -> datetime | None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from audit.books.alerts import run_alerts
     from audit.io.lake import lake_of
+    from audit.io.lease import LakeLease
 
     now = _parse_now(args.now)
-    lake_of(settings).require_books()
+    lake = lake_of(settings).require_books()
     stop = threading.Event()
     stop_on_signals(stop.set)
+    # The books' lease: alerts are sent by one process at a time, so none is emailed twice (a continuous
+    # reconcile sends them itself and holds it).
+    with LakeLease(lake, "books", purpose="alert --every-s" if args.every_s else "alert") as lease:
+        return _alert_rounds(args, settings, now, stop, lease, run_alerts)
+
+
+def _alert_rounds(args, settings: Settings, now, stop: threading.Event, lease, run_alerts) -> int:
     while True:
+        lease.check()
         report = run_alerts(settings, now=now)
         print(report.summary(), flush=True)
         for error in report.errors:

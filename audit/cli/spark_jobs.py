@@ -54,7 +54,8 @@ def add_command(commands) -> None:
         description="Reads what is new in the audit topic of every configured cluster, checks each record (rejects "
         "go to audit_rejects with their reason), counts each record id once, and merges audit_records, tier_counts, "
         "tier_status and completeness under lake_path. Running it twice over the same input changes nothing. "
-        "With --continuous it repeats every --interval-s and sends the alert emails after each run.",
+        "With --continuous it repeats every --interval-s and sends the alert emails after each run. One writer "
+        "per lake: while another reconcile or alert holds the lake's lease, it refuses with an error naming it.",
     )
     reconcile.add_argument("--continuous", action="store_true", help="run again every --interval-s until stopped")
     reconcile.add_argument(
@@ -80,6 +81,8 @@ def _spark(settings: Settings, name: str):
 
 def run_lake(args: argparse.Namespace, settings: Settings) -> int:
     from audit.hops.lake import LakeJob, LakeOptions, default_checkpoint
+    from audit.io.lake import lake_of
+    from audit.io.lease import LakeLease
 
     cluster = settings.cluster(args.cluster).name if args.cluster else settings.cluster_names[-1]
     if args.metrics_port is not None:
@@ -90,29 +93,42 @@ def run_lake(args: argparse.Namespace, settings: Settings) -> int:
         trigger_s=args.trigger_s,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
     )
-    job = LakeJob(_spark(settings, f"kaudit-lake-{cluster}"), settings, options, settings.topics.matches)
-    stop = threading.Event()
-    stop_on_signals(stop.set)
-    stats = job.run(until_caught_up=args.until_caught_up, max_seconds=args.max_seconds, stop=stop)
+    with LakeLease(lake_of(settings), f"lake-{cluster}", purpose=f"lake --cluster {cluster}"):
+        job = LakeJob(_spark(settings, f"kaudit-lake-{cluster}"), settings, options, settings.topics.matches)
+        stop = threading.Event()
+        stop_on_signals(stop.set)
+        stats = job.run(until_caught_up=args.until_caught_up, max_seconds=args.max_seconds, stop=stop)
     print(f"lake {cluster}: {stats.rows:,} rows in {stats.batches} batches; lag {stats.lag:,}")
     return 0
 
 
 def run_reconcile(args: argparse.Namespace, settings: Settings) -> int:
-    from audit.books.reconcile import RunMemory, reconcile
     from audit.books.record_check import import_expectations_early
+    from audit.io.lake import lake_of
+    from audit.io.lease import LakeLease
 
-    import_expectations_early()  # while the JVM starts
-    spark = _spark(settings, "kaudit-reconcile")
+    purpose = "reconcile --continuous" if args.continuous else "reconcile"
+    with LakeLease(lake_of(settings), "books", purpose=purpose) as lease:  # before Spark starts: refuse at once
+        import_expectations_early()  # while the JVM starts
+        return _reconcile_runs(args, settings, _spark(settings, "kaudit-reconcile"), lease)
+
+
+def _reconcile_runs(args: argparse.Namespace, settings: Settings, spark, lease) -> int:
+    from audit.books.reconcile import RunMemory, reconcile
+    from audit.contract.errors import LakeError
+
     stop = threading.Event()
     stop_on_signals(stop.set)
     runs, failed, memory = 0, False, RunMemory()
     while True:
         runs += 1
         try:
+            lease.check()
             report = reconcile(spark, settings, memory=memory)
             print(report.line(), flush=True)
             failed = bool(report.unreachable)
+        except LakeError:
+            raise  # the lease is lost: another writer has the lake, this one must not commit again
         except Exception as exc:
             if not args.continuous:
                 raise
@@ -121,14 +137,14 @@ def run_reconcile(args: argparse.Namespace, settings: Settings) -> int:
             log.error("reconcile run failed; next run in interval_s", extra={"error": str(exc)[:500], "run": runs})
             failed, memory = True, RunMemory()  # what it remembered may be half done: the next run does all
         if args.continuous and not args.no_alerts:
+            lease.check()
             _alerts(settings)
         if not args.continuous or (args.max_runs and runs >= args.max_runs):
             break
         # The tier before reports its watermark past a due window within one flush; the tier after it counts only
         # once it has reported after that (audit/contract/watermark_points.py): within a second flush; and a cluster
         # tier's counter counts only once it has reported after the replicator into it did (`counted_since`):
-        # within a third. Two flushes left the first run after a due window too early for the cluster tiers
-        # about twice in three (bench_detection 2026-11-29: p50 49.6-50.6 s against 27.5 s before the bound).
+        # within a third.
         status_delay_ms = int((3 * settings.flush_interval_s + 1) * 1000)
         if stop.wait(memory.seconds_to_next_run(args.interval_s, time.time_ns() // 1_000_000, status_delay_ms)):
             break
