@@ -85,17 +85,25 @@ def traffic(settings: Settings, topic_factory, *, lossy: bool = True) -> list[st
 
 
 @pytest.mark.slow
-def test_the_pipeline_on_an_object_store_keeps_the_books_a_local_disk_keeps(
-    spark, settings_factory, topic_factory, object_store, s3_lake
+def test_the_lake_on_an_object_store_keeps_a_local_disks_books_with_one_writer_at_a_time(
+    spark, settings_factory, topic_factory, object_store, s3_lake, tmp_path
 ):
+    """One pipeline's audit topics, reconciled into lakes on the store: the same books as on a local disk, and
+    the books' writers there take turns (two reconciles; alert beside a continuous reconcile; a kill -9)."""
     local = settings_factory()
-    remote = on_store(local, object_store, s3_lake())
+    clean = on_store(local, object_store, s3_lake())
     replicas = traffic(local, topic_factory)
-    session = spark_session(app_name="kaudit-test", cache_dir=cache_dir(), conf=lake_of(remote).spark_conf())
-    land(session, remote, replicas)  # one lake job: its counts go to the audit topic both books read
-    for settings in (remote, local):
+    session = spark_session(app_name="kaudit-test", cache_dir=cache_dir(), conf=lake_of(clean).spark_conf())
+    land(session, clean, replicas)  # one lake job: its counts go to the audit topic every lake's books read
+    for settings in (clean, local):
         reconcile(session, settings)
+    same_books_as_a_local_disk(clean, local, replicas)
+    alerts_sent_once(clean)
+    writers_take_turns(local, object_store, s3_lake, tmp_path, clean)
+    kill_mid_run_then_complete(local, object_store, s3_lake(), tmp_path, clean)
 
+
+def same_books_as_a_local_disk(remote: Settings, local: Settings, replicas: list[str]) -> None:
     assert lake_of(remote).root.startswith("s3a://") and lake_of(remote).version("completeness") is not None
     for name in ("completeness", "tier_counts", "audit_records", "tier_status"):
         same_rows(lake_of(remote), lake_of(local), name)
@@ -106,6 +114,8 @@ def test_the_pipeline_on_an_object_store_keeps_the_books_a_local_disk_keeps(
     bronze = read_frame(lake_of(remote), "bronze", columns=["topic", "partition", "offset"])
     assert len(bronze) == len(bronze.drop_duplicates()) == 2 * 600 - DROPPED
 
+
+def alerts_sent_once(remote: Settings) -> None:
     inbox = Inbox()
     server = Server(inbox, free_port())
     server.start()
@@ -145,23 +155,15 @@ def config_for(settings: Settings, path: Path, smtp_port: int) -> Path:
     return path
 
 
-@pytest.mark.slow
-def test_writers_on_an_object_store_take_turns_and_a_killed_one_loses_nothing(
-    settings_factory, topic_factory, object_store, s3_lake, tmp_path
-):
-    local = settings_factory()
-    traffic(local, topic_factory)
-    clean = on_store(local, object_store, s3_lake())
-    env = store_env(object_store)
+def writers_take_turns(local: Settings, store, s3_lake, tmp_path: Path, clean: Settings) -> None:
+    """Two reconciles started together on a new lake: one writes, the other refuses naming the holder; then
+    `kaudit alert` beside `reconcile --continuous` refuses, and the loss is emailed once."""
+    env = store_env(store)
     inbox = Inbox()
     server = Server(inbox, free_port())
     server.start()
     try:
-        config = config_for(clean, tmp_path / "clean.toml", server.port)
-        assert finished(kaudit(config, env, "reconcile"))[0] == 0
-
-        # Two reconciles started together on a new lake: one writes, the other refuses naming the holder.
-        shared = on_store(local, object_store, s3_lake())
+        shared = on_store(local, store, s3_lake())
         config = config_for(shared, tmp_path / "shared.toml", server.port)
         results = [finished(p) for p in [kaudit(config, env, "reconcile") for _ in range(2)]]
         # Each takes the lease a second or two after it starts, long before either run could end.
@@ -171,7 +173,6 @@ def test_writers_on_an_object_store_take_turns_and_a_killed_one_loses_nothing(
         for name in ("completeness", "tier_counts", "audit_records"):
             same_rows(lake_of(shared), lake_of(clean), name)
 
-        # `kaudit alert` beside `reconcile --continuous`: it refuses, and the loss is emailed once.
         continuous = kaudit(config, env, "reconcile", "--continuous", "--interval-s", "1", "--max-runs", "3")
         lease = LakeLease(lake_of(shared), purpose="test")
         wait_for(lambda: (lease.holder() or {}).get("purpose") == "reconcile --continuous", "the lease", 120)
@@ -181,7 +182,6 @@ def test_writers_on_an_object_store_take_turns_and_a_killed_one_loses_nothing(
         assert [str(m["subject"]) for m in inbox.messages].count(_loss_subject(inbox)) == 1
     finally:
         server.stop()
-    kill_mid_run_then_complete(local, object_store, s3_lake(), tmp_path, clean)
 
 
 def _loss_subject(inbox: Inbox) -> str:
