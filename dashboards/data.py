@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -50,13 +51,22 @@ NO_WATERMARK = "no watermark yet"
 FIRST_REAL_WATERMARK = pd.Timestamp("1970-01-02", tz="UTC")
 
 
+# Snapshots (and values derived from them) a LakeCache keeps at most: every (table, columns) the pages read,
+# with room to spare; a caller asking for more evicts the least recently used.
+MAX_CACHED = 64
+
+
 class LakeCache:
-    """Cached pyarrow snapshots of the tables of `lake`."""
+    """Cached pyarrow snapshots of the tables of `lake`.
+
+    Bounded whatever the lake's age and the pages asked: `_entries` and `_derived` hold at most MAX_CACHED
+    snapshots and derived values each (least recently used out first), a snapshot of a partitioned table only its
+    last `days` + 1 days, and a derived value only that of its table's current snapshot."""
 
     def __init__(self, lake: Lake, *, refresh_s: float, days: int, clock: Callable[[], float] = time.monotonic):
         self.lake, self.refresh_s, self.days, self.clock = lake, refresh_s, days, clock
-        self._entries: dict[tuple, tuple[float, int | None, pa.Table]] = {}
-        self._derived: dict[tuple, tuple[pa.Table, object]] = {}
+        self._entries: OrderedDict[tuple, tuple[float, int | None, pa.Table]] = OrderedDict()
+        self._derived: OrderedDict[tuple, tuple[pa.Table, object]] = OrderedDict()
         self._lock = threading.Lock()
 
     def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
@@ -65,6 +75,7 @@ class LakeCache:
         with self._lock:
             entry = self._entries.get(key)
             if entry and now - entry[0] < self.refresh_s:
+                self._entries.move_to_end(key)
                 return entry[2]
         version = table_version(self.lake, name)
         if entry and entry[1] == version and version is not None:
@@ -73,7 +84,7 @@ class LakeCache:
             since = (datetime.now(UTC) - timedelta(days=self.days + 1)).date()
             data = read_arrow(self.lake, name, columns=columns, since=since)
         with self._lock:
-            self._entries[key] = (now, version, data)
+            _keep(self._entries, key, (now, version, data))
         return data
 
     def frame(self, name: str, columns: list[str] | None = None) -> pd.DataFrame:
@@ -86,11 +97,20 @@ class LakeCache:
         with self._lock:
             cached = self._derived.get(key)
             if cached and cached[0] is snapshot:
+                self._derived.move_to_end(key)
                 return cached[1]
         value = compute(snapshot)
         with self._lock:
-            self._derived[key] = (snapshot, value)
+            _keep(self._derived, key, (snapshot, value))
         return value
+
+
+def _keep(cache: OrderedDict, key: tuple, value: tuple) -> None:
+    """`cache[key] = value` as its most recently used entry, the least recently used out beyond MAX_CACHED."""
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > MAX_CACHED:
+        cache.popitem(last=False)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ import socket
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -45,6 +46,9 @@ log = logging.getLogger(__name__)
 DEFAULT_FLUSH_INTERVAL_S = 10.0
 BUFFER_FULL_RETRIES = 50
 BUFFER_FULL_WAIT_S = 0.1
+# Topics a producer keeps a CreateTime flag and metric series for at most; beyond, those of the topic emitted
+# least recently go: its next message carries the audit-time header again, its two counters start from 0.
+MAX_TOPICS = 10_000
 FORCED_CONFIG = {"acks": "all", "enable.idempotence": True}
 
 # Updated per emission, not per message: the delivery callback stays cheap.
@@ -91,7 +95,13 @@ def with_plugin(config: Mapping[str, Any], library: str) -> dict[str, Any]:
 
 
 class AuditedProducer:
-    """A confluent-kafka Producer that also counts what it delivered, per topic and window."""
+    """A confluent-kafka Producer that also counts what it delivered, per topic and window.
+
+    Bounded however long the application runs: the tallies hold only the counts since the last emission, the
+    audit records kept (`_unacked`, `_in_flight`) only those the audit topic has not acknowledged yet (one per
+    topic and window per flush interval of an outage of it, none once it answers), and the topics remembered
+    (`_topics`, `_create_time_topics`, the metric series) at most MAX_TOPICS, the least recently emitted out
+    first."""
 
     def __init__(
         self,
@@ -117,6 +127,7 @@ class AuditedProducer:
         self._emit_lock = threading.Lock()
         self._tally = Tally(window_minutes)
         self._create_time_topics: set[str] = set()  # the Python path's; the native one keeps its own
+        self._topics: OrderedDict[str, None] = OrderedDict()  # topics emitted, least recently first
         self._native = native_module.Tally(window_minutes * 60_000) if native_module is not None else None
         self._sequence = itertools.count(1)
         # Audit records awaiting their ack, and those of them sent and not yet answered. A delivery report changes
@@ -314,12 +325,28 @@ class AuditedProducer:
                     self._unacked[rid] = payload
                 ACKED.labels(self.cluster, topic).inc(tally.count)
                 FAILED.labels(self.cluster, topic).inc(tally.send_failed)
+                self._emitted(topic)
             with self._acks_lock:
                 pending = [(rid, payload) for rid, payload in self._unacked.items() if rid not in self._in_flight]
                 self._in_flight.update(rid for rid, _payload in pending)
         for rid, payload in pending:
             self._send_audit_record(rid, payload)
         return len(pending)
+
+    def _emitted(self, topic: str) -> None:
+        """`topic` was just emitted: the most recently used of `_topics`; the least recently used beyond
+        MAX_TOPICS is forgotten (an application that writes to ever new topics, for years)."""
+        topics = self._topics
+        topics[topic] = None
+        topics.move_to_end(topic)
+        while len(topics) > MAX_TOPICS:
+            gone, _ = topics.popitem(last=False)
+            self._create_time_topics.discard(gone)
+            for metric in (ACKED, FAILED):
+                try:
+                    metric.remove(self.cluster, gone)
+                except KeyError:  # another producer of this process for the same cluster removed it already
+                    pass
 
     def _drain(self) -> dict[tuple[str, int], WindowTally]:
         """The deltas since the last drain, of the Python tally and the native one."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -115,16 +116,38 @@ class ReconcileReport:
         return text
 
 
+# How long a session keeps the tiers counted it read from `tier_counts` before reading them again: rows that
+# maintenance deleted (`maintenance.tier_counts_days`) leave its memory within a day, as they would a new process's.
+COUNTED_TIERS_MAX_AGE_MS = 24 * 3_600_000
+
+
 @dataclass
 class RunMemory:
-    """What one session remembers of its last successful run (see the module doc); empty: nothing yet."""
+    """What one session remembers of its last successful run (see the module doc); empty: nothing yet.
+
+    Bounded by the deployment as the lake holds it now, never by the session's age: `offsets` one entry per
+    partition of the audit topics it reads, `cluster_states` one per configured cluster, `open_books` at most
+    MAX_OPEN_WINDOWS windows (audit/books/judge.py; more and it is None), and `counted_tiers` what `tier_counts`
+    holds, read again from the table once it is COUNTED_TIERS_MAX_AGE_MS old (`tiers_counted`)."""
 
     offsets: dict[tuple[str, str, int], int] | None = None  # as stored in source_offsets
     cluster_states: dict[str, tuple[bool, str | None]] | None = None  # as stored in cluster_reads
     judged: bool = False  # the last run judged, so `next_due_ms` holds
     next_due_ms: int | None = None  # see audit.books.judge.Judgement
     counted_tiers: set[tuple[str, str, str]] | None = None  # see audit.books.judge.counted_tiers
+    counted_read_ms: int | None = None  # when `counted_tiers` was last read from the table
     open_books: OpenBooks | None = None  # what the last judge step left open (audit.books.judge.OpenBooks)
+
+    def tiers_counted(self, now_ms: int, read: Callable[[], set[tuple[str, str, str]]]) -> set[tuple[str, str, str]]:
+        """`counted_tiers`, from `read()` (the table) when the session has none yet or has had them for
+        COUNTED_TIERS_MAX_AGE_MS: a run adds its own, the table may lose some to maintenance."""
+        if (
+            self.counted_tiers is None
+            or self.counted_read_ms is None
+            or now_ms - self.counted_read_ms >= COUNTED_TIERS_MAX_AGE_MS
+        ):
+            self.counted_tiers, self.counted_read_ms = read(), now_ms
+        return self.counted_tiers
 
     def is_quiet(self, read: int, now_ms: int) -> bool:
         """True when a run that read `read` messages at `now_ms` cannot change a verdict."""
@@ -513,8 +536,8 @@ def _judge(
                 lambda: update_tier_status(spark, settings, records),
             )
             step.done("tier_counts summed and tier_status stored")
-        if memory.counted_tiers is None:  # a new process: those stored, before or after this run's write
-            memory.counted_tiers = counted_tiers(settings)
+        # A new process (or a day on): those stored, before or after this run's write.
+        memory.tiers_counted(now_ms, lambda: counted_tiers(settings))
         summed = None if resummed is None else resummed.summed if resummed.summed is not None else resummed.counts
         memory.counted_tiers = counted_tiers(settings, memory.counted_tiers, summed)  # and this run's
         judgement = update_completeness(

@@ -10,6 +10,7 @@ from prometheus_client import start_http_server
 
 from audit.hops.counter import ClusterCounter, CounterOptions
 from audit.hops.runloop import stop_on_signals
+from audit.hops.upkeep import audit_retention_ms
 from audit.io.clients import client_config
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         group_id=args.group_id,
         by_partition=args.by_partition,
         topic_refresh_s=args.topic_refresh_s,
+        audit_retention_ms=audit_retention_ms(settings),
     )
     if args.metrics_port is not None:
         start_http_server(args.metrics_port, addr=settings.metrics_host)

@@ -15,6 +15,7 @@ from audit.hops.faults import DropFault, PauseFault
 from audit.hops.mirror_eos import ExactlyOnceReplicator
 from audit.hops.replicator import MirrorOptions, Replicator
 from audit.hops.runloop import stop_on_signals
+from audit.hops.upkeep import audit_retention_ms
 from audit.io.clients import client_config
 
 if TYPE_CHECKING:
@@ -108,6 +109,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         topic_refresh_s=args.topic_refresh_s,
         stall_after_s=args.stall_after_s,
         status_interval_s=args.status_interval_s,
+        audit_retention_ms=audit_retention_ms(settings),
     )
     if args.metrics_port is not None:
         start_http_server(args.metrics_port, addr=settings.metrics_host)

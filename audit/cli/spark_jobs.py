@@ -116,10 +116,12 @@ def run_reconcile(args: argparse.Namespace, settings: Settings) -> int:
 def _reconcile_runs(args: argparse.Namespace, settings: Settings, spark, lease) -> int:
     from audit.books.reconcile import RunMemory, reconcile
     from audit.contract.errors import LakeError
+    from audit.io.maintenance import MaintenanceSchedule
 
     stop = threading.Event()
     stop_on_signals(stop.set)
     runs, failed, memory = 0, False, RunMemory()
+    maintenance = MaintenanceSchedule(settings)  # between runs, in this lease holder: never beside a run
     while True:
         runs += 1
         try:
@@ -146,7 +148,12 @@ def _reconcile_runs(args: argparse.Namespace, settings: Settings, spark, lease) 
         # tier's counter counts only once it has reported after the replicator into it did (`counted_since`):
         # within a third.
         status_delay_ms = int((3 * settings.flush_interval_s + 1) * 1000)
-        if stop.wait(memory.seconds_to_next_run(args.interval_s, time.time_ns() // 1_000_000, status_delay_ms)):
+        wait_s = memory.seconds_to_next_run(args.interval_s, time.time_ns() // 1_000_000, status_delay_ms)
+        started = time.monotonic()
+        maintained = maintenance.between_runs(lease, wait_s)  # within wait_s + maintenance.budget_s
+        if maintained is not None:
+            print(maintained.line(), flush=True)
+        if stop.wait(max(0.0, wait_s - (time.monotonic() - started))):
             break
     return 1 if failed else 0
 

@@ -87,7 +87,11 @@ class WindowTally:
 
 
 class Tally:
-    """Thread-safe accumulator of per-(topic, window) deltas; `drain()` hands them over and resets."""
+    """Thread-safe accumulator of per-(topic, window) deltas; `drain()` hands them over and resets.
+
+    It holds only what was added since the last drain, which every owner calls on each flush (and the counter on
+    each rewind): one WindowTally per (topic, window) touched since, each with at most one count per partition
+    and one histogram entry per sketch bucket (len(LATENCY_FLOORS), under 1,700), however long it runs."""
 
     def __init__(self, window_minutes: int) -> None:
         self.window_minutes = window_minutes

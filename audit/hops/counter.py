@@ -47,6 +47,7 @@ from audit.hops.counter_state import (
 )
 from audit.hops.retention import RetentionGaps, Skip, seek_past_deleted, skips_in_batch
 from audit.hops.runloop import run_hop
+from audit.hops.upkeep import check_audit_retention, drop_series
 from audit.io.clients import (
     FENCED,
     LATE_ANSWER_S,
@@ -64,7 +65,12 @@ T = TypeVar("T")
 
 
 class ClusterCounter:
-    """One counter instance; several with the same group id share a cluster's partitions."""
+    """One counter instance; several with the same group id share a cluster's partitions.
+
+    Its state is bounded by the cluster as it is now, never by how long it has run: `tally` holds only the deltas
+    since the last commit (drained by every flush and every rewind), `progress` and `stats.lag` one entry per
+    partition assigned now (`_forget` on revoke and loss), and the metric series of a topic leave with it
+    (`refresh_topics`)."""
 
     def __init__(
         self,
@@ -149,6 +155,15 @@ class ClusterCounter:
                 f"after {self.options.client_timeout_s:.0f} s ({error.str()}); is the cluster up and the address right?",
                 code=error.code(),
             ) from exc
+        check_audit_retention(
+            self.admin.client,
+            self.config,
+            service=SERVICE,
+            cluster=self.options.cluster,
+            topic=self.options.audit_topic,
+            needed_ms=self.options.audit_retention_ms,
+            timeout_s=self.options.client_timeout_s,
+        )
 
     def _new_producer(self) -> Producer:
         return Producer(
@@ -219,7 +234,15 @@ class ClusterCounter:
                 )
             else:
                 self.consumer.unsubscribe()
+            self._forget_topics(set(self._subscribed) - set(wanted))
             self._subscribed = wanted
+
+    def _forget_topics(self, gone: set[str]) -> None:
+        """Drop the metric series of topics no longer counted (deleted, or no longer selected): a year of
+        topics created and deleted must not leave a series each. Their partitions left with the rebalance."""
+        for topic in gone:
+            drop_series(MESSAGES, cluster=self.options.cluster, topic=topic)
+            drop_series(RETENTION_SKIPPED, cluster=self.options.cluster, topic=topic)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         committed = committed_offsets(
@@ -255,6 +278,8 @@ class ClusterCounter:
             self.progress.pop((tp.topic, tp.partition), None)
             if self.stats.lag.pop((tp.topic, tp.partition), None) is not None:
                 LAG.remove(self.options.cluster, tp.topic, str(tp.partition))
+        # Counted up to this revoke, which came after the topic left the subscription.
+        self._forget_topics({tp.topic for tp in partitions} - set(self._subscribed))
 
     # -- counting ------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter, Gauge
 
 from audit.contract.names import DEFAULT_AUDIT_TOPIC
+from audit.hops.upkeep import DEFAULT_AUDIT_RETENTION_MS
 
 SERVICE = "kaudit-counter"
 DEFAULT_BATCH = 5000
@@ -47,6 +48,9 @@ class CounterOptions:
     # A transaction call that waits longer is given up: the flush aborts and its messages are counted
     # again. Short, so a broker's absence never holds the loop (and its consumer's polls) for long.
     transaction_call_timeout_s: float = DEFAULT_TRANSACTION_CALL_TIMEOUT_S
+    # How long the audit topic must keep its records (`upkeep.audit_retention_ms` of the configuration): checked
+    # at start, a warning when it keeps them shorter.
+    audit_retention_ms: int = DEFAULT_AUDIT_RETENTION_MS
 
     @property
     def group(self) -> str:
@@ -68,6 +72,8 @@ class PartitionProgress:
 
 @dataclass
 class CounterStats:
+    """What a counter did; `lag` holds one entry per partition assigned now (`ClusterCounter._forget`)."""
+
     counted: int = 0
     flushes: int = 0
     aborts: int = 0

@@ -16,6 +16,7 @@ from audit.contract.record import (
     PROVENANCE_HEADER,
 )
 from audit.hops.retention import Skip
+from audit.hops.upkeep import DEFAULT_AUDIT_RETENTION_MS
 
 SERVICE = "kaudit-mirror"
 
@@ -62,6 +63,9 @@ class MirrorOptions:
     stall_after_s: float = 30.0
     client_timeout_s: float = 30.0
     linger_ms: int = 20
+    # How long the audit topics must keep their records (`upkeep.audit_retention_ms` of the configuration):
+    # checked at start on both clusters, a warning when one keeps them shorter.
+    audit_retention_ms: int = DEFAULT_AUDIT_RETENTION_MS
 
     @property
     def group(self) -> str:
@@ -70,7 +74,10 @@ class MirrorOptions:
 
 @dataclass
 class PartitionFlow:
-    """One source partition: what was sent, what the target acknowledged, when that last moved."""
+    """One source partition: what was sent, what the target acknowledged, when that last moved.
+
+    `sent` and `done` hold only offsets in flight: each leaves both once the target acknowledged it and every
+    offset before it (`acknowledge`), so they never hold more than the producer's queue."""
 
     committed: int
     acked: int  # next offset to commit: every message before it is acknowledged
@@ -110,6 +117,8 @@ class PartitionFlow:
 
 @dataclass
 class MirrorStats:
+    """What a replicator did; `copied_by_topic` holds the topics mirrored now (`Replicator._forget_topics`)."""
+
     copied: int = 0
     copied_by_topic: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     skipped: int = 0

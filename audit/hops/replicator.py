@@ -48,6 +48,7 @@ from audit.hops.mirror_state import (
 from audit.hops.mirror_topics import create_target_topics
 from audit.hops.retention import RetentionGaps, Skip, seek_past_deleted
 from audit.hops.runloop import run_hop
+from audit.hops.upkeep import check_audit_retention, drop_series
 from audit.io.clients import Admin, check_credentials, committed_offsets, ensure_topics, group_lag
 
 __all__ = ["MirrorOptions", "MirrorStats", "Replicator", "provenance"]
@@ -66,7 +67,12 @@ def _flow_state(flow: PartitionFlow | None) -> str:
 
 
 class Replicator:
-    """Copies the selected topics of a source cluster to a target cluster."""
+    """Copies the selected topics of a source cluster to a target cluster.
+
+    Its state is bounded by the source as it is now, never by how long it has run: `flows` holds the partitions
+    assigned now (removed on revoke), `_released` only partitions of the topics mirrored now, and what it keeps
+    per topic (`_target_partitions`, the metric series, `stats.copied_by_topic`) leaves with the topic
+    (`_forget_topics`, at each topic refresh)."""
 
     def __init__(
         self,
@@ -153,6 +159,26 @@ class Replicator:
         self._source_admin = Admin(self.source_config)
         self._target_admin = AdminClient(self.target_config)
         ensure_topics(self.source_config, {self.options.audit_topic: 1}, timeout_s=self.options.client_timeout_s)
+        self._check_audit_retention()
+
+    def _check_audit_retention(self) -> None:
+        """The audit topic it reads (on the source) and its copy (on the target, once created) must keep their
+        records as long as the books need: a warning and a gauge when not (`upkeep.check_audit_retention`)."""
+        source, audit_topic = self.options.source, self.options.audit_topic
+        copy = self.naming.target_topic(source, audit_topic)
+        for admin, config, cluster, topic in (
+            (self._source_admin.client, self.source_config, source, audit_topic),
+            (self._target_admin, self.target_config, self.options.target, copy),
+        ):
+            check_audit_retention(
+                admin,
+                config,
+                service=SERVICE,
+                cluster=cluster,
+                topic=topic,
+                needed_ms=self.options.audit_retention_ms,
+                timeout_s=self.options.client_timeout_s,
+            )
 
     def stop(self) -> None:
         self._stop.set()
@@ -164,17 +190,19 @@ class Replicator:
 
     def refresh_topics(self) -> None:
         metadata = self._consumer.list_topics(timeout=self.options.client_timeout_s).topics
-        wanted = sorted(
+        selected = {
             name
-            for name, meta in metadata.items()
+            for name in metadata
             if not name.startswith("__")
-            and meta.error is None
             and not self._is_replica_of_target(name)
             and (
                 self.select_topic(name)
                 or self.naming.origin(self.options.source, name).topic == self.options.audit_topic
             )
-        )
+        }
+        # A topic whose metadata has an error this time is still there: what is kept for it stays.
+        self._forget_topics(selected)
+        wanted = sorted(name for name in selected if metadata[name].error is None)
         missing = [name for name in wanted if name not in self._target_partitions]
         if missing:
             partitions = {name: len(metadata[name].partitions) for name in missing}
@@ -198,6 +226,20 @@ class Replicator:
             )
             self._consumer.subscribe(wanted, on_assign=self._on_assign, on_revoke=self._on_revoke)
             self._subscribed = wanted
+
+    def _forget_topics(self, present: set[str]) -> None:
+        """Forget what is kept per topic of every topic not in `present` (deleted, or no longer selected): its
+        target's partition count (asked again should it come back), its metric series and copy count, and the
+        acknowledged positions of its partitions given up. A year of topics created and deleted leaves nothing."""
+        with self._lock:
+            self._released = {key: acked for key, acked in self._released.items() if key[0] in present}
+        known = {*self._target_partitions, *self._copied_metrics, *self.stats.copied_by_topic}
+        for topic in known - present:
+            self._target_partitions.pop(topic, None)
+            self._copied_metrics.pop(topic, None)
+            self.stats.copied_by_topic.pop(topic, None)
+            for metric in (COPIED, DROPPED, RETENTION_SKIPPED):
+                drop_series(metric, source=self.options.source, target=self.options.target, topic=topic)
 
     # -- rebalance -----------------------------------------------------------------------------
 
@@ -244,7 +286,7 @@ class Replicator:
         with self._lock:
             for tp in partitions:
                 flow = self.flows.pop((tp.topic, tp.partition), None)
-                if flow is not None:
+                if flow is not None and tp.topic in self._subscribed:  # a topic gone is not assigned again
                     self._released[(tp.topic, tp.partition)] = flow.acked
 
     def _list_offsets(self, partitions: list[tuple[str, int]], spec: OffsetSpec) -> dict[tuple[str, int], int]:

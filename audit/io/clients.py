@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
 from audit.contract.errors import KafkaClientError
 from audit.io.local_state import recorded_bootstrap_servers
@@ -101,6 +101,30 @@ def retried(call: Callable[[], Any], *, timeout_s: float, codes: frozenset | Non
             if not is_transient(exc.args[0], codes or BROKER_AWAY) or time.monotonic() >= give_up_at:
                 raise
             time.sleep(pause_s)
+
+
+def topic_configs(
+    admin: AdminClient, topics: list[str], *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S
+) -> dict[str, dict[str, str]]:
+    """Every setting of each of `topics` as in force (the broker's defaults included), in one DescribeConfigs
+    request, asked again while its broker is away (`retried`). A topic the broker does not know is left out."""
+    if not topics:
+        return {}
+
+    def describe() -> dict[str, dict[str, str]]:
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in topics]
+        found = {}
+        for resource, future in admin.describe_configs(resources, request_timeout=timeout_s).items():
+            try:
+                entries = future.result(timeout_s + LATE_ANSWER_S)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
+                continue
+            found[resource.name] = {key: entry.value for key, entry in entries.items() if entry.value is not None}
+        return found
+
+    return retried(describe, timeout_s=timeout_s)
 
 
 def list_offsets(

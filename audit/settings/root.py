@@ -16,7 +16,16 @@ from audit.contract.windows import DEFAULT_WINDOW_MINUTES, MINUTES_PER_DAY, vali
 from audit.settings.alerts import AlertSettings, SmtpSettings
 from audit.settings.clusters import ClusterSettings, default_clusters, env_name
 from audit.settings.errors import config_error, from_validation_error, invalid, show
-from audit.settings.fields import ConfigPath, FrozenValues, PositiveSeconds, SettingsModel, Strings, setting
+from audit.settings.fields import (
+    ConfigPath,
+    FrozenValues,
+    Positive,
+    PositiveSeconds,
+    SettingsModel,
+    Strings,
+    setting,
+)
+from audit.settings.maintenance import MaintenanceSettings, check_retention
 from audit.settings.storage import SparkSettings, StorageSettings
 from audit.settings.topics import (
     DEFAULT_NAMING,
@@ -32,6 +41,8 @@ DEFAULT_STATE_DIR = Path(".kaudit")
 DEFAULT_CACHE_DIR = Path("~/.cache/kafka-audit")
 DEFAULT_GRACE_S = 300.0
 DEFAULT_FLUSH_INTERVAL_S = 10.0
+# Hours a reader of the audit topics (a replicator, the reconciliation) may be down without losing a record.
+DEFAULT_MAX_OUTAGE_HOURS = 24.0
 DEFAULT_METRICS_HOST = "127.0.0.1"
 HOST_PATTERN = re.compile(r"\A[A-Za-z0-9.:_-]{1,253}\Z")  # a host name, IPv4 or IPv6 address
 # Tables of Settings whose scalar keys KAUDIT_<SECTION>_<KEY> may set (KAUDIT_SMTP_PASSWORD).
@@ -41,6 +52,7 @@ SECTIONS: dict[str, type[SettingsModel]] = {
     "ui": UiSettings,
     "storage": StorageSettings,
     "spark": SparkSettings,
+    "maintenance": MaintenanceSettings,
 }
 # What Settings(...) takes already built, as before: keyword arguments are values, not TOML tables.
 _BUILT: dict[str, type[SettingsModel]] = {"topics": TopicSelection, **SECTIONS}
@@ -122,6 +134,12 @@ class Settings(FrozenValues, BaseSettings):
     audit_topic: Annotated[StrictStr, AfterValidator(_audit_topic)] = setting(
         "topic the audit records are written to, on every cluster", DEFAULT_AUDIT_TOPIC
     )
+    max_outage_hours: Positive = setting(
+        "longest outage of a reader of the audit topics (replicator, reconciliation) to survive: every audit topic "
+        "must keep its records alerts.lookback_hours plus this long, which the counters and replicators check at "
+        "start",
+        DEFAULT_MAX_OUTAGE_HOURS,
+    )
     window_minutes: Annotated[StrictInt, AfterValidator(_window_minutes)] = setting(
         f"window size in minutes; must divide a day ({MINUTES_PER_DAY})", DEFAULT_WINDOW_MINUTES
     )
@@ -172,6 +190,11 @@ class Settings(FrozenValues, BaseSettings):
     spark: SparkSettings = setting(
         "where the Spark jobs run ([spark] table)", factory=SparkSettings, shown="see spark.*"
     )
+    maintenance: MaintenanceSettings = setting(
+        "compaction, VACUUM, log and row retention of the Delta tables ([maintenance] table)",
+        factory=MaintenanceSettings,
+        shown="see maintenance.*",
+    )
 
     def __init__(self, /, **values: Any) -> None:
         if "_build_sources" not in values:
@@ -197,6 +220,11 @@ class Settings(FrozenValues, BaseSettings):
     @model_validator(mode="after")
     def _tiers(self) -> Settings:
         check_tiers(self.tiers, self.cluster_names, self.reference_tier)
+        return self
+
+    @model_validator(mode="after")
+    def _retention(self) -> Settings:
+        check_retention(self)
         return self
 
     @classmethod

@@ -71,7 +71,7 @@ def test_the_shipped_example_has_every_key_with_a_comment_above():
     lines = EXAMPLE_CONFIG.read_text().splitlines()
     for key, _default, text in describe():
         assert text, f"{key} has no description"
-        if key in ("clusters", "topics", "smtp", "alerts", "ui", "storage", "spark") or key.startswith(
+        if key in ("clusters", "topics", "smtp", "alerts", "ui", "storage", "spark", "maintenance") or key.startswith(
             "alerts.routes[]."
         ):
             continue  # tables; a route's keys are shown in a comment example
