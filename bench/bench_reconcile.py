@@ -88,6 +88,22 @@ def _counts(topics: int, windows: int, first_window: int, sequence: str, late: b
                 )
 
 
+def bench_settings(clusters: LocalClusters, state: Path, **values) -> Settings:
+    """Settings over the two local clusters of a books benchmark: dc1 its own, dc2 and the aggregate on the
+    other (they only have to exist); `values` set the rest (lake_path, storage, ...)."""
+    dc1, other = clusters["dc1"].bootstrap_servers, clusters["other"].bootstrap_servers
+    return Settings(
+        clusters=(
+            ClusterSettings(name="dc1", bootstrap_servers=dc1, local=False),
+            ClusterSettings(name="dc2", bootstrap_servers=other, local=False),
+            ClusterSettings(name="aggregate", bootstrap_servers=other, local=False),
+        ),
+        state_dir=state,
+        cache_dir=load_settings().cache_dir,
+        **values,
+    )
+
+
 def produce(bootstrap: str, topic: str, payloads, total: int) -> float:
     producer = Producer(
         {
@@ -171,17 +187,8 @@ def main() -> None:
         clusters = LocalClusters(["dc1", "other"], state_dir=Path(state), cache_dir=cache, quick_jit=False)
         clusters.up()
         try:
-            dc1, other = clusters["dc1"].bootstrap_servers, clusters["other"].bootstrap_servers
-            settings = Settings(
-                clusters=(
-                    ClusterSettings(name="dc1", bootstrap_servers=dc1, local=False),
-                    ClusterSettings(name="dc2", bootstrap_servers=other, local=False),
-                    ClusterSettings(name="aggregate", bootstrap_servers=other, local=False),
-                ),
-                state_dir=Path(state),
-                cache_dir=cache,
-                lake_path=str(Path(state) / "lake"),
-            )
+            dc1 = clusters["dc1"].bootstrap_servers
+            settings = bench_settings(clusters, Path(state), lake_path=str(Path(state) / "lake"))
             topic = settings.audit_topic
             ensure_topics({"bootstrap.servers": dc1}, {topic: PARTITIONS})
             now = time.time_ns() // 1_000_000
