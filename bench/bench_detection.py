@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from email import message_from_bytes, policy
 from pathlib import Path
 
-from audit.books.alert_rules import ALERTING_STATUS, alert_id
+from audit.alerts.rules import ALERTING_STATUS, alert_id
 from audit.contract.completeness import INCOMPLETE
 from audit.contract.record import Kind, iso, parse
 from audit.contract.windows import window_start

@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from audit.books.reconcile import RunMemory, reconcile
-from audit.books.record_check import import_expectations_early
+from audit.books.check.python_checker import import_expectations_early
+from audit.books.run import RunMemory, reconcile
 from audit.contract.windows import window_start
 from audit.io.clients import ensure_topics
 from audit.io.lake import Lake, lake_of

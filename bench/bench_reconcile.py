@@ -22,13 +22,14 @@ import argparse
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from audit.books.reconcile import RunMemory, reconcile
-from audit.books.record_check import import_expectations_early
+from audit.books.check.python_checker import import_expectations_early
+from audit.books.run import RunMemory, reconcile
 from audit.contract.completeness import classify
 from audit.contract.record import PartitionStatus, count_record, encode, parse, status_record
 from audit.contract.windows import window_start
@@ -174,6 +175,20 @@ def pandas_baseline(
     return time.monotonic() - began, len(frame)
 
 
+@dataclass
+class Timings:
+    """Seconds of each measured run: the reconciliation's and the pandas baseline's."""
+
+    full: float = 0.0  # reconcile over every record
+    full_pandas: float = 0.0
+    pandas_records: int = 0  # records the pandas baseline kept in its full run
+    increment_records: int = 0  # records in each increment
+    increments: list[float] = field(default_factory=list)  # reconcile, one increment after another
+    increment_pandas: float = 0.0  # the pandas baseline over the first increment
+    every_step: float = 0.0  # nothing new, no memory: every step, as a new process's first run
+    quiet: list[float] = field(default_factory=list)  # nothing new, the same session
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--topics", type=int, default=2000, help="topics (default 2000)")
@@ -187,66 +202,90 @@ def main() -> None:
         clusters = LocalClusters(["dc1", "other"], state_dir=Path(state), cache_dir=cache, quick_jit=False)
         clusters.up()
         try:
-            dc1 = clusters["dc1"].bootstrap_servers
-            settings = bench_settings(clusters, Path(state), lake_path=str(Path(state) / "lake"))
-            topic = settings.audit_topic
-            ensure_topics({"bootstrap.servers": dc1}, {topic: PARTITIONS})
-            now = time.time_ns() // 1_000_000
-            first = window_start(now - (args.windows + 12) * 10 * MINUTE)
-            print(
-                f"writing {total:,} audit records ({args.topics} topics x {args.windows} windows x {len(TIERS)} tiers)"
-            )
-            produce(dc1, topic, records(args.topics, args.windows, first_window=first, sequence="a"), total)
-            import_expectations_early()  # as `kaudit reconcile` does, while the JVM starts
-            spark = spark_session(app_name="bench-reconcile", cache_dir=cache)
-            spark.sparkContext.setLogLevel("ERROR")
-
-            memory = RunMemory()  # one session throughout, as `kaudit reconcile --continuous` keeps it
-            began = time.monotonic()
-            report = reconcile(spark, settings, now_ms=now, memory=memory)
-            ours = time.monotonic() - began
-            print(f"reconcile: {report.line()}")
-            base, base_records = pandas_baseline(dc1, topic, {}, now, int(settings.grace_s * 1000))
-
-            increment_topics = max(args.increment // (len(TIERS) * 10), 1)
-            consumer = Consumer({"bootstrap.servers": dc1, "group.id": "offsets"})
-            starts = {p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in range(PARTITIONS)}
-            consumer.close()
-            increment = increment_topics * 10 * len(TIERS) + increment_topics * (len(TIERS) - 1)
-            increment_runs = []
-            for run in range(INCREMENTS):  # the same session, as `--continuous` meets one increment after another
-                late = records(increment_topics, 10, first_window=first, sequence=f"late{run}", late=True)
-                produce(dc1, topic, late, increment)
-                began = time.monotonic()
-                again = reconcile(spark, settings, now_ms=now, memory=memory)
-                increment_runs.append(time.monotonic() - began)
-                print(f"increment {run + 1}: {again.line()}")
-                if run == 0:  # the baseline reads the first increment only: from `starts` to the end
-                    base_increment, _ = pandas_baseline(dc1, topic, starts, now, int(settings.grace_s * 1000))
-            ours_increment = statistics.median(increment_runs)
-            began = time.monotonic()
-            reconcile(spark, settings, now_ms=now)  # no memory: every step, as a new process's first run
-            every_step = time.monotonic() - began
-            quiet_runs = []
-            for _ in range(3):
-                began = time.monotonic()
-                quiet = reconcile(spark, settings, now_ms=now, memory=memory)
-                quiet_runs.append(time.monotonic() - began)
-                print(f"nothing new: {quiet.line()}")
+            timings = measure(args, clusters, Path(state), cache, total)
         finally:
             clusters.down()
+    print_table(timings, total)
+
+
+def measure(args: argparse.Namespace, clusters: LocalClusters, state: Path, cache: Path, total: int) -> Timings:
+    """Write the records, then time the full run, the increments and the runs with nothing new, both ways."""
+    dc1 = clusters["dc1"].bootstrap_servers
+    settings = bench_settings(clusters, state, lake_path=str(state / "lake"))
+    topic = settings.audit_topic
+    ensure_topics({"bootstrap.servers": dc1}, {topic: PARTITIONS})
+    now = time.time_ns() // 1_000_000
+    first = window_start(now - (args.windows + 12) * 10 * MINUTE)
+    print(f"writing {total:,} audit records ({args.topics} topics x {args.windows} windows x {len(TIERS)} tiers)")
+    produce(dc1, topic, records(args.topics, args.windows, first_window=first, sequence="a"), total)
+    import_expectations_early()  # as `kaudit reconcile` does, while the JVM starts
+    spark = spark_session(app_name="bench-reconcile", cache_dir=cache)
+    spark.sparkContext.setLogLevel("ERROR")
+
+    timings = Timings()
+    memory = RunMemory()  # one session throughout, as `kaudit reconcile --continuous` keeps it
+    began = time.monotonic()
+    report = reconcile(spark, settings, now_ms=now, memory=memory)
+    timings.full = time.monotonic() - began
+    print(f"reconcile: {report.line()}")
+    timings.full_pandas, timings.pandas_records = pandas_baseline(dc1, topic, {}, now, int(settings.grace_s * 1000))
+    measure_increments(timings, spark, settings, memory, increment=args.increment, first_window=first, now_ms=now)
+    measure_nothing_new(timings, spark, settings, memory, now_ms=now)
+    return timings
+
+
+def measure_increments(
+    timings: Timings, spark, settings: Settings, memory: RunMemory, *, increment: int, first_window: int, now_ms: int
+) -> None:
+    """INCREMENTS increments of late counts, each reconciled in the same session; the pandas baseline reads
+    the first one only."""
+    dc1, topic = settings.cluster("dc1").bootstrap_servers, settings.audit_topic
+    increment_topics = max(increment // (len(TIERS) * 10), 1)
+    consumer = Consumer({"bootstrap.servers": dc1, "group.id": "offsets"})
+    starts = {p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in range(PARTITIONS)}
+    consumer.close()
+    timings.increment_records = increment_topics * 10 * len(TIERS) + increment_topics * (len(TIERS) - 1)
+    for run in range(INCREMENTS):  # the same session, as `--continuous` meets one increment after another
+        late = records(increment_topics, 10, first_window=first_window, sequence=f"late{run}", late=True)
+        produce(dc1, topic, late, timings.increment_records)
+        began = time.monotonic()
+        again = reconcile(spark, settings, now_ms=now_ms, memory=memory)
+        timings.increments.append(time.monotonic() - began)
+        print(f"increment {run + 1}: {again.line()}")
+        if run == 0:  # the baseline reads the first increment only: from `starts` to the end
+            grace_ms = int(settings.grace_s * 1000)
+            timings.increment_pandas, _ = pandas_baseline(dc1, topic, starts, now_ms, grace_ms)
+
+
+def measure_nothing_new(timings: Timings, spark, settings: Settings, memory: RunMemory, *, now_ms: int) -> None:
+    """A run with nothing new and no memory, then three in the same session as `--continuous` runs them."""
+    began = time.monotonic()
+    reconcile(spark, settings, now_ms=now_ms)  # no memory: every step, as a new process's first run
+    timings.every_step = time.monotonic() - began
+    for _ in range(3):
+        began = time.monotonic()
+        quiet = reconcile(spark, settings, now_ms=now_ms, memory=memory)
+        timings.quiet.append(time.monotonic() - began)
+        print(f"nothing new: {quiet.line()}")
+
+
+def print_table(timings: Timings, total: int) -> None:
+    ours, base = timings.full, timings.full_pandas
+    ours_increment = statistics.median(timings.increments)
     print()
     print("| what | records | pandas (1 process) | reconcile (local Spark) | ratio spark/pandas time | goal |")
     print(f"| full run | {total:,} | {base:.1f} s | {ours:.1f} s | {ours / base:.2f} | under 60 s |")
     print(
-        f"| increment | {increment:,} | {base_increment:.1f} s | {ours_increment:.1f} s median of {INCREMENTS} "
-        f"({', '.join(f'{r:.1f}' for r in increment_runs)}) | {ours_increment / base_increment:.2f} | under 10 s |"
+        f"| increment | {timings.increment_records:,} | {timings.increment_pandas:.1f} s | {ours_increment:.1f} s "
+        f"median of {INCREMENTS} ({', '.join(f'{r:.1f}' for r in timings.increments)}) | "
+        f"{ours_increment / timings.increment_pandas:.2f} | under 10 s |"
     )
     print(
-        f"| nothing new (same session) | 0 | every step, no memory: {every_step:.1f} s | "
-        f"{statistics.median(quiet_runs):.1f} s median of 3 ({', '.join(f'{q:.1f}' for q in quiet_runs)}) | | under 3 s |"
+        f"| nothing new (same session) | 0 | every step, no memory: {timings.every_step:.1f} s | "
+        f"{statistics.median(timings.quiet):.1f} s median of 3 ({', '.join(f'{q:.1f}' for q in timings.quiet)}) "
+        "| | under 3 s |"
     )
-    print(f"full run: {total / ours:,.0f} records/s (Spark), {base_records / base:,.0f} records/s (pandas)")
+    print(f"full run: {total / ours:,.0f} records/s (Spark), {timings.pandas_records / base:,.0f} records/s (pandas)")
 
 
 if __name__ == "__main__":

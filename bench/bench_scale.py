@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from audit.books.reconcile import reconcile
-from audit.books.record_check import import_expectations_early
+from audit.books.check.python_checker import import_expectations_early
+from audit.books.run import reconcile
 from audit.contract.windows import window_start
 from audit.io.clients import ensure_topics
 from audit.io.lake import lake_of

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 import audit.cli
-from audit.books.reconcile import reconcile
+from audit.books.run import reconcile
 from audit.contract.windows import window_start
 from audit.io.clients import ensure_topics
 from audit.io.lake import lake_of

@@ -45,67 +45,80 @@ def timed(run, rounds: int) -> list[float]:
 
 def main() -> int:
     args = parse_args()
-    from deltalake import write_deltalake
-
-    from audit.contract.tables import table_path
-    from dashboards.sample import bulk_completeness
-
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     with tempfile.TemporaryDirectory(prefix="kaudit-bench-ui-") as lake:
-        start = time.perf_counter()
-        table = bulk_completeness(now=now, topics=args.topics, days=args.days)
-        path = table_path(lake, "completeness")
-        write_deltalake(path, table, partition_by=["date"], mode="overwrite")
-        rows = table.num_rows
-        del table
-        print(
-            f"completeness: {rows:,} rows ({args.topics:,} topics x {args.days * 144:,} windows x 4 tiers) "
-            f"written in {time.perf_counter() - start:.1f} s"
-        )
-
-        settings = Settings.default().replace(state_dir=Path(lake))
-        from dashboards import app as ui_app
-        from dashboards.data import LakeCache
-
-        ui_app.create_app(settings, lake=lake)
-        from dashboards.pages import overview
-
-        def ours_warm():
-            page = overview.layout(range="7d")
-            assert page is not None
-
-        def ours_cold():
-            ui_app._CONTEXT.lake = LakeCache(lake, refresh_s=settings.ui.refresh_s, days=settings.ui.days)
-            ours_warm()
-
-        data = overview.load("7d", None)
-        print(
-            f"overview: {data['topics']:,} topics, {len(data['cells']):,} heatmap cells of the "
-            f"{len(data['order'])} worst, worst first: {data['order'][:3]}"
-        )
-        warm = timed(ours_warm, args.rounds)
-        cold = timed(ours_cold, args.rounds)
+        path = write_completeness(lake, now=now, topics=args.topics, days=args.days)
+        warm, cold = time_overview(lake, args.rounds)
         if args.skip_spark:
             print(f"ours, warm: median {statistics.median(warm):.3f} s; cold: median {statistics.median(cold):.3f} s")
             return 0
         spark_cells, spark = spark_overview(path, args.rounds)
         print(f"spark: {spark_cells:,} overview cells")
-        ours = statistics.median(warm)
-        print(f"ours, warm (LakeCache):  median {ours:.3f} s  rounds {', '.join(f'{s:.3f}' for s in warm)}")
-        print(
-            f"ours, cold (new cache):  median {statistics.median(cold):.3f} s  "
-            f"rounds {', '.join(f'{s:.3f}' for s in cold)}"
-        )
-        print(
-            f"spark (local[2], Delta): median {statistics.median(spark):.3f} s  "
-            f"rounds {', '.join(f'{s:.3f}' for s in spark)}"
-        )
-        print(
-            f"ratio spark / ours warm: {statistics.median(spark) / ours:.1f}x; spark / ours cold: "
-            f"{statistics.median(spark) / statistics.median(cold):.1f}x; goal ours warm < 1 s: "
-            f"{'met' if ours < 1 else 'NOT met'}"
-        )
+        print_medians(warm, cold, spark)
     return 0
+
+
+def write_completeness(lake: str, *, now: datetime, topics: int, days: int) -> str:
+    """The sample completeness table of `topics` x `days`, written with deltalake under `lake`; its path."""
+    from deltalake import write_deltalake
+
+    from audit.contract.tables import table_path
+    from dashboards.bulk_sample import bulk_completeness
+
+    start = time.perf_counter()
+    table = bulk_completeness(now=now, topics=topics, days=days)
+    path = table_path(lake, "completeness")
+    write_deltalake(path, table, partition_by=["date"], mode="overwrite")
+    rows = table.num_rows
+    del table
+    print(
+        f"completeness: {rows:,} rows ({topics:,} topics x {days * 144:,} windows x 4 tiers) "
+        f"written in {time.perf_counter() - start:.1f} s"
+    )
+    return path
+
+
+def time_overview(lake: str, rounds: int) -> tuple[list[float], list[float]]:
+    """Seconds of the overview page's layout over 7 days, warm (the UI's LakeCache) and cold (a new cache)."""
+    settings = Settings.default().replace(state_dir=Path(lake))
+    from dashboards import app as ui_app
+    from dashboards.context import context
+    from dashboards.data import LakeCache
+
+    ui_app.create_app(settings, lake=lake)
+    from dashboards.pages import overview
+
+    def ours_warm():
+        page = overview.layout(range="7d")
+        assert page is not None
+
+    def ours_cold():
+        context().lake = LakeCache(lake, refresh_s=settings.ui.refresh_s, days=settings.ui.days)
+        ours_warm()
+
+    data = overview.load("7d", None)
+    print(
+        f"overview: {data['topics']:,} topics, {len(data['cells']):,} heatmap cells of the "
+        f"{len(data['order'])} worst, worst first: {data['order'][:3]}"
+    )
+    return timed(ours_warm, rounds), timed(ours_cold, rounds)
+
+
+def print_medians(warm: list[float], cold: list[float], spark: list[float]) -> None:
+    ours = statistics.median(warm)
+    print(f"ours, warm (LakeCache):  median {ours:.3f} s  rounds {', '.join(f'{s:.3f}' for s in warm)}")
+    print(
+        f"ours, cold (new cache):  median {statistics.median(cold):.3f} s  rounds {', '.join(f'{s:.3f}' for s in cold)}"
+    )
+    print(
+        f"spark (local[2], Delta): median {statistics.median(spark):.3f} s  "
+        f"rounds {', '.join(f'{s:.3f}' for s in spark)}"
+    )
+    print(
+        f"ratio spark / ours warm: {statistics.median(spark) / ours:.1f}x; spark / ours cold: "
+        f"{statistics.median(spark) / statistics.median(cold):.1f}x; goal ours warm < 1 s: "
+        f"{'met' if ours < 1 else 'NOT met'}"
+    )
 
 
 def spark_overview(path: str, rounds: int) -> tuple[int, list[float]]:

@@ -11,49 +11,27 @@ from __future__ import annotations
 import base64
 import hmac
 import importlib
-from dataclasses import dataclass
-from urllib.parse import urlencode
 
 import dash
 from dash import dcc, html
 
 from audit.io.lake import Lake, lake_of
 from dashboards import ids
+from dashboards.context import Context, set_context
 from dashboards.data import LakeCache
 
 PAGES = ("overview", "topic", "lag", "alerts")
 
 
-@dataclass
-class Context:
-    settings: object
-    lake: LakeCache
-
-
-_CONTEXT: Context | None = None
-
-
-def context() -> Context:
-    """The running app's settings and table cache (one app per process)."""
-    if _CONTEXT is None:
-        raise RuntimeError("the audit UI is not created yet: call dashboards.app.create_app(settings)")
-    return _CONTEXT
-
-
-def href(path: str, **query) -> str:
-    """A UI link holding its state in the query string; empty values are left out."""
-    kept = {key: value for key, value in query.items() if value not in (None, "")}
-    return f"{path}?{urlencode(kept)}" if kept else path
-
-
 def create_app(settings, *, lake: Lake | str | None = None) -> dash.Dash:
     """The Dash app over the tables of `lake` (default: the configured one)."""
-    global _CONTEXT
-    _CONTEXT = Context(
-        settings=settings,
-        lake=LakeCache(
-            Lake.of(lake) if lake else lake_of(settings), refresh_s=settings.ui.refresh_s, days=settings.ui.days
-        ),
+    set_context(
+        Context(
+            settings=settings,
+            lake=LakeCache(
+                Lake.of(lake) if lake else lake_of(settings), refresh_s=settings.ui.refresh_s, days=settings.ui.days
+            ),
+        )
     )
     app = dash.Dash(__name__, use_pages=True, pages_folder="", title="kafka-audit", suppress_callback_exceptions=True)
     for page in PAGES:

@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from audit.books.loss_partitions import describe, partition_losses
+from audit.alerts.loss_partitions import describe, partition_losses
 from audit.io.lake import Lake
 from audit.io.lake_read import read_arrow, table_version
 
@@ -319,8 +319,8 @@ def tier_health(tier_status: pd.DataFrame, now: pd.Timestamp | None = None) -> p
     return health.reset_index()[columns]
 
 
-def topic_rows(frame: pd.DataFrame, logical_topic: str, window: TimeRange) -> pd.DataFrame:
-    """The rows of one topic in the range, sorted by window and tier."""
+def topic_rows(frame: pd.DataFrame, logical_topic: str | None, window: TimeRange) -> pd.DataFrame:
+    """The rows of one topic in the range, sorted by window and tier (none when there is no topic)."""
     if frame.empty:
         return frame
     rows = frame[

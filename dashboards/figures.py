@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from audit.contract.windows import DEFAULT_WINDOW_MINUTES
 from dashboards.data import RANK_STATUS, STATUS_RANK
 
 STATUS_COLORS = {
@@ -99,7 +100,7 @@ def _by_tier(
             )
         )
     figure.update_layout(title=title, yaxis_title=yaxis, xaxis_title="window start (UTC)", **LAYOUT)
-    _mark(figure, selected)
+    _mark(figure, selected, rows)
     return figure
 
 
@@ -110,11 +111,17 @@ def tier_order(rows: pd.DataFrame) -> list[str]:
     return sorted(rows["tier"].unique(), key=lambda tier: (tier != "producer", tier == "lake", tier))
 
 
-def _mark(figure: go.Figure, selected: pd.Timestamp | None) -> None:
+def window_length(rows: pd.DataFrame) -> pd.Timedelta:
+    """The length of the rows' windows, as they carry it (`window_minutes`); the default size when they do not."""
+    minutes = rows["window_minutes"].dropna() if "window_minutes" in rows else pd.Series(dtype="float64")
+    return pd.Timedelta(minutes=int(minutes.max()) if not minutes.empty else DEFAULT_WINDOW_MINUTES)
+
+
+def _mark(figure: go.Figure, selected: pd.Timestamp | None, rows: pd.DataFrame) -> None:
     if selected is not None:
         figure.add_vrect(
             x0=selected,
-            x1=selected + pd.Timedelta(minutes=10),
+            x1=selected + window_length(rows),
             fillcolor="#d62728",
             opacity=0.12,
             line_width=0,
@@ -165,8 +172,9 @@ def shade_windows_in_flight(figure: go.Figure, rows: pd.DataFrame) -> None:
         return
     final = rows.assign(final=rows["final"].fillna(False).astype(bool)).groupby("window_start")["final"].all()
     ends = rows.groupby("window_start")["window_end"].max() if "window_end" in rows else None
+    length = window_length(rows)
     for index, start in enumerate(final.index[~final.to_numpy()]):
-        end = ends[start] if ends is not None else start + pd.Timedelta(minutes=10)
+        end = ends[start] if ends is not None else start + length
         figure.add_vrect(
             x0=start,
             x1=end,
@@ -205,7 +213,7 @@ def missing_figure(rows: pd.DataFrame, selected: pd.Timestamp | None = None) -> 
         xaxis_title="window start (UTC)",
         **LAYOUT,
     )
-    _mark(figure, selected)
+    _mark(figure, selected, rows)
     return figure
 
 

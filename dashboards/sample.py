@@ -1,8 +1,9 @@
 """Sample Delta tables shaped exactly like the reconciliation's (audit/contract/tables.py), written with deltalake.
 
-Used by the alert and UI tests, the UI benchmark, the screenshots and `kaudit ui --sample` for a look
-without a pipeline. Nothing here decides what the real tables hold: the columns and types come from
-audit/contract/tables.py, the statuses follow its rules (complete | incomplete | over | lagging | pending).
+Used by the alert and UI tests, the screenshots and `kaudit ui --sample` for a look without a
+pipeline (the UI benchmark's large table is dashboards/bulk_sample.py). Nothing here decides what the
+real tables hold: the columns and types come from audit/contract/tables.py, the statuses follow its
+rules (complete | incomplete | over | lagging | pending).
 
     frames = sample_frames(now=..., topics=["orders"], faults=[Loss("orders", "aggregate", 3, 40)])
     write_frames(lake, frames)
@@ -15,12 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-import numpy as np
 import pandas as pd
 
+from audit.contract.arrow import arrow_table
 from audit.contract.complete_through import watermark_frame
 from audit.contract.restatements import restatements
-from audit.contract.tables import TABLES, arrow_schema, arrow_table
+from audit.contract.tables import TABLES
+from audit.contract.windows import DEFAULT_WINDOW_MINUTES
 from audit.io.lake import Lake
 
 DEFAULT_TIERS = ("producer", "dc1", "aggregate", "lake")
@@ -105,7 +107,7 @@ class SampleSpec:
     origin_cluster: str = "dc1"
     tiers: Sequence[str] = DEFAULT_TIERS
     windows: int = 12
-    window_minutes: int = 10
+    window_minutes: int = DEFAULT_WINDOW_MINUTES
     grace_s: float = 300.0
     per_window: int = 1000
     partitions: int = 3
@@ -123,121 +125,15 @@ def window_starts(now: datetime, windows: int, window_minutes: int) -> list[date
 def sample_frames(spec: SampleSpec | None = None, /, **kwargs) -> dict[str, pd.DataFrame]:
     """completeness, tier_counts, tier_status and audit_records (status history) for `spec`."""
     spec = spec or SampleSpec(**kwargs)
-    now = spec.now
-    starts = window_starts(now, spec.windows, spec.window_minutes)
-    size = timedelta(minutes=spec.window_minutes)
-    grace = timedelta(seconds=spec.grace_s)
-    reference = spec.tiers[0]
+    starts = window_starts(spec.now, spec.windows, spec.window_minutes)
     counts, completeness, status = [], [], []
     for topic in spec.topics:
-        lag_of = {f.tier: f for f in spec.faults if isinstance(f, Lagging) and f.topic == topic}
-        silent = {f.tier for f in spec.faults if isinstance(f, NoWatermark) and f.topic == topic}
-        watermarks = {
-            tier: EPOCH
-            if tier in silent
-            else now - timedelta(minutes=lag_of[tier].behind_minutes)
-            if tier in lag_of
-            else now - timedelta(seconds=30)
-            for tier in spec.tiers
-        }
+        watermarks = _watermarks(spec, topic)
         for index, start in enumerate(starts):
-            end = start + size
-            produced = spec.per_window + 37 * (zlib.crc32(f"{topic}/{index}".encode()) % 7)
-            for drop in (f for f in spec.faults if isinstance(f, Drop) and f.topic == topic and f.window == index):
-                produced = int(produced * drop.fraction)
-            send_failed = sum(
-                f.count for f in spec.faults if isinstance(f, SendFailed) and f.topic == topic and f.window == index
-            )
-            parts = [produced // spec.partitions + (p < produced % spec.partitions) for p in range(spec.partitions)]
-            expected = None
-            for order, tier in enumerate(spec.tiers):
-                for fault in spec.faults:
-                    if isinstance(fault, (Loss, Duplicate)) and (fault.topic, fault.tier, fault.window) == (
-                        topic,
-                        tier,
-                        index,
-                    ):
-                        parts[fault.partition] += fault.count if isinstance(fault, Duplicate) else -fault.count
-                seen = sum(parts)
-                watermark = watermarks[tier]
-                final = watermark >= end + grace
-                observed = seen
-                if not final and watermark < end:  # a lagging tier has not counted the window fully yet
-                    observed = int(seen * max(0.0, min(1.0, (watermark - start) / size)))
-                counts.append(
-                    dict(
-                        origin_cluster=spec.origin_cluster,
-                        topic=topic,
-                        logical_topic=f"{spec.origin_cluster}.{topic}",
-                        window_start=start,
-                        window_minutes=spec.window_minutes,
-                        tier=tier,
-                        count=observed,
-                        bytes=observed * 120,
-                        send_failed=send_failed if tier == reference else 0,
-                        no_timestamp=0,
-                        by_partition=dict(enumerate(parts)) if observed == seen else None,
-                        records=3,
-                        latency_p99_ms=float(40 + 25 * order + (index % 3) * 5),
-                        latency_max_ms=float(90 + 40 * order),
-                        updated_at=now,
-                        date=start.date(),
-                    )
-                )
-                expected = observed if expected is None else expected  # the reference tier comes first
-                missing, duplicated = max(expected - observed, 0), max(observed - expected, 0)
-                pct = 100.0 * observed / expected if expected else None
-                if now < end:
-                    state = "pending"
-                elif not final:
-                    state = "lagging"
-                elif missing > 0 and pct is not None and pct < spec.threshold_pct:
-                    state = "incomplete"
-                elif duplicated > 0:
-                    state = "over"
-                else:
-                    state = "complete"
-                completeness.append(
-                    dict(
-                        origin_cluster=spec.origin_cluster,
-                        topic=topic,
-                        logical_topic=f"{spec.origin_cluster}.{topic}",
-                        window_start=start,
-                        window_minutes=spec.window_minutes,
-                        window_end=end,
-                        tier=tier,
-                        tier_order=order,
-                        reference_tier=reference,
-                        expected=expected,
-                        observed=observed,
-                        missing=missing,
-                        duplicated=duplicated,
-                        completeness_pct=pct,
-                        threshold_pct=spec.threshold_pct,
-                        status=state,
-                        final=final,
-                        tier_watermark=watermark,
-                        latency_p99_ms=float(40 + 25 * order),
-                        updated_at=now,
-                        date=start.date(),
-                    )
-                )
-        for tier in spec.tiers:
-            fault = lag_of.get(tier)
-            status.append(
-                dict(
-                    tier=tier,
-                    origin_cluster=spec.origin_cluster,
-                    topic=topic,
-                    logical_topic=f"{spec.origin_cluster}.{topic}",
-                    watermark=watermarks[tier],
-                    lag=fault.lag if fault else 0,
-                    stalled=bool(fault and fault.stalled),
-                    reporters=_reporter(tier, spec.origin_cluster),
-                    last_status_at=now - timedelta(seconds=10),
-                    updated_at=now,
-                )
-            )
+            window_counts, window_completeness = _window_rows(spec, topic, index, start, watermarks)
+            counts += window_counts
+            completeness += window_completeness
+        status += _status_rows(spec, topic, watermarks)
     completeness_frame = pd.DataFrame(completeness)
     return {
         "completeness": completeness_frame,
@@ -246,9 +142,164 @@ def sample_frames(spec: SampleSpec | None = None, /, **kwargs) -> dict[str, pd.D
         "audit_records": status_history(
             spec, starts[0], watermark_of={(f.topic, f.tier): f for f in spec.faults if isinstance(f, Lagging)}
         ),
-        "completeness_watermarks": sample_watermarks(completeness_frame, now=now),
+        "completeness_watermarks": sample_watermarks(completeness_frame, now=spec.now),
         "restatements": sample_restatements(completeness_frame, spec, starts),
     }
+
+
+def _lagging(spec: SampleSpec, topic: str) -> dict[str, Lagging]:
+    return {f.tier: f for f in spec.faults if isinstance(f, Lagging) and f.topic == topic}
+
+
+def _watermarks(spec: SampleSpec, topic: str) -> dict[str, datetime]:
+    """Each tier's watermark for `topic`: 30 s before now, unless a Lagging or NoWatermark fault says otherwise."""
+    lag_of = _lagging(spec, topic)
+    silent = {f.tier for f in spec.faults if isinstance(f, NoWatermark) and f.topic == topic}
+    marks = {}
+    for tier in spec.tiers:
+        if tier in silent:
+            marks[tier] = EPOCH
+        elif tier in lag_of:
+            marks[tier] = spec.now - timedelta(minutes=lag_of[tier].behind_minutes)
+        else:
+            marks[tier] = spec.now - timedelta(seconds=30)
+    return marks
+
+
+def _produced(spec: SampleSpec, topic: str, index: int) -> tuple[list[int], int]:
+    """What the producers of `topic` delivered in window `index`, per partition, and how many sends failed."""
+    produced = spec.per_window + 37 * (zlib.crc32(f"{topic}/{index}".encode()) % 7)
+    for drop in (f for f in spec.faults if isinstance(f, Drop) and f.topic == topic and f.window == index):
+        produced = int(produced * drop.fraction)
+    send_failed = sum(
+        f.count for f in spec.faults if isinstance(f, SendFailed) and f.topic == topic and f.window == index
+    )
+    parts = [produced // spec.partitions + (p < produced % spec.partitions) for p in range(spec.partitions)]
+    return parts, send_failed
+
+
+def _apply_hop_faults(spec: SampleSpec, topic: str, tier: str, index: int, parts: list[int]) -> None:
+    """Take the messages lost on the way into `tier` from `parts`, and add those it got twice."""
+    for fault in spec.faults:
+        if isinstance(fault, (Loss, Duplicate)) and (fault.topic, fault.tier, fault.window) == (topic, tier, index):
+            parts[fault.partition] += fault.count if isinstance(fault, Duplicate) else -fault.count
+
+
+def _window_rows(
+    spec: SampleSpec, topic: str, index: int, start: datetime, watermarks: dict[str, datetime]
+) -> tuple[list[dict], list[dict]]:
+    """The tier_counts and completeness rows of window `index` of `topic`, one per tier in data-flow order."""
+    parts, send_failed = _produced(spec, topic, index)
+    size = timedelta(minutes=spec.window_minutes)
+    end = start + size
+    counts, completeness = [], []
+    expected = 0
+    for order, tier in enumerate(spec.tiers):
+        _apply_hop_faults(spec, topic, tier, index, parts)
+        seen, watermark = sum(parts), watermarks[tier]
+        final = watermark >= end + timedelta(seconds=spec.grace_s)
+        observed = seen
+        if not final and watermark < end:  # a lagging tier has not counted the window fully yet
+            observed = int(seen * max(0.0, min(1.0, (watermark - start) / size)))
+        counts.append(
+            dict(
+                **_window_key(spec, topic, start),
+                tier=tier,
+                count=observed,
+                bytes=observed * 120,
+                send_failed=send_failed if order == 0 else 0,
+                no_timestamp=0,
+                by_partition=dict(enumerate(parts)) if observed == seen else None,
+                records=3,
+                latency_p99_ms=float(40 + 25 * order + (index % 3) * 5),
+                latency_max_ms=float(90 + 40 * order),
+                updated_at=spec.now,
+                date=start.date(),
+            )
+        )
+        if order == 0:  # the reference tier comes first
+            expected = observed
+        completeness.append(
+            _completeness_row(spec, topic, start, tier, order, expected, observed, final=final, watermark=watermark)
+        )
+    return counts, completeness
+
+
+def _window_key(spec: SampleSpec, topic: str, start: datetime) -> dict:
+    return dict(
+        origin_cluster=spec.origin_cluster,
+        topic=topic,
+        logical_topic=f"{spec.origin_cluster}.{topic}",
+        window_start=start,
+        window_minutes=spec.window_minutes,
+    )
+
+
+def _completeness_row(
+    spec: SampleSpec,
+    topic: str,
+    start: datetime,
+    tier: str,
+    order: int,
+    expected: int,
+    observed: int,
+    *,
+    final: bool,
+    watermark: datetime,
+) -> dict:
+    """The completeness row of `topic`'s window at `start` for `tier`, judged as the reconciliation does."""
+    end = start + timedelta(minutes=spec.window_minutes)
+    missing, duplicated = max(expected - observed, 0), max(observed - expected, 0)
+    pct = 100.0 * observed / expected if expected else None
+    if spec.now < end:
+        state = "pending"
+    elif not final:
+        state = "lagging"
+    elif missing > 0 and pct is not None and pct < spec.threshold_pct:
+        state = "incomplete"
+    elif duplicated > 0:
+        state = "over"
+    else:
+        state = "complete"
+    return dict(
+        **_window_key(spec, topic, start),
+        window_end=end,
+        tier=tier,
+        tier_order=order,
+        reference_tier=spec.tiers[0],
+        expected=expected,
+        observed=observed,
+        missing=missing,
+        duplicated=duplicated,
+        completeness_pct=pct,
+        threshold_pct=spec.threshold_pct,
+        status=state,
+        final=final,
+        tier_watermark=watermark,
+        latency_p99_ms=float(40 + 25 * order),
+        updated_at=spec.now,
+        date=start.date(),
+    )
+
+
+def _status_rows(spec: SampleSpec, topic: str, watermarks: dict[str, datetime]) -> list[dict]:
+    """The tier_status rows of `topic`, one per tier."""
+    lag_of = _lagging(spec, topic)
+    return [
+        dict(
+            tier=tier,
+            origin_cluster=spec.origin_cluster,
+            topic=topic,
+            logical_topic=f"{spec.origin_cluster}.{topic}",
+            watermark=watermarks[tier],
+            lag=lag_of[tier].lag if tier in lag_of else 0,
+            stalled=bool(tier in lag_of and lag_of[tier].stalled),
+            reporters=_reporter(tier, spec.origin_cluster),
+            last_status_at=spec.now - timedelta(seconds=10),
+            updated_at=spec.now,
+        )
+        for tier in spec.tiers
+    ]
 
 
 def sample_watermarks(completeness: pd.DataFrame, *, now: datetime) -> pd.DataFrame:
@@ -369,67 +420,6 @@ def write_table(lake: Lake | str, name: str, frame, *, mode: str = "append") -> 
 def write_frames(lake: Lake | str, frames: Mapping[str, pd.DataFrame], *, mode: str = "overwrite") -> None:
     for name, frame in frames.items():
         write_table(lake, name, frame, mode=mode)
-
-
-def bulk_completeness(
-    *,
-    now: datetime,
-    topics: int,
-    days: int,
-    tiers: Sequence[str] = DEFAULT_TIERS,
-    window_minutes: int = 10,
-    per_window: int = 1000,
-    loss_every: int = 997,
-):
-    """A large completeness table as pyarrow, vectorized: `topics` x `days` of windows x tiers (the benchmark's).
-
-    Every `loss_every`-th (topic, window) cell loses 1 % at the last tier, so the overview has work to do.
-    """
-    import pyarrow as pa
-
-    per_day = 1440 // window_minutes
-    starts = window_starts(now, per_day * days, window_minutes)
-    n_windows, n_tiers = len(starts), len(tiers)
-    topic_index = np.repeat(np.arange(topics), n_windows * n_tiers)
-    window_index = np.tile(np.repeat(np.arange(n_windows), n_tiers), topics)
-    tier_index = np.tile(np.arange(n_tiers), topics * n_windows)
-    expected = np.full(topic_index.shape, per_window, dtype=np.int64)
-    lossy = ((topic_index * n_windows + window_index) % loss_every == 0) & (tier_index == n_tiers - 1)
-    observed = np.where(lossy, per_window - per_window // 100, per_window).astype(np.int64)
-    start_us = np.array([int(s.timestamp() * 1_000_000) for s in starts], dtype=np.int64)[window_index]
-    end_us = start_us + window_minutes * 60_000_000
-    now_us = int(now.timestamp() * 1_000_000)
-    status_names = np.array(["complete", "incomplete", "pending", "lagging"])
-    state = np.where(lossy, 1, 0)
-    state = np.where(end_us > now_us, 2, np.where(end_us + 300_000_000 > now_us, 3, state))
-    names = np.array([f"topic-{i:04d}" for i in range(topics)])
-    tier_names = np.array(list(tiers))
-    table = TABLES["completeness"]
-    utc = pa.timestamp("us", tz="UTC")
-    columns = {
-        "origin_cluster": pa.array(np.full(topic_index.shape, "dc1")),
-        "topic": pa.array(names[topic_index]),
-        "logical_topic": pa.array(np.char.add("dc1.", names[topic_index])),
-        "window_start": pa.array(start_us, type=utc),
-        "window_minutes": pa.array(np.full(topic_index.shape, window_minutes, dtype=np.int32)),
-        "window_end": pa.array(end_us, type=utc),
-        "tier": pa.array(tier_names[tier_index]),
-        "tier_order": pa.array(tier_index.astype(np.int32)),
-        "reference_tier": pa.array(np.full(topic_index.shape, tiers[0])),
-        "expected": pa.array(expected),
-        "observed": pa.array(observed),
-        "missing": pa.array(expected - observed),
-        "duplicated": pa.array(np.zeros(topic_index.shape, dtype=np.int64)),
-        "completeness_pct": pa.array(100.0 * observed / expected),
-        "threshold_pct": pa.array(np.full(topic_index.shape, 100.0)),
-        "status": pa.array(status_names[state]),
-        "final": pa.array(state <= 1),
-        "tier_watermark": pa.array(np.full(topic_index.shape, now_us - 30_000_000), type=utc),
-        "latency_p99_ms": pa.array(np.full(topic_index.shape, 50.0)),
-        "updated_at": pa.array(np.full(topic_index.shape, now_us), type=utc),
-        "date": pa.array((start_us // 86_400_000_000).astype("int32"), type=pa.int32()).cast(pa.date32()),
-    }
-    return pa.Table.from_pydict(columns, schema=arrow_schema(table))
 
 
 DEMO_FAULTS = (

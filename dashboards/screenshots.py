@@ -8,18 +8,19 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from audit.contract.windows import DEFAULT_WINDOW_MINUTES
 from audit.settings import Settings
 from dashboards.sample import demo_frames, window_starts, write_frames
 
 
 def recent_now() -> datetime:
-    """Three minutes into the current 10-minute window: the UI keeps only the last ui.days of partitions."""
+    """Three minutes into the current window: the UI keeps only the last ui.days of partitions."""
     now = datetime.now(UTC).replace(second=0, microsecond=0)
-    return now.replace(minute=now.minute - now.minute % 10 + 3)
+    return now.replace(minute=now.minute - now.minute % DEFAULT_WINDOW_MINUTES + 3)
 
 
 NOW = recent_now()
-LOSS_WINDOW = window_starts(NOW, 24, 10)[8]  # DEMO_FAULTS: 40 of dc1.orders lost into aggregate
+LOSS_WINDOW = window_starts(NOW, 24, DEFAULT_WINDOW_MINUTES)[8]  # DEMO_FAULTS: 40 of dc1.orders lost into aggregate
 PAGES = {
     "overview": "/?range=6h",
     "topic": f"/topic?topic=dc1.orders&window={LOSS_WINDOW:%Y-%m-%dT%H:%M}Z&range=6h",
@@ -70,7 +71,7 @@ def main(out: str = "docs/img") -> int:
 
 def _sample_alerts(lake: str) -> None:
     """Fill the alert log by a real alert run with no SMTP server: the alerts are recorded, then pending."""
-    from audit.books.alerts import run_alerts
+    from audit.alerts.run import AlertJob, run_alerts
     from audit.settings import AlertSettings, SmtpSettings
 
     settings = Settings.default().replace(
@@ -79,7 +80,7 @@ def _sample_alerts(lake: str) -> None:
         smtp=SmtpSettings(port=1, retries=1, timeout_s=1),
         alerts=AlertSettings(default_recipients=("oncall@example.com",)),
     )
-    run_alerts(settings, now=NOW, sleep=lambda _s: None)
+    run_alerts(AlertJob.of(settings), now=NOW, sleep=lambda _s: None)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ import atheris
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE
 
 # Coverage is traced in the parsers and in the libraries that read the same bytes (TOML, pydantic's settings and
-# validation), not in everything they import: instrumenting asyncio, email, confluent_kafka and the rest took
-# about 19 of a 3-second run's 23 s and gave the fuzzer no edge that leads into a parser.
+# validation), not in everything they import: instrumenting asyncio, email, confluent_kafka and the rest takes
+# about 19 of a 3-second run's 23 s and gives the fuzzer no edge that leads into a parser.
 INSTRUMENTED = ("audit", "tomllib", "pydantic", "pydantic_settings")
 
 with atheris.instrument_imports(include=INSTRUMENTED):

@@ -12,11 +12,23 @@ from pathlib import Path
 from setuptools import Distribution, Extension
 
 ROOT = Path(__file__).resolve().parent.parent
+HEADERS = ["native/audit_window.h", "native/latency_floors.h"]  # a change rebuilds the modules that include them
 EXTENSIONS = [
     Extension(
-        "audit.hops._fastcount", ["audit/hops/_fastcount.c"], include_dirs=["native"], extra_compile_args=["-O2"]
+        "audit.hops._fastcount",
+        ["audit/hops/_fastcount.c"],
+        depends=HEADERS,
+        include_dirs=["native"],
+        extra_compile_args=["-O2"],
     ),
-    Extension("producers._fastaudit", ["producers/_fastaudit.c"], include_dirs=["native"], extra_compile_args=["-O2"]),
+    # Loaded into applications as a librdkafka plugin too: only its two entry points are exported.
+    Extension(
+        "producers._fastaudit",
+        ["producers/_fastaudit.c", "producers/_fastaudit_produce.c", "producers/_fastaudit_plugin.c"],
+        depends=[*HEADERS, "native/rdkafka_abi.h", "producers/_fastaudit.h"],
+        include_dirs=["native"],
+        extra_compile_args=["-O2", "-fvisibility=hidden"],
+    ),
 ]
 
 

@@ -1,6 +1,7 @@
 /* The latency histogram's bucket floors (audit.contract.tally.LATENCY_FLOORS), shared by the counter's
- * batch loop (_fastcount.c) and the audited producer's delivery counting (_fastaudit.c): each module
- * that includes this file keeps its own copy of the floors, loaded once by its configure(). */
+ * batch loop (_fastcount.c) and the audited producer's delivery counting (_fastaudit.c): each file
+ * that includes this one keeps its own copy of the floors, loaded once by its module's configure(), so
+ * only one file of a module may include it. */
 #ifndef KAUDIT_LATENCY_FLOORS_H
 #define KAUDIT_LATENCY_FLOORS_H
 

@@ -1,7 +1,7 @@
 /* The few parts of librdkafka's public C API (rdkafka.h, stable ABI) that the audited producer's native
  * produce path uses, declared here so the build needs no librdkafka headers.
  *
- * The functions are not linked: _fastaudit.c looks them up at run time in the librdkafka that
+ * The functions are not linked: _fastaudit_plugin.c looks them up at run time in the librdkafka that
  * confluent-kafka has already loaded (its wheel bundles its own copy), so they act on the same
  * rd_kafka_t as the Python client. */
 #ifndef KAUDIT_RDKAFKA_ABI_H

@@ -1,11 +1,13 @@
 """The audited producer: confluent-kafka's Producer, plus the producer tier's counts.
 
 It keeps the wrapped producer's interface and behaviour and adds three things only:
-- the audit time: the message timestamp (now, unless given) and, where the topic uses LogAppendTime
-  (the broker replaces the timestamp there), the same value in the `kaudit-time` header. A topic's
-  messages carry the header until an acknowledgement shows that the topic keeps CreateTime, and
-  again from the first one that shows LogAppendTime: on CreateTime topics it is redundant, and
-  librdkafka spends about as much CPU on a header as on the rest of a small message;
+- the audit time (`audit.contract.audit_time.send_audit_time`): the message timestamp (now, unless
+  given) and, where the topic uses LogAppendTime (the broker replaces the timestamp there), the same
+  value in the `kaudit-time` header. A topic's messages carry the header until an acknowledgement
+  shows that the topic keeps CreateTime, and again from the first one that shows LogAppendTime: on
+  CreateTime topics it is redundant, and librdkafka spends about as much CPU on a header as on the
+  rest of a small message. A timestamp that is no usable audit time is sent as given; the message
+  is counted at the time it was sent, which the header carries;
 - counting on acknowledgement: only what the broker acknowledged counts, failures count as
   `send_failed`. With the native `_fastaudit` built, produce() itself is native (it calls librdkafka
   on confluent-kafka's own client) and a librdkafka interceptor counts each acknowledgement in C: no
@@ -35,9 +37,17 @@ from typing import Any
 from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, KafkaException, Producer
 from prometheus_client import Counter
 
+from audit.contract.audit_time import send_audit_time
 from audit.contract.errors import KafkaClientError
 from audit.contract.names import DEFAULT_AUDIT_TOPIC, PRODUCER_TIER
-from audit.contract.record import AUDIT_TIME_HEADER, count_record, encode, new_instance_id, record_id
+from audit.contract.record import (
+    AUDIT_TIME_HEADER,
+    MAX_AUDIT_TIME_MS,
+    count_record,
+    encode,
+    new_instance_id,
+    record_id,
+)
 from audit.contract.tally import LATENCY_FLOORS, Tally, WindowTally
 from audit.contract.windows import DEFAULT_WINDOW_MINUTES
 
@@ -73,7 +83,7 @@ def _native_module() -> Any:
     if problem is not None:
         log.warning("native produce path off, counting in Python", extra={"reason": problem})
         return None
-    _fastaudit.configure(LATENCY_FLOORS, AUDIT_TIME_HEADER)
+    _fastaudit.configure(LATENCY_FLOORS, AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS)
     return _fastaudit
 
 
@@ -100,8 +110,8 @@ class AuditedProducer:
     Bounded however long the application runs: the tallies hold only the counts since the last emission, the
     audit records kept (`_unacked`, `_in_flight`) only those the audit topic has not acknowledged yet (one per
     topic and window per flush interval of an outage of it, none once it answers), and the topics remembered
-    (`_topics`, `_create_time_topics`, the metric series) at most MAX_TOPICS, the least recently emitted out
-    first."""
+    (`_topics`, `_create_time_topics` and the native path's own, the metric series) at most MAX_TOPICS, the
+    least recently emitted out first."""
 
     def __init__(
         self,
@@ -186,9 +196,10 @@ class AuditedProducer:
         callback: DeliveryCallback | None = None,
     ) -> None:
         """Produce like confluent-kafka, stamping the audit time and counting the delivery."""
-        audit_time_ms = timestamp or time.time_ns() // 1_000_000
+        audit_time_ms = send_audit_time(timestamp, time.time_ns() // 1_000_000)
+        sent_timestamp = timestamp or audit_time_ms
         stamped = [*(headers.items() if isinstance(headers, Mapping) else headers)] if headers else []
-        if topic not in self._create_time_topics:
+        if topic not in self._create_time_topics or sent_timestamp != audit_time_ms:
             stamped.append((AUDIT_TIME_HEADER, b"%d" % audit_time_ms))
         delivered = self._delivery_closure(topic, audit_time_ms, on_delivery or callback)
         try:
@@ -198,11 +209,11 @@ class AuditedProducer:
                 key=key,
                 partition=partition,
                 on_delivery=delivered,
-                timestamp=audit_time_ms,
+                timestamp=sent_timestamp,
                 headers=stamped or None,
             )
         except BufferError:
-            self._produce_with_retry(topic, value, key, partition, delivered, audit_time_ms, stamped or None)
+            self._produce_with_retry(topic, value, key, partition, delivered, sent_timestamp, stamped or None)
         if time.monotonic() >= self._next_emit:
             self.emit()
 
@@ -342,6 +353,8 @@ class AuditedProducer:
         while len(topics) > MAX_TOPICS:
             gone, _ = topics.popitem(last=False)
             self._create_time_topics.discard(gone)
+            if self._native is not None:
+                self._native.forget(gone)
             for metric in (ACKED, FAILED):
                 try:
                     metric.remove(self.cluster, gone)

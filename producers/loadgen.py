@@ -17,7 +17,7 @@ from typing import TextIO
 
 from confluent_kafka import Producer
 
-from audit.contract.windows import window_start
+from audit.contract.windows import DEFAULT_WINDOW_MINUTES, window_start
 from audit.io.clients import check_credentials, client_config, ensure_topics
 from producers.audited import AuditedProducer
 
@@ -61,6 +61,19 @@ class Progress:
         self.stream.flush()
 
 
+def delivered(stats: LoadStats, topic: str, audit_ms: int, window_minutes: int):
+    """A delivery callback that counts the message in `stats` as acknowledged (per window) or failed."""
+
+    def callback(err, _msg) -> None:
+        if err is None:
+            stats.acked += 1
+            stats.acked_by_window[(topic, window_start(audit_ms, window_minutes))] += 1
+        else:
+            stats.failed += 1
+
+    return callback
+
+
 def generate(
     producer: Producer | AuditedProducer,
     topics: list[str],
@@ -72,7 +85,7 @@ def generate(
     keys: int = 1000,
     seed: int = 0,
     backfill_hours: float = 0.0,
-    window_minutes: int = 10,
+    window_minutes: int = DEFAULT_WINDOW_MINUTES,
     progress: Progress | None = None,
     tombstone_every: int = 0,
 ) -> LoadStats:
@@ -87,16 +100,6 @@ def generate(
     spread_ms = int(backfill_hours * 3_600_000)
     began = time.monotonic()
 
-    def delivered(topic: str, audit_ms: int):
-        def callback(err, _msg) -> None:
-            if err is None:
-                stats.acked += 1
-                stats.acked_by_window[(topic, window_start(audit_ms, window_minutes))] += 1
-            else:
-                stats.failed += 1
-
-        return callback
-
     i = 0
     while (count is None or i < count) and (duration_s is None or time.monotonic() - began < duration_s):
         if rate:
@@ -108,7 +111,13 @@ def generate(
         audit_ms = now_ms - rng.randrange(spread_ms) if spread_ms else time.time_ns() // 1_000_000
         key = b"key-%d" % rng.randrange(keys) if keys else None
         value = None if tombstone_every and i % tombstone_every == tombstone_every - 1 else payload
-        producer.produce(topic, value=value, key=key, timestamp=audit_ms, on_delivery=delivered(topic, audit_ms))
+        producer.produce(
+            topic,
+            value=value,
+            key=key,
+            timestamp=audit_ms,
+            on_delivery=delivered(stats, topic, audit_ms, window_minutes),
+        )
         stats.sent += 1
         stats.bytes += len(value or b"") + (len(key) if key else 0)
         i += 1

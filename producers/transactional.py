@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Producer
 
-from audit.io.clients import abort_written
+from audit.io.transactions import abort_written
 
 log = logging.getLogger(__name__)
 

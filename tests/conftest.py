@@ -23,7 +23,7 @@ from audit.local.processes import PORT_SLOT_ENV
 SESSION_CLUSTERS = ("dc1", "aggregate")
 
 # Property tests judge results, not speed: beside the suite's other workers on two cores one example can take
-# longer than Hypothesis' default deadline of 200 ms (254 ms in a `make test`, 1.4 ms when run again), which
+# longer than Hypothesis' default deadline of 200 ms, though it takes a millisecond or two alone, which
 # fails the test though nothing is wrong.
 hypothesis_settings.register_profile("suite", deadline=None)
 hypothesis_settings.load_profile("suite")
@@ -66,7 +66,7 @@ def in_schedule_order(items: list) -> list:
     """The order parallel workers take tests in: slow tests first, so the workers end together. Then whole
     modules, alternating between those that run Spark (CPU-bound) and those that mostly wait on brokers,
     processes and timeouts, so the waiting overlaps the computing: in collection order, the waiting
-    modules came one after the other and left the cores half idle for minutes. Tests that need neither
+    modules come one after the other and leave the cores half idle for minutes. Tests that need neither
     come last and fill the tail."""
     slow = [item for item in items if item.get_closest_marker("slow")]
     modules: dict[str, list] = {}
@@ -85,8 +85,8 @@ def in_schedule_order(items: list) -> list:
 
 def _shared_runs_last(items: list) -> list:
     """A module marked `shared_run` computes one thing for all its tests, whichever workers run them: its first
-    test stays in place and the others go last. Dealt one after another, they had a second worker wait a
-    minute on the first one's lock (the notebook's run: 59 s of setup twice in the CI's durations)."""
+    test stays in place and the others go last. Dealt one after another, they would have a second
+    worker wait on the first one's lock as long as the shared run takes (the notebook's: about a minute)."""
     seen: set[str] = set()
     first, later = [], []
     for item in items:
@@ -124,8 +124,8 @@ def local_clusters(state_dir):
     """Two real single-node KRaft clusters, `dc1` and `aggregate`, on free loopback ports.
 
     One pair serves all the run's workers, as every topic and group a test makes is its own: the first worker
-    to need it starts it, the others find it running (each worker's pair cost four more brokers' start and
-    their idle CPU over the run, 2026-12-02). No test stops or restarts it. A worker may end while another
+    to need it starts it, the others find it running (a pair per worker would cost four more brokers' start
+    and their idle CPU over the run). No test stops or restarts it. A worker may end while another
     still uses it, so the run's controller stops it (`pytest_sessionfinish`); without workers, this fixture."""
     clusters = LocalClusters(SESSION_CLUSTERS, state_dir=state_dir, cache_dir=cache_dir())
     try:

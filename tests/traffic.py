@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from confluent_kafka import Producer
 
 from audit.contract.windows import window_start
-from audit.io.clients import abort_written
+from audit.io.transactions import abort_written
 
 WINDOW_MINUTES = 10
 BASE_MS = 1_763_800_000_000 // (WINDOW_MINUTES * 60_000) * (WINDOW_MINUTES * 60_000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ from audit.contract.errors import ConfigError
 from audit.hops.runloop import stop_on_signals
 
 if TYPE_CHECKING:
+    from audit.alerts.run import AlertReport
     from audit.settings import Settings
 
 
@@ -50,24 +52,25 @@ def _parse_now(text: str | None) -> datetime | None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from audit.books.alerts import run_alerts
+    from audit.alerts.run import AlertJob, run_alerts
     from audit.io.lake import lake_of
     from audit.io.lease import LakeLease
 
     now = _parse_now(args.now)
     lake = lake_of(settings).require_books()
+    job = AlertJob.of(settings, lake)
     stop = threading.Event()
     stop_on_signals(stop.set)
     # The books' lease: alerts are sent by one process at a time, so none is emailed twice (a continuous
     # reconcile sends them itself and holds it).
     with LakeLease(lake, "books", purpose="alert --every-s" if args.every_s else "alert") as lease:
-        return _alert_rounds(args, settings, now, stop, lease, run_alerts)
+        return _alert_rounds(args, stop, lease, lambda: run_alerts(job, now=now))
 
 
-def _alert_rounds(args, settings: Settings, now, stop: threading.Event, lease, run_alerts) -> int:
+def _alert_rounds(args, stop: threading.Event, lease, alert_round: Callable[[], AlertReport]) -> int:
     while True:
         lease.check()
-        report = run_alerts(settings, now=now)
+        report = alert_round()
         print(report.summary(), flush=True)
         for error in report.errors:
             print(f"  error: {error}", flush=True)

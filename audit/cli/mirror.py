@@ -62,6 +62,15 @@ def add_command(commands) -> None:
         "distinct between instances of one --from/--to pair (default 0)",
     )
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (default: off)")
+    _add_fault_arguments(parser)
+    stop = parser.add_mutually_exclusive_group()
+    stop.add_argument("--until-caught-up", action="store_true", help="exit once everything is copied and committed")
+    stop.add_argument("--max-seconds", type=float, help="exit after this many seconds")
+    parser.set_defaults(handler=run)
+
+
+def _add_fault_arguments(parser: argparse.ArgumentParser) -> None:
+    """The drop and pause hooks: messages lost or a stall on purpose, for tests and demos."""
     fault = parser.add_argument_group("fault injection (tests and demos only; never in production)")
     fault.add_argument("--drop-topics", help="regex of source topics to drop messages from")
     fault.add_argument("--drop-count", type=int, help="drop exactly this many messages (in each --drop-window)")
@@ -82,10 +91,6 @@ def add_command(commands) -> None:
         default=120.0,
         help="how long the pause lasts (default 120); SIGUSR1 to the process ends it sooner",
     )
-    stop = parser.add_mutually_exclusive_group()
-    stop.add_argument("--until-caught-up", action="store_true", help="exit once everything is copied and committed")
-    stop.add_argument("--max-seconds", type=float, help="exit after this many seconds")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

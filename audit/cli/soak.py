@@ -11,15 +11,15 @@ from audit.settings import Settings
 def add_command(commands) -> None:
     parser = commands.add_parser(
         "soak",
-        help="run the pipeline under load with random faults (kill -9, broker crash), then check every invariant",
+        help="run the pipeline under load with random faults (kill -9, broker crash), then check invariants 1-8",
         description="A bounded fault-injection soak on its own local clusters dc1, dc2 -> aggregate (state under "
         "--state-dir, default <state_dir>/soak; the demo's clusters are never touched). Backfills an hour of audited "
         "traffic with an exact loss of --drop-count messages in one window, then keeps live traffic going for "
         "--minutes while it injects, one at a time and seeded: kill -9 of a counter, a replicator or the lake job "
         "(restarted), a broker killed and restarted, the reconciliation killed mid-run (rerun). Then it lets every "
-        "service catch up, runs a final reconciliation, checks each invariant of DESIGN.md against the ground truth "
-        "(what the producers got acknowledged, what each topic and the lake really hold) and prints a report. "
-        "Exit code 0: every invariant held; 1: one failed.",
+        "service catch up, runs a final reconciliation, checks invariants 1-8 of docs/reliability.md against the "
+        "ground truth (what the producers got acknowledged, what each topic and the lake really hold) and prints a "
+        "report. Exit code 0: every one held; 1: one failed.",
     )
     parser.add_argument("--minutes", type=float, default=10.0, help="minutes of live load with faults (default 10)")
     parser.add_argument(

@@ -103,7 +103,7 @@ def run_lake(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_reconcile(args: argparse.Namespace, settings: Settings) -> int:
-    from audit.books.record_check import import_expectations_early
+    from audit.books.check.python_checker import import_expectations_early
     from audit.io.lake import lake_of
     from audit.io.lease import LakeLease
 
@@ -114,7 +114,7 @@ def run_reconcile(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _reconcile_runs(args: argparse.Namespace, settings: Settings, spark, lease) -> int:
-    from audit.books.reconcile import RunMemory, reconcile
+    from audit.books.run import RunMemory, reconcile
     from audit.contract.errors import LakeError
     from audit.io.maintenance import MaintenanceSchedule
 
@@ -159,9 +159,9 @@ def _reconcile_runs(args: argparse.Namespace, settings: Settings, spark, lease) 
 
 
 def _alerts(settings: Settings) -> None:
-    from audit.books.alerts import run_alerts
+    from audit.alerts.run import AlertJob, run_alerts
 
     try:
-        print(run_alerts(settings).summary(), flush=True)
+        print(run_alerts(AlertJob.of(settings)).summary(), flush=True)
     except Exception as exc:  # an alert failure must not stop the books from being balanced
         log.error("alerts failed", extra={"error": str(exc)})

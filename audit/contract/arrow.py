@@ -1,5 +1,5 @@
 """pyarrow schemas of the declared tables (audit/contract/tables.py), for readers and writers without a
-JVM: deltalake, the UI, the alerts and test fixtures. Re-exported by audit/contract/tables.py."""
+JVM: deltalake, the UI, the alerts and test fixtures."""
 
 from __future__ import annotations
 

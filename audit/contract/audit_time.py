@@ -1,18 +1,48 @@
 """The audit time of a message: the one clock every tier buckets by.
 
-It is the producer's timestamp: the Kafka CreateTime, which replication preserves; on topics that
-use LogAppendTime the broker overwrites that, so the audited producer also writes it into the
-`kaudit-time` header, which wins there. A message with neither is counted in the window of the time
-it carries (or the counting time) and flagged `no_timestamp`. A CreateTime past 9999-12-31 (a topic
-whose `message.timestamp.after.max.ms` lets any time in) is no usable time either: no audit record
-could name its window.
+It is the producer's timestamp. For a message as a consumer reads it (`audit_time`):
+1. its CreateTime, which replication preserves, when that is a usable time;
+2. else the last `kaudit-time` header, when that holds a usable time (`parse_audit_time_header`): on
+   topics that use LogAppendTime the broker overwrites the CreateTime, so the audited producer (and
+   the replicator, for a LogAppendTime message without one) writes the time there;
+3. else no usable time, flagged `no_timestamp`: the message is counted at the time it carries when
+   that is usable (the broker's, on a LogAppendTime topic whose producer does not audit: the same at
+   every reader of the cluster, however late it reads), else at the counting time.
+A usable time is after the epoch and not past 9999-12-31: a CreateTime beyond (a topic whose
+`message.timestamp.after.max.ms` lets any time in) is in no window an audit record could name.
+
+The audited producer gives a message the time it is sent with (`send_audit_time`).
+
+The counter's C loop, the audited producer's C produce path and the lake's Spark columns state this
+rule again; the table of cases in tests/contract_cases.py holds each of them to these functions.
 """
 
 from __future__ import annotations
 
 from confluent_kafka import TIMESTAMP_CREATE_TIME
 
-from audit.contract.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS, parse_audit_time_header
+from audit.contract.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS
+
+# The longest `kaudit-time` value `parse_audit_time_header` reads (leading zeros allowed): the lake's
+# Spark form of the rule needs the number.
+AUDIT_TIME_HEADER_MAX_DIGITS = 20
+
+
+def is_usable(time_ms: int) -> bool:
+    """Whether `time_ms` can be an audit time: after the epoch, not past 9999-12-31."""
+    return 0 < time_ms <= MAX_AUDIT_TIME_MS
+
+
+def parse_audit_time_header(value: bytes | None) -> int | None:
+    """The audit time carried in the `kaudit-time` header, or None if missing or unusable.
+
+    Only bytes of ASCII digits count: a str (Unicode digits such as '١٢٣' pass str.isdigit), a sign,
+    spaces or an exponent make the header unusable.
+    """
+    if not isinstance(value, bytes) or not value or len(value) > AUDIT_TIME_HEADER_MAX_DIGITS or not value.isdigit():
+        return None
+    ms = int(value)
+    return ms if is_usable(ms) else None
 
 
 def header_value(headers, name: str) -> bytes | None:
@@ -29,10 +59,17 @@ def header_value(headers, name: str) -> bytes | None:
 def audit_time(timestamp: tuple[int, int], headers, now_ms: int) -> tuple[int, bool]:
     """(audit time in ms, usable) for a consumed message's `timestamp()` and `headers()`."""
     kind, value = timestamp
-    in_range = 0 < value <= MAX_AUDIT_TIME_MS
-    if kind == TIMESTAMP_CREATE_TIME and in_range:
+    if kind == TIMESTAMP_CREATE_TIME and is_usable(value):
         return value, True
     from_header = parse_audit_time_header(header_value(headers, AUDIT_TIME_HEADER))
     if from_header is not None:
         return from_header, True
-    return (value if in_range else now_ms), False
+    return (value if is_usable(value) else now_ms), False
+
+
+def send_audit_time(timestamp_ms: int, now_ms: int) -> int:
+    """The audit time of a message the audited producer is asked to send with `timestamp_ms`: that time,
+    or the sending time when it is 0 (confluent-kafka's "now") or not usable. The producer sends the
+    message with `timestamp_ms` (the audit time when 0) and writes the audit time into the header wherever
+    the message's timestamp does not carry it."""
+    return timestamp_ms if is_usable(timestamp_ms) else now_ms

@@ -1,8 +1,8 @@
 """Complete-through watermarks: up to when every window of a topic is final and complete at a tier.
 
 Pure (pandas, no Spark): `watermark_of` is the one definition of the rule. The reconciliation computes
-it with Spark aggregates (`watermarks` in audit/books/complete_through.py), which
-tests/audit/books/test_complete_through_spark.py holds to `watermark_of`'s answers on the same windows:
+it with Spark aggregates (`watermarks` in audit/books/judge/complete_through.py), which
+tests/audit/books/judge/test_complete_through_spark.py holds to `watermark_of`'s answers on the same windows:
 - a window is closed when it is final and its status is complete;
 - `complete_through` is the end of the last window before the first window that is not closed (the
   end of the last window when every one is closed; None when the first one is not);

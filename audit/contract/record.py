@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from audit.contract.errors import RecordError
+from audit.contract.json_fields import InvalidField, field_value, short_repr, time_field, unique_keys
 from audit.contract.names import CONTROL_CHARACTERS, NAME_PATTERN, is_topic_name
 from audit.contract.retention import RetentionGap
 from audit.contract.windows import DEFAULT_WINDOW_MINUTES, is_aligned, to_datetime, to_ms, validate_window_minutes
@@ -190,168 +191,107 @@ def encode(record: AuditRecord) -> bytes:
     return json.dumps(to_json(record), sort_keys=True, separators=(",", ":")).encode()
 
 
-class _Invalid(Exception):
-    """A reason to refuse a record, raised while reading fields and turned into `parse`'s answer."""
-
-
-def _get(
-    data: Mapping[str, Any], key: str, kinds: type | tuple[type, ...], *, required: bool = True, default: Any = None
-) -> Any:
-    if key not in data or data[key] is None:
-        if required:
-            raise _Invalid(f"{key}: missing")
-        return default
-    value = data[key]
-    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
-        raise _Invalid(f"{key}: {value!r} is a boolean, not {_type_name(kinds)}")
-    if not isinstance(value, kinds):
-        raise _Invalid(f"{key}: {_short(value)} is not {_type_name(kinds)}")
-    return value
-
-
-def _type_name(kinds: type | tuple[type, ...]) -> str:
-    names = {int: "an integer", str: "a string", dict: "an object", list: "a list", float: "a number"}
-    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
-    return " or ".join(names.get(kind, kind.__name__) for kind in kinds)
-
-
-def _short(value: Any) -> str:
-    try:
-        text = repr(value)
-    except RecursionError:
-        return f"a {type(value).__name__} nested too deeply"
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _time(data: Mapping[str, Any], key: str, *, required: bool = True) -> int | None:
-    text = _get(data, key, str, required=required)
-    if text is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise _Invalid(f"{key}: {_short(text)} is not an ISO-8601 time") from None
-    offset = moment.utcoffset()
-    if offset is None or offset.total_seconds() != 0:
-        raise _Invalid(f"{key}: {_short(text)} is not UTC (end it with Z)")
-    return to_ms(moment)
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's pairs as a dict; a key given twice is refused (which one would count?)."""
-    data = dict(pairs)
-    if len(data) != len(pairs):
-        seen: set[str] = set()
-        for key, _value in pairs:
-            if key in seen:
-                name = _short(key)[1:-1]
-                if name and ":" not in name:
-                    raise _Invalid(f"{name}: the key appears twice in one object")
-                # A key that is empty or holds a colon cannot lead the reason (found by hypothesis: ":").
-                raise _Invalid(f"duplicate key: {_short(key)} appears twice in one object")
-            seen.add(key)
-    return data
-
-
 def _from_json(data: Any) -> AuditRecord:
     if not isinstance(data, dict):
-        raise _Invalid(f"record: a JSON {type(data).__name__} is not an object")
-    version = _get(data, "schema_version", int)
+        raise InvalidField(f"record: a JSON {type(data).__name__} is not an object")
+    version = field_value(data, "schema_version", int)
     if version < 1:
-        raise _Invalid(f"schema_version: {version} is not a known version")
-    kind_text = _get(data, "kind", str)
+        raise InvalidField(f"schema_version: {version} is not a known version")
+    kind_text = field_value(data, "kind", str)
     if kind_text not in {k.value for k in Kind}:
-        raise _Invalid(f"kind: {_short(kind_text)} is not one of count, status")
+        raise InvalidField(f"kind: {short_repr(kind_text)} is not one of count, status")
     kind = Kind(kind_text)
     fields: dict[str, Any] = {
         "schema_version": version,
-        "record_id": _get(data, "record_id", str),
+        "record_id": field_value(data, "record_id", str),
         "kind": kind,
-        "tier": _get(data, "tier", str),
-        "cluster": _get(data, "cluster", str),
-        "service": _get(data, "service", str, required=False, default=""),
-        "host": _get(data, "host", str, required=False, default=""),
-        "instance_id": _get(data, "instance_id", str, required=False, default=""),
-        "topic": _get(data, "topic", str),
-        "window_start_ms": _time(data, "window_start", required=kind == Kind.COUNT),
-        "window_minutes": _get(data, "window_minutes", int, required=False, default=DEFAULT_WINDOW_MINUTES),
-        "emitted_at_ms": _time(data, "emitted_at"),
+        "tier": field_value(data, "tier", str),
+        "cluster": field_value(data, "cluster", str),
+        "service": field_value(data, "service", str, required=False, default=""),
+        "host": field_value(data, "host", str, required=False, default=""),
+        "instance_id": field_value(data, "instance_id", str, required=False, default=""),
+        "topic": field_value(data, "topic", str),
+        "window_start_ms": time_field(data, "window_start", required=kind == Kind.COUNT),
+        "window_minutes": field_value(data, "window_minutes", int, required=False, default=DEFAULT_WINDOW_MINUTES),
+        "emitted_at_ms": time_field(data, "emitted_at"),
     }
     if kind == Kind.COUNT:
-        fields["count"] = _get(data, "count", int)
+        fields["count"] = field_value(data, "count", int)
         for name in COUNT_FIELDS[1:]:
-            fields[name] = _get(data, name, int, required=False, default=0)
+            fields[name] = field_value(data, name, int, required=False, default=0)
         fields["by_partition"] = _by_partition(data)
         fields["latency_ms"] = _latency_from_json(data)
     else:
         fields["partitions"] = tuple(
-            _partition_status(item, index) for index, item in enumerate(_get(data, "partitions", list))
+            _partition_status(item, index) for index, item in enumerate(field_value(data, "partitions", list))
         )
-        fields["watermark_ms"] = _time(data, "watermark", required=False)
-        fields["stalled"] = _get(data, "stalled", bool, required=False, default=False)
+        fields["watermark_ms"] = time_field(data, "watermark", required=False)
+        fields["stalled"] = field_value(data, "stalled", bool, required=False, default=False)
         fields["retention_gaps"] = tuple(
             _retention_gap(item, index)
-            for index, item in enumerate(_get(data, "retention_gaps", list, required=False, default=[]))
+            for index, item in enumerate(field_value(data, "retention_gaps", list, required=False, default=[]))
         )
     return AuditRecord(**fields)
 
 
 def _by_partition(data: Mapping[str, Any]) -> dict[int, int] | None:
-    raw = _get(data, "by_partition", dict, required=False)
+    raw = field_value(data, "by_partition", dict, required=False)
     if raw is None:
         return None
     result = {}
     for key in raw:
         if not (isinstance(key, str) and key.isdigit() and key.isascii()):
-            raise _Invalid(f"by_partition: key {_short(key)} is not a partition number")
+            raise InvalidField(f"by_partition: key {short_repr(key)} is not a partition number")
         if len(key) > len(str(MAX_PARTITION)) or int(key) > MAX_PARTITION:
-            raise _Invalid(f"by_partition: key {_short(key)} is over the largest partition number {MAX_PARTITION}")
-        result[int(key)] = _get(raw, key, int)
+            raise InvalidField(
+                f"by_partition: key {short_repr(key)} is over the largest partition number {MAX_PARTITION}"
+            )
+        result[int(key)] = field_value(raw, key, int)
     return result
 
 
 def _latency_from_json(data: Mapping[str, Any]) -> Latency | None:
-    raw = _get(data, "latency_ms", dict, required=False)
+    raw = field_value(data, "latency_ms", dict, required=False)
     if raw is None:
         return None
     values = {}
     for key in ("p50", "p95", "p99", "max"):
-        value = _get(raw, key, (int, float))
+        value = field_value(raw, key, (int, float))
         try:
             values[key] = float(value)
         except OverflowError:
-            raise _Invalid(f"latency_ms.{key}: {_short(value)} is too large") from None
+            raise InvalidField(f"latency_ms.{key}: {short_repr(value)} is too large") from None
     return Latency(**values)
 
 
 def _partition_status(item: Any, index: int) -> PartitionStatus:
     if not isinstance(item, dict):
-        raise _Invalid(f"partitions[{index}]: {_short(item)} is not an object")
+        raise InvalidField(f"partitions[{index}]: {short_repr(item)} is not an object")
     try:
         return PartitionStatus(
-            partition=_get(item, "partition", int),
-            position=_get(item, "position", int),
-            end_offset=_get(item, "end_offset", int),
-            lag=_get(item, "lag", int),
-            last_audit_time_ms=_time(item, "last_audit_time", required=False),
+            partition=field_value(item, "partition", int),
+            position=field_value(item, "position", int),
+            end_offset=field_value(item, "end_offset", int),
+            lag=field_value(item, "lag", int),
+            last_audit_time_ms=time_field(item, "last_audit_time", required=False),
         )
-    except _Invalid as exc:
-        raise _Invalid(f"partitions[{index}].{exc}") from None
+    except InvalidField as exc:
+        raise InvalidField(f"partitions[{index}].{exc}") from None
 
 
 def _retention_gap(item: Any, index: int) -> RetentionGap:
     if not isinstance(item, dict):
-        raise _Invalid(f"retention_gaps[{index}]: {_short(item)} is not an object")
+        raise InvalidField(f"retention_gaps[{index}]: {short_repr(item)} is not an object")
     try:
         return RetentionGap(
-            partition=_get(item, "partition", int),
-            from_offset=_get(item, "from_offset", int),
-            to_offset=_get(item, "to_offset", int),
-            after_time_ms=_time(item, "after_time", required=False),
-            before_time_ms=_time(item, "before_time", required=False),
+            partition=field_value(item, "partition", int),
+            from_offset=field_value(item, "from_offset", int),
+            to_offset=field_value(item, "to_offset", int),
+            after_time_ms=time_field(item, "after_time", required=False),
+            before_time_ms=time_field(item, "before_time", required=False),
         )
-    except _Invalid as exc:
-        raise _Invalid(f"retention_gaps[{index}].{exc}") from None
+    except InvalidField as exc:
+        raise InvalidField(f"retention_gaps[{index}].{exc}") from None
 
 
 # -- validation ---------------------------------------------------------------------------------
@@ -371,13 +311,13 @@ def _check_identity(record: AuditRecord) -> str | None:
     if not record.record_id or len(record.record_id) > MAX_RECORD_ID_CHARS:
         return f"record_id: must have 1 to {MAX_RECORD_ID_CHARS} characters"
     if CONTROL_CHARACTERS.search(record.record_id):
-        return f"record_id: {_short(record.record_id)} contains a control character"
+        return f"record_id: {short_repr(record.record_id)} contains a control character"
     for name in ("tier", "cluster"):
         value = getattr(record, name)
         if not NAME_PATTERN.match(value):
-            return f"{name}: {_short(value)} is not a name (letters, digits, '.', '_', '-'; at most 64)"
+            return f"{name}: {short_repr(value)} is not a name (letters, digits, '.', '_', '-'; at most 64)"
     if not is_topic_name(record.topic):
-        return f"topic: {_short(record.topic)} is not a legal Kafka topic name"
+        return f"topic: {short_repr(record.topic)} is not a legal Kafka topic name"
     if not 0 <= record.emitted_at_ms <= MAX_AUDIT_TIME_MS:
         return f"emitted_at: {record.emitted_at_ms} ms is out of range"
     return None
@@ -479,13 +419,13 @@ def parse(data: bytes | str | None) -> tuple[AuditRecord | None, str | None]:
             except UnicodeDecodeError as exc:
                 return None, f"record: not UTF-8 ({exc.reason} at byte {exc.start})"
         try:
-            raw = json.loads(data, object_pairs_hook=_unique_keys)
+            raw = json.loads(data, object_pairs_hook=unique_keys)
         except (ValueError, RecursionError) as exc:
             return None, f"record: not JSON ({str(exc)[:80]})"
         record = _from_json(raw)
         reason = validate(record)
         return (None, reason) if reason else (record, None)
-    except _Invalid as exc:
+    except InvalidField as exc:
         return None, str(exc)
     except Exception as exc:  # the contract: a bad record is a reason, never a crash
         return None, f"record: unreadable ({type(exc).__name__}: {str(exc)[:80]})"
@@ -497,15 +437,3 @@ def decode(data: bytes | str) -> AuditRecord:
     if record is None:
         raise RecordError(reason)
     return record
-
-
-def parse_audit_time_header(value: bytes | None) -> int | None:
-    """The audit time carried in the `kaudit-time` header, or None if missing or unusable.
-
-    Only bytes of ASCII digits count: a str (Unicode digits such as '١٢٣' pass str.isdigit), a sign,
-    spaces or an exponent make the header unusable.
-    """
-    if not isinstance(value, bytes) or not value or len(value) > 20 or not value.isdigit():
-        return None
-    ms = int(value)
-    return ms if 0 < ms <= MAX_AUDIT_TIME_MS else None

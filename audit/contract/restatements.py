@@ -1,7 +1,7 @@
 """Restatements: a window whose verdict was final and changed afterwards (late counts, a replay, a recount).
 
 Pure (pandas, no Spark): the one statement of the rule. The reconciliation finds restatements with Spark
-columns (`restated_rows` in audit/books/restatements.py), which tests/audit/books/test_restatements_spark.py
+columns (`restated_rows` in audit/books/judge/restatements.py), which tests/audit/books/judge/test_restatements_spark.py
 holds to `restatements`' answers and ids on the same rows. A row is a restatement
 when the window was final before and its expected count, observed count or status is not the same
 after. Its id is derived from the window, the tier and both verdicts, including when the one before

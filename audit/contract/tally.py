@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from ddsketch import DDSketch
 from ddsketch.mapping import LogarithmicMapping
 
-from audit.contract.windows import MS_PER_MINUTE
+from audit.contract.windows import MS_PER_MINUTE, window_start_ms
 
 SKETCH_RELATIVE_ACCURACY = 0.01
 _LARGEST_LATENCY_MS = 2**53  # far beyond any latency (now - audit time): 285,000 years
@@ -100,8 +100,7 @@ class Tally:
         self._lock = threading.Lock()
 
     def _window(self, topic: str, audit_time_ms: int) -> WindowTally:
-        # window_start inlined: this runs once per message. Times before the epoch go to window 0.
-        key = (topic, audit_time_ms - audit_time_ms % self._window_ms if audit_time_ms > 0 else 0)
+        key = (topic, window_start_ms(audit_time_ms, self._window_ms))
         tally = self._windows.get(key)
         if tally is None:
             tally = self._windows[key] = WindowTally()
@@ -117,9 +116,8 @@ class Tally:
         latency_ms: float | None = None,
         usable_time: bool = True,
     ) -> None:
-        """Count one message delivered (producer) or seen (cluster, lake). Runs once per message,
-        so the window lookup is inlined."""
-        key = (topic, audit_time_ms - audit_time_ms % self._window_ms if audit_time_ms > 0 else 0)
+        """Count one message delivered (producer) or seen (cluster, lake)."""
+        key = (topic, window_start_ms(audit_time_ms, self._window_ms))
         with self._lock:
             tally = self._windows.get(key)
             if tally is None:

@@ -1,7 +1,7 @@
 """The tiers on each topic's path: their order, the topic's reference tier and each tier's effective watermark.
 
 Pure (no Spark): the tiers that counted a topic and the watermarks its tiers reported are a few rows per
-topic, held by the driver, so the rule is computed there (a Spark query took 1-2 s of every run).
+topic, held by the driver, so the rule is computed there (a Spark query would cost 1-2 s of every run).
 - A topic's path holds every tier that counted it or reported on it, but the producer: its counts are final
   once flushed. The path runs in the configured `tiers` order, unconfigured tiers last by name.
 - The reference tier is `reference_tier` when that tier is on the path (or counted), else the origin cluster.

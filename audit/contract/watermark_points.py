@@ -3,7 +3,7 @@ the watermark it had when that tier reported, not by its newest.
 
 Why: a tier's "lag 0 at t" covers what the tier before it held at t. If the tier before was behind at t (a
 replicator stalled) and caught up since, its newest watermark says nothing about what the tier after it had
-seen at t: combining the two made old windows final, and short, at the lake (a false loss, 2026-11-28).
+seen at t: combining the two would make old windows final, and short, at the lake (a false loss).
 
 - A point is where a tier stood after one of its status records was applied: the tier's watermark from the
   newest status of each of its reporter partitions, all emitted at or before `status_at_ms`, the oldest of them
@@ -33,7 +33,7 @@ from audit.contract.windows import to_ms
 
 # A reporter partition: the key of `_partition_status` (audit/contract/tables.py).
 REPORTER_KEY = ("tier", "cluster", "seen_topic", "service", "partition")
-# Points kept per tier and topic: with two reporters every 10 s, 80 s; cheap to read (tier_tables.stored_points).
+# Points kept per tier and topic: with two reporters every 10 s, 80 s; cheap to read (count/tier_status.stored_points).
 KEPT_POINTS = 16
 POINT_DDL = "STRUCT<status_at_ms: BIGINT, reported_from_ms: BIGINT, watermark_ms: BIGINT>"
 

@@ -26,12 +26,18 @@ def validate_window_minutes(minutes: object) -> str | None:
     return None
 
 
+def window_start_ms(ts_ms: int, window_ms: int) -> int:
+    """Start of the `window_ms`-long window holding `ts_ms`: the last multiple of `window_ms` at or before it.
+
+    The one statement of window alignment: floor division, so a time before the epoch is in a window that
+    starts before it. The C loops and the lake's Spark column state it again; tests/contract_cases.py holds
+    every one of them to this function."""
+    return ts_ms - ts_ms % window_ms
+
+
 def window_start(ts_ms: int, window_minutes: int = DEFAULT_WINDOW_MINUTES) -> int:
     """Start (epoch ms, UTC) of the window holding `ts_ms`."""
-    if ts_ms < 0:
-        raise ValueError(f"timestamp {ts_ms} ms is before the epoch")
-    size = window_minutes * MS_PER_MINUTE
-    return ts_ms - ts_ms % size
+    return window_start_ms(ts_ms, window_minutes * MS_PER_MINUTE)
 
 
 def window_end(start_ms: int, window_minutes: int = DEFAULT_WINDOW_MINUTES) -> int:

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "audit_window.h"
 #include "latency_floors.h"
 
 typedef struct {
@@ -132,6 +133,91 @@ error:
     return NULL;
 }
 
+/* A batch's groups and their index. */
+typedef struct {
+    Group *groups;
+    Py_ssize_t n_groups, capacity;
+    Index index;
+    Group *last; /* the group of the previous message: most batches hold runs of one partition and window */
+} Groups;
+
+static int groups_init(Groups *batch) {
+    batch->n_groups = 0, batch->capacity = 16, batch->last = NULL;
+    batch->index = (Index){NULL, 0};
+    batch->groups = calloc((size_t)batch->capacity, sizeof(Group));
+    if (batch->groups == NULL || index_rebuild(&batch->index, batch->groups, 0, 64) < 0) {
+        free(batch->groups);
+        return -1;
+    }
+    return 0;
+}
+
+static void groups_free(Groups *batch) {
+    free(batch->index.slots);
+    free_groups(batch->groups, batch->n_groups);
+}
+
+/* Whether the loop counts `item` itself: a Message without error, with a usable CreateTime, a str topic,
+ * and bytes or nothing (NULL or None) as key and value. */
+static int counted_here(PyObject *item, int create_time, int64_t max_time_ms) {
+    if (Py_TYPE(item) != message_type) return 0;
+    CkMessage *message = (CkMessage *)item;
+    if (message->error != NULL && message->error != Py_None) return 0;
+    if (message->tstype != create_time || !is_usable_time(message->timestamp, max_time_ms)) return 0;
+    if (message->topic == NULL || !PyUnicode_CheckExact(message->topic)) return 0;
+    return (message->key == NULL || message->key == Py_None || PyBytes_CheckExact(message->key)) &&
+           (message->value == NULL || message->value == Py_None || PyBytes_CheckExact(message->value));
+}
+
+/* The group of (topic, partition, start), added when new; NULL when out of memory. */
+static Group *group_of(Groups *batch, PyObject *topic, int32_t partition, int64_t start) {
+    Group *group = batch->last;
+    if (group != NULL && group->start == start && group->partition == partition && same_topic(group->topic, topic))
+        return group;
+    size_t slot = slot_of(&batch->index, partition, start);
+    for (; batch->index.slots[slot]; slot = (slot + 1) & batch->index.mask) {
+        group = &batch->groups[batch->index.slots[slot] - 1];
+        if (group->start == start && group->partition == partition && same_topic(group->topic, topic))
+            return batch->last = group;
+    }
+    if (batch->n_groups == batch->capacity) {
+        Group *grown = realloc(batch->groups, sizeof(Group) * (size_t)batch->capacity * 2);
+        if (grown == NULL) return NULL;
+        memset(grown + batch->capacity, 0, sizeof(Group) * (size_t)batch->capacity);
+        batch->groups = grown;
+        batch->capacity *= 2;
+    }
+    group = &batch->groups[batch->n_groups];
+    group->histogram = calloc((size_t)n_floors, sizeof(uint32_t));
+    if (group->histogram == NULL) return NULL;
+    batch->n_groups++;
+    group->topic = topic, group->partition = partition, group->start = start;
+    group->low = n_floors, group->high = -1;
+    batch->index.slots[slot] = batch->n_groups;
+    if ((size_t)batch->n_groups * 2 > batch->index.mask + 1 &&
+        index_rebuild(&batch->index, batch->groups, batch->n_groups, (batch->index.mask + 1) * 2) < 0)
+        return NULL;
+    return batch->last = &batch->groups[batch->n_groups - 1];
+}
+
+static void count_message(Group *group, const CkMessage *message, int64_t now_ms) {
+    int64_t when = message->timestamp;
+    PyObject *key = message->key == Py_None ? NULL : message->key;
+    PyObject *value = message->value == Py_None ? NULL : message->value;
+    group->count++;
+    group->bytes += (value ? PyBytes_GET_SIZE(value) : 0) + (key ? PyBytes_GET_SIZE(key) : 0);
+    if (now_ms > when) {
+        Py_ssize_t bucket = floor_index(now_ms - when);
+        group->histogram[bucket]++;
+        if (bucket < group->low) group->low = bucket;
+        if (bucket > group->high) group->high = bucket;
+    } else {
+        group->zero_latency++;
+    }
+    group->offset = message->offset;
+    group->when = when;
+}
+
 /* count(messages, now_ms, window_ms, create_time, max_time_ms) -> (groups, slow) */
 static PyObject *count(PyObject *self, PyObject *args) {
     PyObject *messages;
@@ -147,105 +233,34 @@ static PyObject *count(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "window_ms must be positive");
         return NULL;
     }
-    PyObject *slow = PyList_New(0);
+    Groups batch;
+    PyObject *slow = PyList_New(0), *result = NULL;
     if (slow == NULL) return NULL;
-    Py_ssize_t n_groups = 0, capacity = 16;
-    Group *groups = calloc((size_t)capacity, sizeof(Group));
-    if (groups == NULL) {
-        Py_DECREF(slow);
-        return PyErr_NoMemory();
-    }
-    Group *last = NULL;
-    Index index = {NULL, 0};
-    if (index_rebuild(&index, groups, 0, 64) < 0) {
-        free(groups);
+    if (groups_init(&batch) < 0) {
         Py_DECREF(slow);
         return PyErr_NoMemory();
     }
     Py_ssize_t n = PyList_GET_SIZE(messages);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyList_GET_ITEM(messages, i);
+        if (!counted_here(item, create_time, max_time_ms)) {
+            if (PyList_Append(slow, item) < 0) goto done;
+            continue;
+        }
         CkMessage *message = (CkMessage *)item;
-        int64_t when = 0;
-        PyObject *key = NULL, *value = NULL;
-        if (Py_TYPE(item) != message_type) goto slow_path;
-        if (message->error != NULL && message->error != Py_None) goto slow_path;
-        when = message->timestamp;
-        if (message->tstype != create_time || when <= 0 || when > max_time_ms) goto slow_path;
-        if (message->topic == NULL || !PyUnicode_CheckExact(message->topic)) goto slow_path;
-        key = message->key == Py_None ? NULL : message->key;
-        value = message->value == Py_None ? NULL : message->value;
-        if ((key != NULL && !PyBytes_CheckExact(key)) || (value != NULL && !PyBytes_CheckExact(value)))
-            goto slow_path;
-
-        int64_t start = when - when % window_ms;
-        Group *group = last;
-        if (group == NULL || group->start != start || group->partition != message->partition ||
-            !same_topic(group->topic, message->topic)) {
-            group = NULL;
-            size_t slot = slot_of(&index, message->partition, start);
-            for (; index.slots[slot]; slot = (slot + 1) & index.mask) {
-                Group *candidate = &groups[index.slots[slot] - 1];
-                if (candidate->start == start && candidate->partition == message->partition &&
-                    same_topic(candidate->topic, message->topic)) {
-                    group = candidate;
-                    break;
-                }
-            }
-            if (group == NULL) {
-                if (n_groups == capacity) {
-                    Group *grown = realloc(groups, sizeof(Group) * (size_t)capacity * 2);
-                    if (grown == NULL) goto no_memory;
-                    memset(grown + capacity, 0, sizeof(Group) * (size_t)capacity);
-                    groups = grown;
-                    capacity *= 2;
-                }
-                group = &groups[n_groups];
-                group->histogram = calloc((size_t)n_floors, sizeof(uint32_t));
-                if (group->histogram == NULL) goto no_memory;
-                n_groups++;
-                group->topic = message->topic;
-                group->partition = message->partition;
-                group->start = start;
-                group->low = n_floors;
-                group->high = -1;
-                index.slots[slot] = n_groups;
-                if ((size_t)n_groups * 2 > index.mask + 1 &&
-                    index_rebuild(&index, groups, n_groups, (index.mask + 1) * 2) < 0)
-                    goto no_memory;
-            }
-            last = group;
+        Group *group = group_of(&batch, message->topic, message->partition,
+                                window_start_ms(message->timestamp, window_ms));
+        if (group == NULL) {
+            PyErr_NoMemory();
+            goto done;
         }
-        group->count++;
-        group->bytes += (value ? PyBytes_GET_SIZE(value) : 0) + (key ? PyBytes_GET_SIZE(key) : 0);
-        if (now_ms > when) {
-            Py_ssize_t bucket = floor_index(now_ms - when);
-            group->histogram[bucket]++;
-            if (bucket < group->low) group->low = bucket;
-            if (bucket > group->high) group->high = bucket;
-        } else {
-            group->zero_latency++;
-        }
-        group->offset = message->offset;
-        group->when = when;
-        continue;
-    slow_path:
-        if (PyList_Append(slow, item) < 0) goto fail;
+        count_message(group, message, now_ms);
     }
-    {
-        PyObject *result = build_result(groups, n_groups, slow);
-        free(index.slots);
-        free_groups(groups, n_groups);
-        Py_DECREF(slow);
-        return result;
-    }
-no_memory:
-    PyErr_NoMemory();
-fail:
-    free(index.slots);
-    free_groups(groups, n_groups);
+    result = build_result(batch.groups, batch.n_groups, slow);
+done:
+    groups_free(&batch);
     Py_DECREF(slow);
-    return NULL;
+    return result;
 }
 
 /* read(message) -> (topic, partition, offset, (tstype, timestamp), key, value, error): the struct as
@@ -261,6 +276,17 @@ static PyObject *read_message(PyObject *self, PyObject *item) {
                          message->tstype, (long long)message->timestamp, OR_NONE(message->key),
                          OR_NONE(message->value), OR_NONE(message->error));
 #undef OR_NONE
+}
+
+/* window_start(time_ms, window_ms) -> the window rule as this module states it, for the contract's table. */
+static PyObject *window_start(PyObject *self, PyObject *args) {
+    long long time_ms, window_ms;
+    if (!PyArg_ParseTuple(args, "LL", &time_ms, &window_ms)) return NULL;
+    if (window_ms <= 0) {
+        PyErr_SetString(PyExc_ValueError, "window_ms must be positive");
+        return NULL;
+    }
+    return PyLong_FromLongLong(window_start_ms(time_ms, window_ms));
 }
 
 /* configure(message_type, floors): the type whose layout was checked, and the latency bucket floors. */
@@ -282,6 +308,7 @@ static PyMethodDef methods[] = {
     {"count", count, METH_VARARGS, "count(messages, now_ms, window_ms, create_time, max_time_ms) -> (groups, slow)"},
     {"read", read_message, METH_O, "read(message) -> the struct's fields, for the layout check"},
     {"configure", configure, METH_VARARGS, "configure(message_type, floors)"},
+    {"window_start", window_start, METH_VARARGS, "window_start(time_ms, window_ms) -> the window's start"},
     {NULL, NULL, 0, NULL},
 };
 

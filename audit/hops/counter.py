@@ -1,36 +1,31 @@
 """The audit counter of one cluster: reads every message of the selected topics, counts it once.
 
 Exactly once, across crashes: every flush writes the count deltas, a status record per topic and
-the consumer offsets in ONE Kafka transaction. A crash before the commit loses the uncommitted
-deltas and offsets together, so the restarted counter recounts exactly what was not yet counted.
-The transactional id is stable per instance slot (`--instance`), so a restarted slot fences its
-predecessor's open transaction at once instead of waiting for it to time out.
+the consumer offsets in ONE Kafka transaction (`audit.io.transactions`). A crash before the commit
+loses the uncommitted deltas and offsets together, so the restarted counter recounts exactly what
+was not yet counted. The transactional id is stable per instance slot (`--instance`), so a restarted
+slot fences its predecessor's open transaction at once instead of waiting for it to time out.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from audit.contract.errors import KafkaClientError
-from audit.contract.record import Kind, count_record, encode, new_instance_id, record_id, status_record
+from audit.contract.record import AuditRecord, Kind, encode
 from audit.contract.tally import Tally
-from audit.contract.watermarks import topic_statuses, watermark_ms
+from audit.contract.watermarks import topic_statuses
 from audit.hops import fastcount
+from audit.hops.counter_batch import add_groups, message_error
+from audit.hops.counter_records import CounterRecords
 from audit.hops.counter_state import (
     ABORTS,
     FLUSHES,
@@ -40,7 +35,6 @@ from audit.hops.counter_state import (
     RETENTION_SKIPPED,
     SERVICE,
     SESSION_TIMEOUT_MS,
-    TRANSACTION_TIMEOUT_MS,
     CounterOptions,
     CounterStats,
     PartitionProgress,
@@ -48,17 +42,9 @@ from audit.hops.counter_state import (
 from audit.hops.retention import RetentionGaps, Skip, seek_past_deleted, skips_in_batch
 from audit.hops.runloop import run_hop
 from audit.hops.upkeep import check_audit_retention, drop_series
-from audit.io.clients import (
-    FENCED,
-    LATE_ANSWER_S,
-    Admin,
-    bounded,
-    check_credentials,
-    committed_offsets,
-    ensure_topics,
-    group_caught_up,
-    is_stuck,
-)
+from audit.io.clients import Admin, check_credentials, ensure_topics
+from audit.io.offsets import committed_offsets, group_caught_up
+from audit.io.transactions import Transactions, producer_config
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -83,28 +69,28 @@ class ClusterCounter:
         self.config = dict(config)
         self.options = options
         self.select_topic = select_topic
-        self.host = host or socket.gethostname()
-        self.instance_id = new_instance_id(f"{SERVICE}-{options.cluster}")
+        self.records = CounterRecords(options, host=host)
         self.tally = Tally(options.window_minutes)
         self.progress: dict[tuple[str, int], PartitionProgress] = {}
         self.stats = CounterStats()
-        self._sequence = 0
         self._subscribed: list[str] = []
         self._stop = threading.Event()
         self._until_caught_up = False  # set by run(): a batch that reads nothing flushes at once
         self._consumer_config: dict[str, Any] = {}  # set by open(); asked again when committed offsets are held
         self._consumer: Consumer | None = None
-        self._producer: Producer | None = None
         self._admin: Admin | None = None
-        self._producer_broken = False  # a fatal error: renewed before the next transaction
-        self._initializing = False  # the renewed producer's init has not finished: retried on the same one
-        # Producers dropped in the middle of a call (stuck, or an init not finished): a late answer of
-        # theirs may still fence the current producer, once each; see `_abort`.
-        self._left_behind = 0
+        self.transactions = Transactions(
+            lambda: self._new_producer(),
+            transactional_id=options.transactional_id,
+            call_timeout_s=options.transaction_call_timeout_s,
+            owner=f"counter {options.cluster}",
+            log_fields={"cluster": options.cluster},
+        )
         self._failing_since: float | None = None  # the first abort or postponed flush since the last commit (monotonic)
         self.native = True  # count with the native loop when it is built (tests turn it off to compare)
         self.retention = RetentionGaps(
             lambda topic, partition, n: RETENTION_SKIPPED.labels(options.cluster, topic, str(partition)).inc(n),
+            keep_ms=options.audit_retention_ms,
             cluster=options.cluster,
         )
         # Partitions of the last batch whose offsets moved by more than the messages counted:
@@ -118,15 +104,12 @@ class ClusterCounter:
         return _opened(self._consumer)
 
     @property
-    def producer(self) -> Producer:
-        return _opened(self._producer)
-
-    @property
     def admin(self) -> Admin:
         return _opened(self._admin)
 
     def open(self) -> None:
-        check_credentials(self.config, self.options.cluster, timeout_s=self.options.client_timeout_s)
+        timeout_s, address = self.options.client_timeout_s, str(self.config.get("bootstrap.servers"))
+        check_credentials(self.config, self.options.cluster, timeout_s=timeout_s)
         self._consumer_config = {
             **self.config,
             "group.id": self.options.group,
@@ -134,26 +117,23 @@ class ClusterCounter:
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
             "client.id": f"{SERVICE}-{self.options.cluster}-{self.options.instance}",
-            # Dynamic membership on purpose: a static member (group.instance.id) was fenced by its own
-            # rejoin after a broker restart (a fatal error that hung the counter in the soak), and is
-            # handed its predecessor's assignment even when its topic list changed. A dead member's
-            # partitions move after the session timeout; the transactional id still fences zombies.
+            # Dynamic membership on purpose: a static member (group.instance.id) can be fenced by its own
+            # rejoin after a broker restart, a fatal error, and is handed its predecessor's assignment even
+            # when its topic list changed. A dead member's partitions move after the session timeout; the
+            # transactional id still fences zombies.
             "session.timeout.ms": SESSION_TIMEOUT_MS,
         }
         self._consumer = Consumer(self._consumer_config)
         self._admin = Admin(self.config)
-        self._producer = self._new_producer()
+        self.transactions.start(timeout_s, address=address)  # fences an earlier incarnation of this slot
         try:
-            # Fences an earlier incarnation of this slot and aborts its open transaction.
-            self.producer.init_transactions(self.options.client_timeout_s)
             # Without its audit topic every transaction would wait for a topic that never comes.
-            ensure_topics(self.config, {self.options.audit_topic: 1}, timeout_s=self.options.client_timeout_s)
+            ensure_topics(self.config, {self.options.audit_topic: 1}, timeout_s=timeout_s)
         except KafkaException as exc:
-            error = exc.args[0]
             raise KafkaClientError(
-                f"counter {self.options.cluster}: no transaction coordinator at {self.config.get('bootstrap.servers')} "
-                f"after {self.options.client_timeout_s:.0f} s ({error.str()}); is the cluster up and the address right?",
-                code=error.code(),
+                f"counter {self.options.cluster}: audit topic {self.options.audit_topic} not created at {address} "
+                f"({exc.args[0].str()})",
+                code=exc.args[0].code(),
             ) from exc
         check_audit_retention(
             self.admin.client,
@@ -166,52 +146,7 @@ class ClusterCounter:
         )
 
     def _new_producer(self) -> Producer:
-        return Producer(
-            {
-                **self.config,
-                "transactional.id": self.options.transactional_id,
-                "enable.idempotence": True,
-                "acks": "all",
-                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-                "linger.ms": 5,
-            }
-        )
-
-    def _renew_producer(self) -> bool:
-        """After a fatal producer error (a transaction left in a state the restarted coordinator refuses,
-        say), a new producer with the same transactional id takes over: its init fences the old one and
-        aborts whatever it left open. False while the coordinator does not answer yet: try next flush."""
-        if not self._producer_broken:
-            return True
-        producer = self._producer
-        if producer is None or not self._initializing:
-            if producer is not None:
-                producer.purge()
-            self._producer = producer = self._new_producer()
-            self._initializing = True
-        # An init that timed out is resumed on the same producer ("retry call to resume"): a second
-        # producer's init would race the first one's, and whichever the coordinator answers last fences
-        # the other (seen after a broker restart: the counter took itself for another instance).
-        timeout_s = self.options.transaction_call_timeout_s
-        try:
-            self._bounded(lambda: producer.init_transactions(timeout_s), "init_transactions")
-        except KafkaException as exc:
-            if is_stuck(exc.args[0]) or exc.args[0].fatal():
-                self._leave_behind()
-            log.warning(
-                "transactional producer not ready yet",
-                extra={"cluster": self.options.cluster, "error": exc.args[0].str()},
-            )
-            return False
-        self._initializing = self._producer_broken = False
-        log.info("transactional producer renewed", extra={"cluster": self.options.cluster})
-        return True
-
-    def _leave_behind(self) -> None:
-        """Drop the producer without waiting on it: it is stuck inside librdkafka (destroying it would wait
-        too) or its init did not finish. The next one's init fences it."""
-        self._producer, self._initializing = None, False
-        self._left_behind += 1
+        return Producer({**self.config, **producer_config(self.options.transactional_id), "linger.ms": 5})
 
     def stop(self) -> None:
         """Ask the run loop to flush and return (safe from a signal handler or another thread)."""
@@ -268,10 +203,10 @@ class ClusterCounter:
         log.warning("partitions lost; recounting from the last commit", extra={"cluster": self.options.cluster})
         self._forget(partitions)  # first: a lost partition cannot be seeked, and its next owner reads its commit
         self._rewind()
-        # The coordinators were away as long: a transaction of the old producer can still hold its own
-        # (the soak's hub restart: the first send_offsets after the rejoin hung 10 s, then a renewal).
-        # Renewed at the next flush, while the group rejoins, its init fences and settles that transaction.
-        self._producer_broken = True
+        # The coordinators were away as long: a transaction of the old producer can still hold its own, and
+        # the next call on it wait its whole timeout. A new producer, made at the next flush while the group
+        # rejoins, fences and settles that transaction with its init.
+        self.transactions.retire()
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
@@ -294,44 +229,18 @@ class ClusterCounter:
         if now_ms is None:
             now_ms = time.time_ns() // 1_000_000
         window_ms = self.options.window_minutes * 60_000
-        groups = fastcount.bucket(messages, now_ms, window_ms, native=self.native, on_error=self._on_message_error)
+        on_error = functools.partial(message_error, cluster=self.options.cluster)
+        groups = fastcount.bucket(messages, now_ms, window_ms, native=self.native, on_error=on_error)
         return self._add_groups(groups)
 
     def _add_groups(self, groups: dict[tuple[str, int, int], list]) -> int:
-        counted = 0
-        by_topic: dict[str, int] = {}
-        batch: dict[tuple[str, int], list] = {}  # partition -> [position before, counted, last offset, time before]
-        for (topic, partition, start), (count, size, no_ts, latencies, offset, when) in groups.items():
-            self.tally.add_many(
-                topic,
-                start,
-                count,
-                size,
-                partition=partition if self.options.by_partition else None,
-                no_timestamp=no_ts,
-                latencies_ms=latencies,
-            )
-            by_topic[topic] = by_topic.get(topic, 0) + count
-            progress = self.progress.get((topic, partition))
-            if progress is not None:
-                seen = batch.get((topic, partition))
-                if seen is None:
-                    seen = batch[(topic, partition)] = [progress.position, 0, -1, progress.last_audit_time_ms]
-                seen[1] += count
-                seen[2] = max(seen[2], offset)
-                if offset + 1 > progress.position:
-                    progress.position = offset + 1
-                    progress.last_audit_time_ms = when
-            counted += count
-        for topic, count in by_topic.items():
+        added = add_groups(self.tally, self.progress, groups, by_partition=self.options.by_partition)
+        for topic, count in added.by_topic.items():
             MESSAGES.labels(self.options.cluster, topic).inc(count)
-        self.stats.counted += counted
-        # Offsets passed but not counted (markers, aborted batches, or a retention gap): checked by
-        # `check_retention` once the batch is in, never message by message.
-        for key, (before, n, last, when_before) in batch.items():
-            if last + 1 - before - n > 0:
-                self._skipped[key] = (before, when_before)
-        return counted
+        self.stats.counted += added.counted
+        # Checked by `check_retention` once the batch is in, never message by message.
+        self._skipped.update(added.skipped)
+        return added.counted
 
     def check_retention(self, messages: list) -> int:
         """Judge the last batch's skipped offsets against the log start offsets (one admin request):
@@ -347,53 +256,9 @@ class ClusterCounter:
         self.stats.retention_skipped = self.retention.skipped
         return found
 
-    def _on_message_error(self, message) -> None:
-        error = message.error()
-        if error.code() == KafkaError._PARTITION_EOF:
-            return
-        # Topic deleted or not yet known to this broker: the next refresh settles the subscription.
-        log.warning(
-            "consume error", extra={"cluster": self.options.cluster, "topic": message.topic(), "error": error.str()}
-        )
-        if error.fatal():
-            raise KafkaClientError(
-                f"counter {self.options.cluster}: fatal consumer error: {error.str()}", code=error.code()
-            )
-
     # -- flushing ------------------------------------------------------------------------------
 
-    def _next_record_id(self) -> str:
-        self._sequence += 1
-        return record_id(self.instance_id, self._sequence)
-
-    def _identity(self) -> dict[str, Any]:
-        """The fields every record of this instance carries, with a fresh record id."""
-        return {
-            "record_id": self._next_record_id(),
-            "tier": self.options.cluster,
-            "cluster": self.options.cluster,
-            "service": SERVICE,
-            "host": self.host,
-            "instance_id": self.instance_id,
-            "window_minutes": self.options.window_minutes,
-        }
-
-    def _count_records(self, deltas) -> list:
-        return [
-            count_record(
-                **self._identity(),
-                topic=topic,
-                window_start_ms=start,
-                count=tally.count,
-                bytes=tally.bytes,
-                no_timestamp=tally.no_timestamp,
-                by_partition=dict(tally.by_partition) or None,
-                latency_ms=tally.latency_ms(),
-            )
-            for (topic, start), tally in sorted(deltas.items())
-        ]
-
-    def _status_records(self, ends: dict[tuple[str, int], int]) -> list:
+    def _status_records(self, ends: dict[tuple[str, int], int]) -> list[AuditRecord]:
         """A status record per topic from this flush's end offsets (`ends`, by partition)."""
         now_ms = int(time.time() * 1000)
         self._pass_deleted(ends)
@@ -409,16 +274,7 @@ class ClusterCounter:
             for status in partitions:
                 self.stats.lag[(topic, status.partition)] = status.lag
                 LAG.labels(self.options.cluster, topic, str(status.partition)).set(status.lag)
-        return [
-            status_record(
-                **self._identity(),
-                topic=topic,
-                partitions=tuple(partitions),
-                watermark_ms=watermark_ms(partitions, now_ms),
-                retention_gaps=self.retention.of_topic(topic),
-            )
-            for topic, partitions in by_topic.items()
-        ]
+        return self.records.statuses(by_topic, now_ms, self.retention.of_topic)
 
     def _held_back_to(self, ends: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """`ends` (last stable offsets) raised to the high watermark where a transaction still open holds
@@ -451,7 +307,7 @@ class ClusterCounter:
 
         Without `heartbeat`, a flush with nothing new to commit is skipped.
         """
-        if not self._renew_producer():
+        if not self.transactions.ready():
             return False
         self._read_past_markers()
         if not self._has_news() and not heartbeat:
@@ -461,30 +317,32 @@ class ClusterCounter:
             return self._postpone("no end offset answered")
         if self.progress and not self.consumer.memberid():
             return self._postpone("dropped from the group")
-        records = self._count_records(self.tally.drain()) + self._status_records(ends)
+        records = self.records.counts(self.tally.drain()) + self._status_records(ends)
         offsets = [TopicPartition(topic, partition, p.position) for (topic, partition), p in self.progress.items()]
         if not records and not offsets:
             return True
-        producer = self.producer
+        if not self._commit(records, offsets):
+            self._aborted()
+            return False
+        self._committed(records)
+        return True
+
+    def _commit(self, records: list[AuditRecord], offsets: list[TopicPartition]) -> bool:
+        """One transaction: `records` and the group's `offsets`, committed together or not at all."""
+        transactions = self.transactions
+        if not transactions.begin():
+            return False
         try:
-            self._bounded(producer.begin_transaction, "begin_transaction")
             for record in records:
-                producer.produce(self.options.audit_topic, key=record.topic.encode(), value=encode(record))
-            if offsets:
-                group = self.consumer.consumer_group_metadata()
-                timeout_s = self.options.transaction_call_timeout_s
-                self._bounded(
-                    lambda: producer.send_offsets_to_transaction(offsets, group, timeout_s),
-                    "send_offsets_to_transaction",
-                )
-        except KafkaException as exc:  # nothing was committed: the open transaction must be aborted, whatever the error
-            self._abort(exc.args[0], open_transaction=True)
-            return False
-        try:
-            self._commit_transaction()
+                transactions.active.produce(self.options.audit_topic, key=record.topic.encode(), value=encode(record))
         except KafkaException as exc:
-            self._abort(exc.args[0])
+            transactions.fail(exc.args[0])
             return False
+        if offsets and not transactions.send_offsets(offsets, self.consumer.consumer_group_metadata()):
+            return False
+        return transactions.commit()
+
+    def _committed(self, records: list[AuditRecord]) -> None:
         for progress in self.progress.values():
             progress.committed = progress.position
         if self._failing_since is not None:  # how long a fault kept this counter from committing
@@ -502,7 +360,6 @@ class ClusterCounter:
         self.stats.records_emitted += len(records)
         FLUSHES.labels(self.options.cluster).inc()
         LAST_FLUSH.labels(self.options.cluster).set_to_current_time()
-        return True
 
     def _read_past_markers(self) -> None:
         """Move each position over the offsets a read_committed reader never gets (commit and abort
@@ -519,84 +376,32 @@ class ClusterCounter:
                 progress.position = tp.offset
         self._check_skips(skips)
 
-    def _bounded(self, call, what: str):
-        """A transactional call given its own timeout plus LATE_ANSWER_S to return (`clients.bounded`)."""
-        return bounded(call, self.options.transaction_call_timeout_s + LATE_ANSWER_S, what)
-
-    def _commit_transaction(self) -> None:
-        producer, timeout_s = self.producer, self.options.transaction_call_timeout_s
-        for attempt in range(3):
-            try:
-                self._bounded(lambda: producer.commit_transaction(timeout_s), "commit_transaction")
-                return
-            except KafkaException as exc:
-                # Retriable (e.g. a timed-out request): the same commit may simply be repeated.
-                if not exc.args[0].retriable() or attempt == 2:
-                    raise
-
     def _postpone(self, why: str) -> bool:
         """Begin no transaction this flush (False, for `flush` to return); its counts stay for the next one.
 
         Not one end offset answered: the broker is away or only just back, and a transaction now would
         wait on it. No member id: the group dropped this consumer (a broker away past the session timeout,
-        maybe during this very flush) and its offsets would go out under a stale generation. Either way
-        that call hung for its whole timeout, then cost an abort and a new producer (the soak's hub
-        restart). The next consume serves the group's news first (a lost assignment rewinds)."""
+        maybe during this very flush) and its offsets would go out under a stale generation. Either way the
+        call would wait its whole timeout, then cost an abort. The next consume serves the group's news
+        first (a lost assignment rewinds)."""
         log.warning("flush postponed", extra={"cluster": self.options.cluster, "why": why})
         self._failing()
-        # A transaction the outage interrupted can hold the coordinator: the first send_offsets after a
-        # restart hung its whole timeout. A new producer's init fences and aborts it at once instead.
-        self._producer_broken = True
+        # A transaction the outage interrupted can hold the coordinator, and the next call on it wait its
+        # whole timeout: a new producer's init fences and aborts it at once instead.
+        self.transactions.retire()
         return False
 
     def _failing(self) -> None:
         if self._failing_since is None:
             self._failing_since = time.monotonic()
 
-    def _abort(self, error: KafkaError, *, open_transaction: bool = False) -> None:
-        """Throw away this flush and rewind to the last commit, so its messages are counted again.
-
-        `open_transaction`: the error came before the commit (a broker gone while adding the offsets, say),
-        so the transaction is still open and must be aborted even when the error itself does not demand it;
-        left open, every later begin_transaction fails and the counter never commits again."""
+    def _aborted(self) -> None:
+        """The flush's transaction failed and nothing of it committed (`Transactions` settled it): what it
+        held is counted again from the last commit."""
         self.stats.aborts += 1
         self._failing()
         ABORTS.labels(self.options.cluster).inc()
-        log.warning(
-            "transaction aborted; recounting from the last commit",
-            extra={"cluster": self.options.cluster, "error": error.str(), "code": error.code()},
-        )
-        if error.code() in FENCED and self._left_behind:
-            # A producer this counter dropped mid-call was answered late and fenced the current one:
-            # renewed again, once per producer left behind; a fence beyond that is another instance.
-            self._left_behind -= 1
-            log.warning(
-                "fenced by a producer this counter left behind; renewing", extra={"cluster": self.options.cluster}
-            )
-            self._producer_broken = True
-        elif error.code() in FENCED:
-            raise KafkaClientError(
-                f"counter {self.options.cluster}: slot {self.options.instance} was taken over by another instance "
-                f"with transactional id {self.options.transactional_id} ({error.str()}); give each instance its own "
-                "--instance",
-                code=error.code(),
-            )
-        if error.fatal():
-            if is_stuck(error):
-                self._leave_behind()  # it stays with the thread that waits on it
-            self._producer_broken = True
-        elif error.txn_requires_abort() or open_transaction:
-            try:
-                producer, timeout_s = self.producer, self.options.transaction_call_timeout_s
-                self._bounded(lambda: producer.abort_transaction(timeout_s), "abort_transaction")
-            except KafkaException as exc:  # the broker is still away, or refuses: a new producer settles it
-                if is_stuck(exc.args[0]):
-                    self._leave_behind()
-                log.warning(
-                    "abort failed; the producer is renewed at the next flush",
-                    extra={"cluster": self.options.cluster, "error": exc.args[0].str()},
-                )
-                self._producer_broken = True
+        log.warning("transaction aborted; recounting from the last commit", extra={"cluster": self.options.cluster})
         self._rewind()
 
     def _rewind(self) -> None:
@@ -633,13 +438,13 @@ class ClusterCounter:
 
         Run until caught up, a batch that reads nothing flushes at once what was counted or read past since the
         last commit, and is idle when there is nothing to commit: the run ends as soon as its group's commits
-        reach the ends, not one flush interval later."""
+        reach the ends, not one flush interval later. With no topic to count, nothing is left to read."""
         messages = self.consumer.consume(self.options.batch_size, timeout=0.5) if self._subscribed else []
         if not self._subscribed:
             self._stop.wait(0.5)
         self.count_batch(messages)
         self.check_retention(messages)
-        read_all = self._until_caught_up and bool(self._subscribed) and not messages
+        read_all = self._until_caught_up and not messages
         if read_all:
             self._read_past_markers()
         at_end = read_all and self._has_news()
@@ -650,7 +455,8 @@ class ClusterCounter:
         return not messages
 
     def caught_up(self) -> bool:
-        return self.group_caught_up()
+        """The group has committed up to every end, or there is no topic to count (its topics refreshed)."""
+        return not self._subscribed or self.group_caught_up()
 
     def _has_news(self) -> bool:
         """Something counted or read past since the last commit."""
@@ -668,8 +474,7 @@ class ClusterCounter:
     def close(self) -> None:
         if self._consumer is not None:
             self.consumer.close()
-        if self._producer is not None:
-            self.producer.flush(self.options.client_timeout_s)
+        self.transactions.flush(self.options.client_timeout_s)
 
 
 def _opened(client: T | None) -> T:

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter, Gauge
 
 from audit.contract.names import DEFAULT_AUDIT_TOPIC
+from audit.contract.windows import DEFAULT_WINDOW_MINUTES
 from audit.hops.upkeep import DEFAULT_AUDIT_RETENTION_MS
 
 SERVICE = "kaudit-counter"
 DEFAULT_BATCH = 5000
 DEFAULT_TOPIC_REFRESH_S = 30.0
-TRANSACTION_TIMEOUT_MS = 60_000
 SESSION_TIMEOUT_MS = 10_000
 DEFAULT_CLIENT_TIMEOUT_S = 30.0
 DEFAULT_TRANSACTION_CALL_TIMEOUT_S = 5.0
@@ -37,7 +37,7 @@ class CounterOptions:
 
     cluster: str
     audit_topic: str = DEFAULT_AUDIT_TOPIC
-    window_minutes: int = 10
+    window_minutes: int = DEFAULT_WINDOW_MINUTES
     flush_interval_s: float = 10.0
     instance: str = "0"  # slot name: stable across restarts of the same slot
     group_id: str | None = None  # default kaudit-counter-<cluster>

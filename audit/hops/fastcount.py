@@ -16,9 +16,10 @@ from typing import Any
 
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, KafkaError, Message
 
-from audit.contract.audit_time import audit_time
+from audit.contract.audit_time import audit_time, is_usable
 from audit.contract.record import MAX_AUDIT_TIME_MS
 from audit.contract.tally import LATENCY_FLOORS, latency_floor
+from audit.contract.windows import window_start_ms
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +113,11 @@ def count_in_python(
             on_error(message)
             continue
         kind, when = message.timestamp()
-        if kind == TIMESTAMP_CREATE_TIME and 0 < when <= MAX_AUDIT_TIME_MS:
+        if kind == TIMESTAMP_CREATE_TIME and is_usable(when):
             usable = True
         else:
             when, usable = audit_time((kind, when), message.headers(), now_ms)
-        key = (message.topic(), message.partition(), when - when % window_ms)
+        key = (message.topic(), message.partition(), window_start_ms(when, window_ms))
         group = groups.get(key)
         if group is None:
             group = groups[key] = [0, 0, 0, {}, 0, 0]  # count, bytes, no_timestamp, latencies, offset, time

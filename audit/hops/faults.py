@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from audit.contract.errors import ConfigError
+from audit.contract.windows import DEFAULT_WINDOW_MINUTES
 
 
 @dataclass
@@ -25,7 +26,7 @@ class DropFault:
     fraction: float = 0.0
     seed: int = 0
     windows_ms: tuple[int, ...] = ()  # window starts; empty: every message may be dropped
-    window_minutes: int = 10
+    window_minutes: int = DEFAULT_WINDOW_MINUTES
     dropped: int = 0
     _dropped_by_window: dict[int | None, int] = field(default_factory=dict, init=False, repr=False)
     _pattern: re.Pattern = field(init=False, repr=False)

@@ -25,10 +25,10 @@ from prometheus_client import Counter, Gauge
 
 from audit.contract.errors import JobError
 from audit.contract.names import LAKE_TIER
-from audit.contract.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS, count_record, encode, status_record
+from audit.contract.record import count_record, encode, status_record
 from audit.contract.tables import BRONZE
 from audit.contract.watermarks import topic_statuses, watermark_ms
-from audit.contract.windows import MS_PER_MINUTE
+from audit.hops.lake_columns import with_audit_window
 from audit.hops.retention import RetentionGaps, Skip
 from audit.io import delta_io
 from audit.io.clients import Admin, client_config, ensure_topics, spark_kafka_options
@@ -86,27 +86,25 @@ class LakeStats:
     last_audit_time_ms: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
-def with_audit_window(frame, window_minutes: int):
-    """Add audit_time (CreateTime, else the kaudit-time header, else arrival), no_timestamp and window_start.
+@dataclass
+class WindowCounts:
+    """One (topic, window) of a micro-batch, summed over its partitions' groups."""
 
-    The same rule as audit/contract/audit_time.py, in Spark expressions so it runs on the executors.
-    """
-    from pyspark.sql import functions as F
+    count: int = 0
+    bytes: int = 0
+    no_timestamp: int = 0
+    partitions: dict[int, int] = field(default_factory=dict)
+    latency: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("p50", "p95", "p99", "max"), 0.0))
 
-    header = F.filter("headers", lambda h: h["key"] == F.lit(AUDIT_TIME_HEADER))
-    header_text = F.when(F.size(header) > 0, header[0]["value"].cast("string"))
-    header_ms = F.when(header_text.rlike("^[0-9]{1,15}$"), header_text.cast("bigint"))
-    create_ms = F.when((F.col("timestampType") == 0) & (F.unix_millis("timestamp") > 0), F.unix_millis("timestamp"))
-    usable_ms = F.coalesce(create_ms, F.when((header_ms > 0) & (header_ms <= MAX_AUDIT_TIME_MS), header_ms))
-    window_ms = window_minutes * MS_PER_MINUTE
-    audit_ms = F.coalesce(usable_ms, F.unix_millis(F.current_timestamp()))
-    return (
-        frame.withColumn("audit_ms", audit_ms)
-        .withColumn("no_timestamp", usable_ms.isNull())
-        .withColumn("audit_time", F.timestamp_millis("audit_ms"))
-        .withColumn("window_start", F.timestamp_millis(F.col("audit_ms") - F.col("audit_ms") % window_ms))
-        .withColumn("date", F.to_date("window_start"))
-    )
+    def add(self, group) -> None:
+        self.count += group["count"]
+        self.bytes += group["bytes"]
+        self.no_timestamp += group["no_timestamp"]
+        self.partitions[group.partition] = group["count"]
+        # Per-partition percentiles folded by their maximum: an upper bound, cheap and monotone.
+        for name, value in zip(("p50", "p95", "p99"), group.latency, strict=True):
+            self.latency[name] = max(self.latency[name], value)
+        self.latency["max"] = max(self.latency["max"], group.latency_max, self.latency["p99"])
 
 
 class LakeJob:
@@ -165,8 +163,9 @@ class LakeJob:
         from pyspark.sql import functions as F
 
         self._query_id.wait()
+        now_ms = time.time_ns() // 1_000_000
         rows = (
-            with_audit_window(batch, self.settings.window_minutes)
+            with_audit_window(batch, self.settings.window_minutes, now_ms)
             .withColumnRenamed("timestampType", "timestamp_type")
             .withColumn("batch_id", F.lit(batch_id).cast("bigint"))
             .persist()
@@ -180,15 +179,14 @@ class LakeJob:
                 .option("txnVersion", batch_id)
                 .save(self.bronze)
             )
-            counts = self._batch_counts(rows)
+            counts = self._batch_counts(rows, now_ms)
         finally:
             rows.unpersist()
         self._emit_counts(counts, batch_id)
 
-    def _batch_counts(self, rows) -> list:
+    def _batch_counts(self, rows, now_ms: int) -> list:
         from pyspark.sql import functions as F
 
-        now_ms = time.time_ns() // 1_000_000
         size = F.coalesce(F.length("value"), F.lit(0)) + F.coalesce(F.length("key"), F.lit(0))  # a tombstone: 0
         latency = F.greatest(F.lit(now_ms) - F.col("audit_ms"), F.lit(0)).cast("double")
         return (
@@ -209,42 +207,9 @@ class LakeJob:
         )
 
     def _emit_counts(self, groups: list, batch_id: int) -> None:
-        windows: dict[tuple[str, int], dict] = {}
-        read: dict[tuple[str, int], tuple[int, int, int, int | None]] = {}
-        for g in groups:
-            key = (g.topic, g.partition)
-            rows, first, first_ms, before_ms = read.get(key, (0, g.first_offset, g.first_audit_ms, None))
-            if key not in read:
-                before_ms = self.stats.last_audit_time_ms.get(key)
-            read[key] = (rows + g["count"], min(first, g.first_offset), min(first_ms, g.first_audit_ms), before_ms)
-            start = int(g.window_start.timestamp() * 1000)
-            entry = windows.setdefault(
-                (g.topic, start),
-                {
-                    "count": 0,
-                    "bytes": 0,
-                    "no_timestamp": 0,
-                    "parts": {},
-                    "p50": 0.0,
-                    "p95": 0.0,
-                    "p99": 0.0,
-                    "max": 0.0,
-                },
-            )
-            entry["count"] += g["count"]
-            entry["bytes"] += g["bytes"]
-            entry["no_timestamp"] += g["no_timestamp"]
-            entry["parts"][g.partition] = g["count"]
-            # Per-partition percentiles folded by their maximum: an upper bound, cheap and monotone.
-            for name, value in zip(("p50", "p95", "p99"), g.latency):
-                entry[name] = max(entry[name], value)
-            entry["max"] = max(entry["max"], g.latency_max, entry["p99"])
-            with self._lock:
-                key = (g.topic, g.partition)
-                if g.last_offset + 1 > self.stats.positions.get(key, -1):
-                    self.stats.positions[key] = g.last_offset + 1
-                    self.stats.last_audit_time_ms[key] = g.last_audit_ms
-        failures = []
+        """Send the batch's counts, one record per (topic, window), under ids of (query id, batch id)."""
+        windows, read = self._fold_groups(groups)
+        failures: list = []
         for index, ((topic, start), entry) in enumerate(sorted(windows.items())):
             record = count_record(
                 record_id=f"{self._instance_id}:{batch_id}.{index}",
@@ -256,11 +221,11 @@ class LakeJob:
                 topic=topic,
                 window_start_ms=start,
                 window_minutes=self.settings.window_minutes,
-                count=entry["count"],
-                bytes=entry["bytes"],
-                no_timestamp=entry["no_timestamp"],
-                by_partition=entry["parts"],
-                latency_ms={k: entry[k] for k in ("p50", "p95", "p99", "max")},
+                count=entry.count,
+                bytes=entry.bytes,
+                no_timestamp=entry.no_timestamp,
+                by_partition=entry.partitions,
+                latency_ms=entry.latency,
             )
             self._producer.produce(
                 self.settings.audit_topic,
@@ -276,7 +241,7 @@ class LakeJob:
             )
         with self._lock:
             self._read[batch_id] = read
-        total = sum(entry["count"] for entry in windows.values())
+        total = sum(entry.count for entry in windows.values())
         self.stats.batches += 1
         self.stats.rows += total
         ROWS.labels(self.options.cluster).inc(total)
@@ -286,6 +251,25 @@ class LakeJob:
             "batch landed",
             extra={"cluster": self.options.cluster, "batch": batch_id, "rows": total, "windows": len(windows)},
         )
+
+    def _fold_groups(self, groups: list) -> tuple[dict[tuple[str, int], WindowCounts], dict]:
+        """The batch's (topic, window, partition) groups summed by (topic, window); what it read per partition
+        (rows, first offset, audit time of the first row, audit time before the batch); positions advanced."""
+        windows: dict[tuple[str, int], WindowCounts] = {}
+        read: dict[tuple[str, int], tuple[int, int, int, int | None]] = {}
+        for g in groups:
+            key = (g.topic, g.partition)
+            rows, first, first_ms, before_ms = read.get(key, (0, g.first_offset, g.first_audit_ms, None))
+            if key not in read:
+                before_ms = self.stats.last_audit_time_ms.get(key)
+            read[key] = (rows + g["count"], min(first, g.first_offset), min(first_ms, g.first_audit_ms), before_ms)
+            start = int(g.window_start.timestamp() * 1000)
+            windows.setdefault((g.topic, start), WindowCounts()).add(g)
+            with self._lock:
+                if g.last_offset + 1 > self.stats.positions.get(key, -1):
+                    self.stats.positions[key] = g.last_offset + 1
+                    self.stats.last_audit_time_ms[key] = g.last_audit_ms
+        return windows, read
 
     # -- status --------------------------------------------------------------------------------
 

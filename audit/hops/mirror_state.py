@@ -9,12 +9,10 @@ from dataclasses import dataclass, field
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 from prometheus_client import Counter, Gauge
 
-from audit.contract.audit_time import header_value
+from audit.contract.audit_time import header_value, parse_audit_time_header
 from audit.contract.names import DEFAULT_AUDIT_TOPIC
-from audit.contract.record import (
-    AUDIT_TIME_HEADER,
-    PROVENANCE_HEADER,
-)
+from audit.contract.record import AUDIT_TIME_HEADER, PROVENANCE_HEADER
+from audit.contract.windows import DEFAULT_WINDOW_MINUTES
 from audit.hops.retention import Skip
 from audit.hops.upkeep import DEFAULT_AUDIT_RETENTION_MS
 
@@ -53,7 +51,7 @@ class MirrorOptions:
     source: str
     target: str
     audit_topic: str = DEFAULT_AUDIT_TOPIC
-    window_minutes: int = 10
+    window_minutes: int = DEFAULT_WINDOW_MINUTES
     group_id: str | None = None  # default kaudit-mirror-<source>-<target>
     session_timeout_ms: int = 10_000  # a crashed instance's partitions move on after this long
     batch_size: int = 5000
@@ -158,10 +156,12 @@ def lags_and_stall(
 
 def copy_headers(headers: list, path: list[str], source: str, timestamp_kind: int, timestamp_ms: int) -> list:
     """A copy's headers: the source's, the provenance path with `source` added (cycles stop on it), and,
-    for a LogAppendTime message without one, the audit-time header holding the source's time: the
-    target stamps its own append time, and every tier must bucket the message by one time."""
+    for a LogAppendTime message without a usable one, the audit-time header holding the source's time,
+    last so that it is the one read: the target stamps its own append time, and every tier must bucket
+    the message by one time."""
     stamped = [(k, v) for k, v in headers if k != PROVENANCE_HEADER]
     stamped.append((PROVENANCE_HEADER, ",".join([*path, source] if source not in path else path).encode()))
-    if timestamp_kind == TIMESTAMP_LOG_APPEND_TIME and header_value(headers, AUDIT_TIME_HEADER) is None:
+    carried = parse_audit_time_header(header_value(headers, AUDIT_TIME_HEADER))
+    if timestamp_kind == TIMESTAMP_LOG_APPEND_TIME and carried is None:
         stamped.append((AUDIT_TIME_HEADER, b"%d" % timestamp_ms))
     return stamped

@@ -1,14 +1,19 @@
-"""Target topics the replicator creates: the source's partition count and the settings that matter."""
+"""The topics a replicator mirrors, and the target topics it creates for them: the source's partition count and
+the settings that matter."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from audit.contract.errors import KafkaClientError
+from audit.contract.naming import NamingPolicy
+from audit.hops.mirror_state import MirrorOptions
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +29,54 @@ COPIED_TOPIC_CONFIGS = (
     "min.compaction.lag.ms",
     "delete.retention.ms",
 )
+
+
+class MirroredTopics:
+    """The source topics one replicator mirrors, and the partition count of each one's target topic.
+
+    A topic is mirrored when `select_topic` selects it or it is an audit topic (the source's own, or a copy of
+    another cluster's); never when it is internal, or a copy of the target's own topics (a cycle). It is read only
+    once its target topic shows the source's partitions (`create_target_topics`)."""
+
+    def __init__(self, options: MirrorOptions, naming: NamingPolicy, select_topic: Callable[[str], bool]) -> None:
+        self.options = options
+        self.naming = naming
+        self.select_topic = select_topic
+        self.target_partitions: dict[str, int] = {}
+
+    def selected(self, metadata: Mapping[str, Any]) -> set[str]:
+        """The topics of the source's `metadata` to mirror."""
+        source, target, audit_topic = self.options.source, self.options.target, self.options.audit_topic
+        return {
+            name
+            for name in metadata
+            if not name.startswith("__")
+            and self.naming.origin(source, name).cluster != target
+            and (self.select_topic(name) or self.naming.origin(source, name).topic == audit_topic)
+        }
+
+    def readable(self, metadata: Mapping[str, Any], selected: set[str], source_admin, target_admin) -> list[str]:
+        """The `selected` topics to read now, sorted: those whose metadata has no error this time and whose target
+        topic shows its partitions, the missing target topics created first. The others wait for a later call."""
+        wanted = sorted(name for name in selected if metadata[name].error is None)
+        missing = {name: len(metadata[name].partitions) for name in wanted if name not in self.target_partitions}
+        if missing:
+            target_names = {topic: self.naming.target_topic(self.options.source, topic) for topic in missing}
+            self.target_partitions.update(
+                create_target_topics(
+                    source_admin,
+                    target_admin,
+                    target_names,
+                    missing,
+                    target=self.options.target,
+                    timeout_s=self.options.client_timeout_s,
+                )
+            )
+        return [name for name in wanted if name in self.target_partitions]
+
+    def target_partition(self, topic: str, partition: int) -> int:
+        """Where a copy goes: the source's partition where its target topic has it, else -1 (the partitioner)."""
+        return partition if partition < self.target_partitions.get(topic, 0) else -1
 
 
 def create_target_topics(

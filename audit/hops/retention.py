@@ -4,14 +4,18 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from audit.contract.retention import RetentionGap, add_gap, first_resumed, union_skipped
+from audit.hops.upkeep import DEFAULT_AUDIT_RETENTION_MS
 
 log = logging.getLogger(__name__)
+
+EXPIRY_EVERY_MS = 60_000  # how often the gaps kept are checked for their age
 
 
 @dataclass(frozen=True)
@@ -72,17 +76,46 @@ def seek_past_deleted(
 
 
 class RetentionGaps:
-    """One hop instance's retention gaps per topic; `count(topic, partition, n)` exports the newly skipped."""
+    """One hop instance's retention gaps per topic; `count(topic, partition, n)` exports the newly skipped.
 
-    def __init__(self, count: Callable[[str, int, int], None], **log_fields: str) -> None:
+    Bounded whatever the deployment's age: at most MAX_GAPS_PER_TOPIC gaps a topic (`add_gap`), and a topic's gaps
+    are forgotten once none was found for `keep_ms`. Its status records repeat them until then, and no reader of
+    the audit topic needs them longer: `keep_ms` is what the audit topic must keep its records for (the books'
+    lookback plus the longest outage of a reader, `upkeep.audit_retention_ms`), so a gap found is in status records
+    for as long as the books judge its windows. A deleted topic's gaps leave with the same expiry."""
+
+    def __init__(
+        self,
+        count: Callable[[str, int, int], None],
+        *,
+        keep_ms: int = DEFAULT_AUDIT_RETENTION_MS,
+        clock: Callable[[], float] = time.time,
+        **log_fields: str,
+    ) -> None:
         self._count = count
         self._log_fields = log_fields
+        self.keep_ms = keep_ms
+        self._clock = clock  # seconds, wall clock
         self._gaps: dict[str, list[RetentionGap]] = {}
+        self._found_ms: dict[str, int] = {}  # topic -> when its last gap was found
         self._open: set[tuple[str, int]] = set()  # partitions with a gap no message has been read after yet
+        self._next_expiry_ms = 0
         self.skipped = 0  # offsets lost to retention, each counted once
 
     def of_topic(self, topic: str) -> tuple[RetentionGap, ...]:
+        self._expire()
         return tuple(self._gaps.get(topic, ()))
+
+    def _expire(self) -> None:
+        """Forget the gaps of every topic none was found for in `keep_ms` (checked every EXPIRY_EVERY_MS)."""
+        now_ms = int(self._clock() * 1000)
+        if now_ms < self._next_expiry_ms:
+            return
+        self._next_expiry_ms = now_ms + EXPIRY_EVERY_MS
+        expired = {topic for topic, found_ms in self._found_ms.items() if now_ms - found_ms > self.keep_ms}
+        for topic in expired:
+            del self._gaps[topic], self._found_ms[topic]
+        self._open = {key for key in self._open if key[0] not in expired}
 
     def check(
         self, skips: list[Skip], log_starts: Callable[[list[tuple[str, int]]], dict[tuple[str, int], int]]
@@ -132,6 +165,7 @@ class RetentionGaps:
         ranges = [(g.from_offset, g.to_offset) for g in gaps if g.partition == gap.partition]
         before = union_skipped(ranges)
         self._gaps[topic] = add_gap(gaps, gap)
+        self._found_ms[topic] = int(self._clock() * 1000)
         if gap.before_time_ms is None:
             self._open.add((topic, gap.partition))
         new = union_skipped([*ranges, (gap.from_offset, gap.to_offset)]) - before

@@ -85,7 +85,7 @@ def run_hop(
 
 def _refresh(hop: Hop) -> bool:
     """Refresh the hop's topics; False when a broker did not answer (down, restarting), which the next try
-    may find back. A replicator's source broker killed during its first refresh ended the process."""
+    may find back: a broker away during a hop's first refresh must not end the process."""
     try:
         hop.refresh_topics()
     except KafkaException as exc:

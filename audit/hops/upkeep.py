@@ -24,7 +24,8 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import Gauge
 
-from audit.io.clients import read_ranges, topic_configs
+from audit.io.clients import topic_configs
+from audit.io.offsets import read_ranges
 from audit.settings.alerts import AlertSettings
 from audit.settings.root import DEFAULT_MAX_OUTAGE_HOURS
 

@@ -1,7 +1,7 @@
 """Reading the audit topic back: every committed record of one cluster, decoded, deduplicated.
 
-The reconciliation does this at scale in Spark; this is the small, exact version for tests, the
-demo summary and `kaudit audit-tail`.
+The reconciliation does this at scale in Spark; this is the small, exact version for tests and
+the soak's checks.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import Consumer
 
 from audit.contract.record import AuditRecord, Kind, parse
-from audit.io.clients import read_ranges, watermarks
+from audit.io.clients import watermarks
+from audit.io.offsets import read_ranges
 
 
 def read_audit_topic(

@@ -1,16 +1,16 @@
-"""Client configuration for a configured cluster, and the admin calls every part shares."""
+"""Client configuration for a configured cluster (librdkafka, and the Java client for Spark), the admin calls
+every part shares, and which client errors a later try may not meet."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
 from audit.contract.errors import KafkaClientError
@@ -50,8 +50,8 @@ def ensure_topics(
     timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S,
 ) -> list[str]:
     """Create the topics that do not exist yet; returns the names created. Existing ones are left alone.
-    A broker away (killed, restarting) is asked again until `timeout_s`: its transport error ended a replicator
-    that was opening (2026-12-02)."""
+    A broker away (killed, restarting) is asked again until `timeout_s`: a hop that opens while its broker
+    restarts must not end on the transport error."""
     admin = AdminClient(dict(config))
     created: list[str] = []
     retried(lambda: _create_missing(admin, partitions, topic_configs or {}, timeout_s, created), timeout_s=timeout_s)
@@ -154,8 +154,8 @@ def list_offsets(
         try:
             # Bounded here as well as by the request timeout: no admin answer may hold a service's step for ever.
             offset = future.result(max(0.0, give_up_at - time.monotonic())).offset
-            # Seen under load right after the broker was killed: an answer with no error and offset -1001.
-            # Taken as an end offset it would make anything look caught up.
+            # A broker just killed can answer with no error and offset -1001: taken as an end offset it would
+            # make anything look caught up.
             problem = None if offset >= 0 else "no offset in the answer"
         except KafkaException as exc:  # a partition that just moved: left out this time
             if errors is not None:
@@ -168,131 +168,6 @@ def list_offsets(
         else:
             log.warning("offset unknown", extra={"topic": tp.topic, "partition": tp.partition, "error": problem})
     return offsets
-
-
-def read_ranges(
-    config: Mapping[str, Any],
-    ranges: Mapping[tuple[str, int], tuple[int, int]],
-    *,
-    stall_s: float,
-    what: str,
-    to_eof: bool = False,
-) -> list:
-    """Every committed message of each partition's offset range [start, end), `end` at most the partition's last
-    stable offset (`list_offsets`). Offsets without a message (transaction markers, aborted records, records
-    deleted by retention) are passed over, as Spark's Kafka source with failOnDataLoss=false does. Raises a
-    KafkaClientError naming `what` and the partitions not read to their end when no message comes for `stall_s`.
-
-    `to_eof`: a partition also ends where its reader first finds no more committed messages (its last stable
-    offset then, below the high watermark while a transaction is open), for readers of what is committed now."""
-    wanted = {key: span for key, span in ranges.items() if span[1] > span[0]}
-    consumer = Consumer(
-        {
-            **config,
-            "group.id": "kaudit-range-reader",  # assigned, never committed: the group is not joined
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 20,  # an idle partition's fetch returns at once, as in the books' Spark reads
-        }
-    )
-    messages: list = []
-    try:
-        consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _) in wanted.items()])
-        unread = dict(wanted)
-        stalled_at = time.monotonic() + stall_s
-        while unread:
-            batch = consumer.consume(10_000, timeout=0.5)
-            if batch:
-                stalled_at = time.monotonic() + stall_s
-            elif time.monotonic() > stalled_at:
-                missing = ", ".join(
-                    f"{t}[{p}] from {consumer.position([TopicPartition(t, p)])[0].offset}" for t, p in unread
-                )
-                raise KafkaClientError(f"{what}: no message for {stall_s:.0f} s before the end of {missing}")
-            for message in batch:
-                error = message.error()
-                if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    if error.fatal():
-                        raise KafkaException(error)
-                    log.warning("read error, retried", extra={"what": what, "error": error.str()})
-                    continue
-                key, offset = (message.topic(), message.partition()), message.offset()
-                if key not in unread or offset is None:
-                    continue
-                end = unread[key][1]
-                if error is None and offset < end:
-                    messages.append(message)
-                if offset + (error is None) >= end or (error is not None and to_eof):  # EOF: the next offset
-                    del unread[key]
-        return messages
-    finally:
-        consumer.close()
-
-
-COMMITTED_ATTEMPT_S = 5.0
-
-
-def committed_offsets(
-    consumer: Consumer,
-    partitions: list[TopicPartition],
-    *,
-    timeout_s: float,
-    attempt_s: float = COMMITTED_ATTEMPT_S,
-    config: Mapping[str, Any] | None = None,
-) -> list[TopicPartition]:
-    """The group's committed offsets of `partitions`, asked anew every `attempt_s` until `timeout_s`.
-
-    One request sent while a restarted broker was loading its group coordinator went unanswered for its
-    whole 30 s timeout, and the error, raised inside a rebalance callback, ended the service. A fresh
-    request after a few seconds is answered once the coordinator is back.
-
-    `config`, the consumer's own, lets the error tell an absent coordinator from offsets a transaction
-    holds (see `_held_by_a_transaction`).
-
-    A consumer being closed gets none (`[]`): librdkafka serves an assignment that arrives during `close()`, whose
-    callback then asks, but no partition of it will be read. Every request failed at once for 30 s (a counter run
-    to caught up whose group had caught up before its assignment came), then the run failed."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return consumer.committed(partitions, timeout=max(0.1, min(attempt_s, deadline - time.monotonic())))
-        except KafkaException as exc:
-            if exc.args[0].code() == KafkaError._DESTROY:
-                log.info("committed offsets not asked: the consumer is closing", extra={"partitions": len(partitions)})
-                return []
-            if time.monotonic() >= deadline:
-                if config is not None and _held_by_a_transaction(config, partitions):
-                    raise KafkaClientError(
-                        f"the committed offsets of group {config.get('group.id')} for {len(partitions)} partitions "
-                        f"are held by a transaction that has not completed in {timeout_s:.0f} s. If it stays so past "
-                        "its transaction timeout, it is a hanging transaction (seen after a broker restart that "
-                        "dropped the transaction's markers): find it with `kafka-transactions.sh --bootstrap-server "
-                        f"{config.get('bootstrap.servers')} find-hanging --broker-id <id>` and end it with "
-                        "`kafka-transactions.sh ... abort`"
-                    ) from exc
-                raise KafkaClientError(
-                    f"the group coordinator did not answer committed offsets for {len(partitions)} partitions "
-                    f"in {timeout_s:.0f} s: {exc.args[0].str()}"
-                ) from exc
-            log.warning("committed offsets not answered; asking again", extra={"error": exc.args[0].str()})
-
-
-def _held_by_a_transaction(config: Mapping[str, Any], partitions: list[TopicPartition]) -> bool:
-    """True when the group's offsets are answered to a read_uncommitted consumer only. A read_committed
-    consumer asks for stable offsets (KIP-447), and while a transaction holds offsets of the group the
-    coordinator answers UNSTABLE_OFFSET_COMMIT, which librdkafka retries until its timeout."""
-    if config.get("isolation.level", "read_committed") != "read_committed":
-        return False
-    probe = Consumer({**config, "isolation.level": "read_uncommitted", "enable.auto.commit": False})
-    try:
-        probe.committed(partitions, timeout=COMMITTED_ATTEMPT_S)
-        return True
-    except KafkaException:
-        return False
-    finally:
-        probe.close()
 
 
 # What a client call says while its broker is away (down, restarting); librdkafka flags none of them retriable.
@@ -323,72 +198,6 @@ def watermarks(
     )
 
 
-def bounded(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """call(), but never waiting more than `timeout_s` for it to return.
-
-    For a transactional producer's calls: librdkafka waits on its own main thread there, without a time
-    limit in begin_transaction, and after a broker restart it was seen never to answer, in
-    begin_transaction and in send_offsets_to_transaction despite its timeout (librdkafka #5511: a
-    coordinator cached after its broker was decommissioned): the counter hung for good (soak, invariant
-    8). Past `timeout_s` this raises a KafkaException (_TIMED_OUT, fatal) naming `what`, so the caller
-    replaces the producer; the stuck call stays behind in a daemon thread, which keeps the old producer
-    referenced: destroying it would wait on the same thread."""
-    done = threading.Event()
-    outcome: list[Any] = []
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            outcome.append(call())
-        except BaseException as exc:  # handed to the caller
-            failure.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name=what, daemon=True).start()
-    if not done.wait(timeout_s):
-        raise KafkaException(
-            KafkaError(KafkaError._TIMED_OUT, f"{what} did not return within {timeout_s:.0f} s", fatal=True)
-        )
-    if failure:
-        raise failure[0]
-    return outcome[0]
-
-
-def abort_written(producer: Producer, timeout_s: float) -> None:
-    """Abort the open transaction once every message produced in it is acknowledged.
-
-    librdkafka (#4849, open) may send the abort's EndTxn before the coordinator has handled the
-    AddPartitionsToTxn of the transaction's first messages; the coordinator, seeing no transaction yet,
-    refuses with INVALID_TXN_STATE, fatal: the producer is lost (CI, a test's aborted batch). A message is
-    acknowledged only once its partition is in the transaction, so after the flush the abort is safe;
-    the acknowledged messages are aborted like the rest (a read_committed reader never sees them)."""
-    producer.flush(timeout_s)
-    producer.abort_transaction(timeout_s)
-
-
-def is_stuck(error: KafkaError) -> bool:
-    """The error `bounded` raises: the producer is stuck inside librdkafka and must be left alone."""
-    return error.code() == KafkaError._TIMED_OUT and error.fatal()
-
-
-# Another live producer with our transactional id: renewing would fence it in turn, for ever.
-FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
-# Fatal errors of a transactional producer that a new producer with the same transactional id would not cure:
-# fenced, or the client may not use the id.
-FENCED_OR_REFUSED = FENCED | {
-    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-}
-
-
-def is_lost(error: KafkaError) -> bool:
-    """A transactional producer to replace with a new one, whose init aborts what it left open: stuck
-    (`is_stuck`), or in a fatal state a new one cures (INVALID_TXN_STATE from librdkafka #4849, say)."""
-    return is_stuck(error) or (error.fatal() and error.code() not in FENCED_OR_REFUSED)
-
-
 ADMIN_RENEW_EVERY_S = 15.0
 
 
@@ -399,8 +208,8 @@ STALE_EPOCH_ERRORS = frozenset({KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNO
 class Admin:
     """An AdminClient for a long-running service, renewed after an offsets query left partitions
     unanswered: across a broker restart librdkafka's cached leader epochs can go stale ("Leader epoch
-    is older than broker epoch") and every later query of the same client fails, which withheld the
-    status (and so the watermark) of every partition for minutes. A fresh client reads fresh metadata.
+    is older than broker epoch") and every later query of the same client fails, withholding the status
+    (and so the watermark) of every partition. A fresh client reads fresh metadata.
     An answer that says exactly that is asked again at once of a fresh client: it is the broker back,
     and a counter that got no end offset would postpone its first commit after the restart. Other
     gaps renew at most once per `renew_every_s`: while a broker is simply away every query is
@@ -433,33 +242,6 @@ class Admin:
     def _renew(self) -> None:
         self.client = AdminClient(self._config)
         self._renewed_at = time.monotonic()
-
-
-def group_lag(
-    consumer: Consumer, admin: Admin, topics: list[str], *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S
-) -> dict[tuple[str, int], int] | None:
-    """Per partition of `topics` that the consumer's group has not committed up to its end, how many
-    offsets it is behind: judged from the broker, whatever this member's own assignment is. None when
-    an end or the committed offsets are not known (a coordinator that is slow or moving)."""
-    metadata = consumer.list_topics(timeout=timeout_s).topics
-    partitions = [(topic, p) for topic in topics if topic in metadata for p in metadata[topic].partitions]
-    ends = admin.list_offsets(partitions, OffsetSpec.latest(), timeout_s=timeout_s)
-    if len(ends) != len(partitions):  # `Admin.list_offsets` has logged which
-        return None
-    try:
-        committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
-    except KafkaException as exc:
-        log.warning("committed offsets unknown", extra={"group_topics": len(topics), "error": exc.args[0].str()})
-        return None
-    behind = {(tp.topic, tp.partition): ends[(tp.topic, tp.partition)] - max(tp.offset, 0) for tp in committed}
-    return {key: lag for key, lag in behind.items() if lag > 0}
-
-
-def group_caught_up(
-    consumer: Consumer, admin: Admin, topics: list[str], *, timeout_s: float = DEFAULT_ADMIN_TIMEOUT_S
-) -> bool:
-    """True when the consumer's group has committed up to the end of EVERY partition of `topics`."""
-    return group_lag(consumer, admin, topics, timeout_s=timeout_s) == {}
 
 
 # -- failing fast on bad credentials --------------------------------------------------------------
@@ -570,8 +352,8 @@ def java_client_options(settings: Settings, cluster_name: str) -> dict[str, str]
 
 # Spark's Kafka source reads each partition up to an end it knows. After a partition's last record its
 # consumer's next fetch finds nothing, and the broker holds that fetch for `fetch.max.wait.ms` (500 ms by
-# default) before the task can end: 1.4 of the 1.8 s a read of 80 messages in 6 partitions took (0.45 s
-# with 20 ms). A broker with data answers at once, so the short wait costs a big read nothing.
+# default) before the task can end: most of a small read's time. A broker with data answers at once, so the
+# short wait costs a big read nothing.
 SPARK_FETCH_MAX_WAIT_MS = 20
 
 

@@ -10,15 +10,14 @@ quiet on reruns. Rows with windows are written in window order, so a read that n
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import uuid
 from collections.abc import Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from audit.contract.tables import EVERY_TABLE, Table, arrow_schema, arrow_table
+from audit.contract.arrow import arrow_schema, arrow_table
+from audit.contract.tables import EVERY_TABLE, Table
+from audit.io.arrow_rewrite import rewritten, updatable_columns
+from audit.io.delta_checksum import write_first_checksum
 from audit.io.lake import Lake
 
 if TYPE_CHECKING:
@@ -33,8 +32,8 @@ TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
 
 def table_properties(table: Table) -> dict[str, str]:
     """The Delta properties `table` is created with: TABLE_PROPERTIES, and its `stats_columns` when it names
-    them. Min and max of every column cost a third of an append: 1M rows of 25 columns took 4.7-5.1 s with
-    Delta's default, 3.3-3.4 s with window_start's only. A table created before keeps its own setting."""
+    them: min and max of every column, Delta's default, cost about a third of an append, and only the columns
+    reads filter on can skip a file. A table created before keeps its own setting."""
     stats = {"delta.dataSkippingStatsColumns": ",".join(table.stats_columns)} if table.stats_columns else {}
     return {**TABLE_PROPERTIES, **stats}
 
@@ -51,10 +50,10 @@ _ENSURED: set[str] = set()  # paths this process has created or found, so later 
 def ensure_table(lake: Lake | str, table: Table) -> str:
     """Create `table` in `lake` when it does not exist; returns its path as Spark reads it.
 
-    Created by `deltalake` in this process: a few milliseconds a table, where Spark's CREATE took 0.5-1 s
-    each in a new driver (a first run's 11 tables: 7-10 s), with the checksum Spark reads
-    (`write_first_checksum`). A creation killed before its commit leaves a `_delta_log` folder with no commit
-    in it, which is no table: the next call creates it there."""
+    Created by `deltalake` in this process, which takes milliseconds where Spark's CREATE costs a new driver
+    most of a second a table, with the checksum Spark reads (`write_first_checksum`). A creation killed before
+    its commit leaves a `_delta_log` folder with no commit in it, which is no table: the next call creates it
+    there."""
     from deltalake import DeltaTable
 
     lake = Lake.of(lake)
@@ -76,51 +75,6 @@ def ensure_table(lake: Lake | str, table: Table) -> str:
     write_first_checksum(path)
     _ENSURED.add(path)
     return path
-
-
-def log_name(version: int) -> str:
-    """A version's file name in `_delta_log`, without its suffix: 20 digits."""
-    return f"{version:020d}"
-
-
-CREATION = {"commitInfo", "protocol", "metaData"}  # the actions of a commit that creates an empty table
-
-
-def write_first_checksum(path: str) -> bool:
-    """Write version 0's checksum file (Delta's protocol: "Version Checksum File"), which `deltalake` does not
-    write, when version 0 created the table empty; True when written.
-
-    Without it Spark computes the state of version 0 from the log, with four jobs of its own, at its first read
-    and its first write of each table (about 0.5 s a table in a warm session, every run on a new lake); its
-    later commits extend the checksum incrementally. Its content follows from the commit alone: no file, no
-    byte, and the commit's own protocol and metadata. Only for a local table: a URI's is left as it was made."""
-    if "://" in path and not path.startswith("file://"):
-        return False
-    log_dir = Path(path.removeprefix("file://")) / "_delta_log"
-    checksum, commit = log_dir / f"{log_name(0)}.crc", log_dir / f"{log_name(0)}.json"
-    if checksum.exists() or not commit.exists() or (log_dir / f"{log_name(1)}.json").exists():
-        return False  # there already, cleaned up with the old log, or of no use: Spark reads a later version
-    lines = commit.read_text().splitlines()
-    actions = [next(iter(json.loads(line).items())) for line in lines if line.strip()]
-    kinds = [kind for kind, _ in actions]
-    if sorted(kinds) != sorted(CREATION):  # files added, or more than a creation: Spark computes it
-        return False
-    found = dict(actions)
-    content = {
-        "tableSizeBytes": 0,
-        "numFiles": 0,
-        "numMetadata": 1,
-        "numProtocol": 1,
-        "setTransactions": [],
-        "domainMetadata": [],
-        "metadata": found["metaData"],
-        "protocol": found["protocol"],
-        "allFiles": [],
-    }
-    written = log_dir / f".{checksum.name}.{uuid.uuid4().hex}.tmp"  # a dot file: no reader of the log lists it
-    written.write_text(json.dumps(content))
-    os.replace(written, checksum)  # whole or not at all; two writers write the same content
-    return True
 
 
 def ensure_tables(lake: Lake | str, names: tuple[str, ...] | None = None) -> dict[str, str]:
@@ -161,9 +115,8 @@ def _is_empty(lake: Lake, name: str) -> bool:
 
 
 def _file_count(lake: Lake, name: str) -> int:
-    """The files of the table's latest version, as `deltalake` reads its log: a few milliseconds. Spark's
-    DeltaLog computed the table's state for it with three jobs when the version had no checksum file, as the
-    version `ensure_table` creates has not (0.3-0.4 s a table, in every run on a new lake). A table not created
+    """The files of the table's latest version, as `deltalake` reads its log: Spark's DeltaLog would compute
+    the table's state for it with jobs of its own when the version has no checksum file. A table not created
     yet holds none, as for Spark: the append creates it."""
     from deltalake.exceptions import TableNotFoundError
 
@@ -187,7 +140,7 @@ WINDOW_FILE_ROWS = 50_000
 def _in_window_order(rows):
     """`rows` sorted by window within each write task, when they have windows. A table with windows is partitioned
     by their date, which comes first: the writer, which needs its rows grouped by partition, then finds them so
-    and sorts them no second time (a million records: about a second)."""
+    and sorts them no second time."""
     if "window_start" not in rows.columns:
         return rows
     return rows.sortWithinPartitions(*(["date"] if "date" in rows.columns else []), "window_start")
@@ -264,14 +217,11 @@ def upsert(
     )
 
 
-def _updatable(table: Table, ignore: tuple[str, ...]) -> list:
-    """The columns an update compares: those neither in the key nor in `ignore`."""
-    return [c for c in table.columns if c.name not in table.key and c.name not in ignore]
-
-
 def _changed(table: Table, ignore: tuple[str, ...]) -> str:
     """A Spark SQL condition on `t` (the table) and `s` (the rows): true when an updatable column differs."""
-    return " OR ".join(f"NOT ({_comparable('t', c)} <=> {_comparable('s', c)})" for c in _updatable(table, ignore))
+    return " OR ".join(
+        f"NOT ({_comparable('t', c)} <=> {_comparable('s', c)})" for c in updatable_columns(table, ignore)
+    )
 
 
 def upsert_from_driver(
@@ -283,13 +233,13 @@ def upsert_from_driver(
     update_when: str | None = None,
 ) -> None:
     """`upsert` of rows this process holds (dicts, a pandas or a pyarrow table), written by `deltalake` here
-    instead of a Spark MERGE: 17 ms against 1.3 s for 8 rows of `_reconcile_offsets`. For the tables Spark
-    does not read during a run (`lake_read.read_arrow` reads them): Spark's first look at a log another writer
-    extended costs it a second or more. A write that changes no row makes no commit. `update_when`: as
+    instead of a Spark MERGE, which costs a second or more for a handful of rows. For the tables Spark does not
+    read during a run (`lake_read.read_arrow` reads them): Spark's first look at a log another writer extended
+    costs it a second or more. A write that changes no row makes no commit. `update_when`: as
     `upsert`'s, in deltalake's SQL (names in double quotes)."""
     if not len(rows):
         return
-    changed = " OR ".join(f'(t."{c.name}" IS DISTINCT FROM s."{c.name}")' for c in _updatable(table, ignore))
+    changed = " OR ".join(f'(t."{c.name}" IS DISTINCT FROM s."{c.name}")' for c in updatable_columns(table, ignore))
     if update_when:
         changed = f"({update_when}) AND ({changed})" if changed else update_when
     merge = _merge_from_driver(lake, table, rows)
@@ -428,7 +378,7 @@ def replace_windows_from_driver(
     """`replace_windows` of rows the driver holds (a pyarrow Table of `table`'s columns), with the rewrite
     computed here from `stored` (the table's rows in `windows`, read by `deltalake` with `window_filter`) and
     written by `deltalake`: the same rows, the same skip when none changed, and one overwrite of the windows
-    named (0.3 s for a 16,000-row rewrite where Spark's took 1.9 s). Spark's next read of the table pays for
+    named, several times faster than Spark's rewrite of a run's windows. Spark's next read of the table pays for
     reading the versions it did not write, so this suits a table Spark reads only now and then. Over more
     windows than are named one by one, Spark merges, as `replace_windows` does."""
     lake = Lake.of(lake)
@@ -451,49 +401,6 @@ def _named_windows(windows: Iterable) -> str:
     dates = ", ".join(f"'{d.isoformat()}'" for d in sorted({d for d, _ in named}))
     starts = ", ".join(f"'{w.isoformat()}'" for w in sorted({w for _, w in named}))
     return f'"date" IN ({dates}) AND "window_start" IN ({starts})'
-
-
-def rewritten(table: Table, rows, stored, *, ignore: tuple[str, ...] = ("updated_at",)):
-    """`replace_windows`' rewrite in the driver (pyarrow Tables): `rows` in place of the `stored` rows with the
-    same key, a row that changed no column but `ignore` keeping its stored `ignore` columns, and the stored rows
-    of other keys as they are. None when no row changed. Compared column by column, as `<=>` compares them (maps
-    as sets of entries). In Arrow, with the stored rows of other keys never converted: a window's rewrite holds
-    every topic's rows, and pandas took 2 s for 100,000 of them."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    key, names = list(table.key), list(table.column_names)
-    new, old = arrow_table(table, rows.select(names)), arrow_table(table, stored.select(names))
-    numbered = new.select(key).append_column("_new", pa.array(np.arange(new.num_rows)))
-    pairs = numbered.join(
-        old.select(key).append_column("_old", pa.array(np.arange(old.num_rows))), keys=key, join_type="left outer"
-    ).sort_by("_new")
-    at_old = pairs["_old"].combine_chunks()
-    same = at_old.is_valid().to_numpy(zero_copy_only=False)
-    for column in _updatable(table, ignore):
-        same &= _same_values(new[column.name], old[column.name].take(at_old))
-    if same.all():
-        return None
-    same_mask = pa.array(same)
-    for name in ignore:
-        index = new.schema.get_field_index(name)
-        new = new.set_column(index, name, pc.if_else(same_mask, old[name].take(at_old), new[name]))
-    replaced = pc.is_in(pa.array(np.arange(old.num_rows)), value_set=at_old.drop_null())
-    return pa.concat_tables([new, old.filter(pc.invert(replaced))])
-
-
-def _same_values(a, b):
-    """Element-wise: `a` and `b` (Arrow arrays of one type) hold the same value, nulls equal to nulls."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if pa.types.is_map(a.type) or pa.types.is_list(a.type) or pa.types.is_struct(a.type):
-        as_set = (lambda v: v if v is None else dict(v)) if pa.types.is_map(a.type) else (lambda v: v)
-        return np.array([as_set(x) == as_set(y) for x, y in zip(a.to_pylist(), b.to_pylist(), strict=True)], bool)
-    equal = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
-    return equal.to_numpy(zero_copy_only=False)
 
 
 def window_filter(windows: Iterable):

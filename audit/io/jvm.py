@@ -21,8 +21,8 @@ JDK_FOLDER = Path("/usr/lib/jvm")
 # deprecated: G1 could corrupt data (SPARK-55852).
 SUPPORTED_JAVA = ((17,), (21,), (25, 0, 3))
 # From Java 25 on, a JVM keeps the classes it loaded and linked, and the profiles of the methods it ran, in an
-# ahead-of-time cache (JEPs 483, 514, 515): a new Spark driver then runs the bench's million records in 68 s
-# instead of 73-74 with Java 17's class-data archive (2026-11-27, alternating).
+# ahead-of-time cache (JEPs 483, 514, 515), which starts a new Spark driver faster than Java 17's class-data
+# archive can (docs/performance.md).
 AOT_CACHE_JAVA = (25,)
 
 
@@ -117,8 +117,8 @@ def pyspark_jar_dir() -> Path:
 
 
 # Class-data archives: the classes a broker or a Spark driver loads at start, parsed and verified once by `make
-# setup` and mapped by every later start. A broker then starts on 1.9 CPU-s instead of 2.6-3.1 and a small Spark
-# job runs on 12 instead of 16-18 (2026-11-27, Java 17); the test suite starts dozens of each. On Java 25 the
+# setup` and mapped by every later start, which saves a broker or a small Spark job a good part of its start-up
+# CPU; the test suite starts dozens of each. On Java 25 the
 # archive is an ahead-of-time cache, which also holds the classes linked and the methods' profiles.
 CLASS_ARCHIVES = "class-archives"
 CDS_SUFFIX, AOT_SUFFIX = ".jsa", ".aot"  # Java 17's class-data archive, Java 25's ahead-of-time cache

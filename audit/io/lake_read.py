@@ -14,7 +14,8 @@ from datetime import date
 
 import pandas as pd
 
-from audit.contract.tables import EVERY_TABLE, arrow_schema
+from audit.contract.arrow import arrow_schema
+from audit.contract.tables import EVERY_TABLE
 from audit.io.lake import Lake
 
 log = logging.getLogger(__name__)

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BOOKS: tuple[str, ...] = tuple(name for name in EVERY_TABLE if name != "bronze")
-OPEN = ("pending", "lagging")  # statuses judged again whether final or not (audit/books/judge.py, `_is_open`)
+OPEN = ("pending", "lagging")  # statuses judged again whether final or not (audit/books/judge/in_spark.py, `is_open`)
 GUARDED = ("audit_records", "tier_counts")  # summed or judged again for open windows: kept back to the oldest
 SMALL_FILE_BYTES = 32 * 1024 * 1024  # a file below this is small: a partition's count of them triggers compaction
 TARGET_BYTES = 100 * 1024 * 1024  # deltalake's target file size: it rewrites the files below it

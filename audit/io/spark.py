@@ -32,13 +32,13 @@ BASE_CONF: dict[str, str] = {
     # Small local data: a handful of shuffle partitions beats the default 200 by far.
     "spark.sql.shuffle.partitions": "4",
     # A run is dozens of small queries, and the JVM spends much of it compiling their generated code (the JIT
-    # threads were 40 % of the driver's CPU). With the default 100 cached classes every run evicts and
+    # threads can take 40 % of the driver's CPU). With the default 100 cached classes every run evicts and
     # compiles again what the last one compiled; 2,000 keeps a session's classes, warm, from run to run.
     "spark.sql.codegen.cache.maxEntries": "2000",
     # A collect_list (the partition maps of `tier_counts`) makes Spark's object hash aggregate, which past 128
     # groups sorts its rows anyway and builds a new buffer per group, each field's through a new copy of the
     # session's settings (Spark 4.2's TypeOps asks SQLConf.get): 45 % of the step. A sort aggregate reuses one
-    # buffer: summing the million records' 200,000 windows took 7.5-9.8 s that way and 3.9-5.5 s this one.
+    # buffer: summing the million records' 200,000 windows takes 7.5-9.8 s that way and 3.9-5.5 s this one.
     "spark.sql.execution.useObjectHashAggregateExec": "false",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -47,10 +47,10 @@ BASE_CONF: dict[str, str] = {
 }
 
 
-# For the JVM pyspark starts. A run is dozens of small queries, and the C2 compiler spent a third of the
-# driver's CPU compiling code that ran a few thousand times and was gone with the query. C2 only for
-# what runs ten times more often: a small run twice in a fresh lake (a test) took 20 % less CPU
-# (89 against 111 CPU-s for three, warm and cold), the bench's 10,800 increments 10 % less time.
+# For the JVM pyspark starts. A run is dozens of small queries, and by default the C2 compiler spends a third
+# of the driver's CPU compiling code that runs a few thousand times and is gone with the query. C2 only for
+# what runs ten times more often: a small run twice in a fresh lake (a test) takes 20 % less CPU, the
+# bench's 10,800 increments 10 % less time.
 DRIVER_JIT_OPTIONS = (
     "-XX:Tier4InvocationThreshold=50000 -XX:Tier4CompileThreshold=60000 -XX:Tier4BackEdgeThreshold=400000"
 )
@@ -60,10 +60,10 @@ def run_in_utc() -> None:
     """Make this process's zone UTC, and with it the zone of the driver JVM it starts (the JVM takes `TZ`). The
     session reads SQL in UTC (BASE_CONF), and both must agree with it:
     - PySpark gives a TIMESTAMP to Python as a naive datetime in the process's zone and reads one back the same
-      way: on a host in Europe/Paris every window a run named in SQL was an hour off, and its first increment
-      failed its overwrite (DELTA_REPLACE_WHERE_MISMATCH) after reading the wrong windows;
+      way: on a host in Europe/Paris every window a run names in SQL would be an hour off, and its first
+      increment would fail its overwrite (DELTA_REPLACE_WHERE_MISMATCH) after reading the wrong windows;
     - Delta rebuilds a table's whole state after every commit to check its checksum when the JVM's zone does not
-      name UTC (`allFilesInCrc.verificationMode.forceOnNonUTC`): 15 small appends took 14.7-18.1 s with
+      name UTC (`allFilesInCrc.verificationMode.forceOnNonUTC`): 15 small appends take 14.7-18.1 s with
       TZ=Europe/Paris, 8.4-10.6 s in UTC.
     Under spark-submit the JVM runs already, in the zone its caller gave it (docs/operations.md)."""
     if os.environ.get("TZ") == "UTC":
@@ -79,8 +79,8 @@ def run_in_utc() -> None:
 DRIVER_JAVA_OPTIONS_ENV = "KAUDIT_DRIVER_JAVA_OPTIONS"
 
 
-# The local driver's heap. With Spark's 1 GB, G1 marked the heap over and over: 5.3 CPU-s of a 10,800-record
-# increment's 27 went to the collector, 1.6-2.4 CPU-s with 4 GB (the bench's increment: 17.6 -> 15.4 s). The
+# The local driver's heap. With Spark's 1 GB, G1 marks the heap over and over: 5.3 CPU-s of a 10,800-record
+# increment's 27 go to the collector, 1.6-2.4 CPU-s with 4 GB (the bench's increment: 15.4 s against 17.6). The
 # heap grows to it only when needed; under spark-submit, `--driver-memory` decides.
 DRIVER_MEMORY = "4g"
 

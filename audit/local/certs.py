@@ -50,23 +50,38 @@ def ensure_tls_files(
     files = TlsFiles(Path(folder))
     if files.exist():
         return files
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     now = datetime.datetime.now(datetime.UTC)
-    not_before, not_after = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=valid_days)
+    valid = (now - datetime.timedelta(hours=1), now + datetime.timedelta(days=valid_days))
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=KEY_BITS)
+    ca_cert = _ca_certificate(ca_key, valid)
+    broker_key = rsa.generate_private_key(public_exponent=65537, key_size=KEY_BITS)
+    broker_cert = _broker_certificate(broker_key, ca_key, ca_cert.subject, hosts, valid)
+    pem = serialization.Encoding.PEM
+    key_pem = broker_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    files.folder.mkdir(parents=True, exist_ok=True)
+    _write_private(files.keystore, key_pem + broker_cert.public_bytes(pem) + ca_cert.public_bytes(pem))
+    files.ca.write_bytes(ca_cert.public_bytes(pem))
+    return files
+
+
+def _ca_certificate(ca_key, valid: tuple[datetime.datetime, datetime.datetime]):
+    """The self-signed test CA, which may sign certificates but no other CA."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import NameOID
+
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kafka-audit test CA")])
-    ca_cert = (
+    return (
         x509.CertificateBuilder()
         .subject_name(ca_name)
         .issuer_name(ca_name)
         .public_key(ca_key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
+        .not_valid_before(valid[0])
+        .not_valid_after(valid[1])
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -84,28 +99,32 @@ def ensure_tls_files(
         )
         .sign(ca_key, hashes.SHA256())
     )
-    broker_key = rsa.generate_private_key(public_exponent=65537, key_size=KEY_BITS)
+
+
+def _broker_certificate(
+    broker_key, ca_key, ca_name, hosts: tuple[str, ...], valid: tuple[datetime.datetime, datetime.datetime]
+):
+    """The broker's certificate, signed by the CA, naming `hosts` (IP addresses or DNS names) for server and
+    client authentication."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
     names = [x509.IPAddress(ipaddress.ip_address(host)) if _is_ip(host) else x509.DNSName(host) for host in hosts]
-    broker_cert = (
+    return (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
         .issuer_name(ca_name)
         .public_key(broker_key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
+        .not_valid_before(valid[0])
+        .not_valid_after(valid[1])
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
         )
         .sign(ca_key, hashes.SHA256())
     )
-    pem = serialization.Encoding.PEM
-    key_pem = broker_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    files.folder.mkdir(parents=True, exist_ok=True)
-    _write_private(files.keystore, key_pem + broker_cert.public_bytes(pem) + ca_cert.public_bytes(pem))
-    files.ca.write_bytes(ca_cert.public_bytes(pem))
-    return files
 
 
 def _is_ip(host: str) -> bool:

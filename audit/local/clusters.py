@@ -17,17 +17,12 @@ stays PLAINTEXT on loopback. Without it, the cluster is PLAINTEXT as before.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -39,48 +34,25 @@ from confluent_kafka.admin import AdminClient
 from audit.contract.errors import ClusterError, ConfigError
 from audit.io import jvm
 from audit.io.local_state import ClusterState, cluster_folder, load_state, state_file
-from audit.local.certs import TlsFiles, ensure_tls_files
+from audit.local.broker_config import plaintext_properties, sasl_ssl_properties, write_broker_files
+from audit.local.certs import ClusterSecurity, TlsFiles, ensure_tls_files
+from audit.local.kraft_format import (
+    BOOTSTRAP_CHECKPOINT,
+    format_from_template,
+    keep_template,
+    new_cluster_id,
+    template_folder,
+)
+from audit.local.processes import MARKER_PROPERTY, free_port, marked_pids, pid_alive, port_open, terminate, wait_gone
 
 if TYPE_CHECKING:
     from audit.settings import Settings
-
-
-from audit.local.certs import ClusterSecurity
-from audit.local.processes import MARKER_PROPERTY, free_port, marked_pids, pid_alive, port_open, terminate, wait_gone
 
 log = logging.getLogger(__name__)
 
 DEFAULT_HEAP_MB = 512
 DEFAULT_START_TIMEOUT_S = 90.0
 DEFAULT_STOP_TIMEOUT_S = 30.0
-
-# Small internal topics: a single node needs no replication, and fewer partitions make the first
-# consumer group and the first transaction ready in well under a second.
-BASE_BROKER_PROPERTIES: dict[str, str] = {
-    "process.roles": "broker,controller",
-    "node.id": "1",
-    "controller.listener.names": "CONTROLLER",
-    "inter.broker.listener.name": "PLAINTEXT",
-    "num.partitions": "1",
-    "auto.create.topics.enable": "false",
-    "offsets.topic.replication.factor": "1",
-    "offsets.topic.num.partitions": "5",
-    "transaction.state.log.replication.factor": "1",
-    "transaction.state.log.min.isr": "1",
-    "transaction.state.log.num.partitions": "5",
-    "share.coordinator.state.topic.replication.factor": "1",
-    "share.coordinator.state.topic.min.isr": "1",
-    "group.initial.rebalance.delay.ms": "0",
-    "num.network.threads": "2",
-    "num.io.threads": "4",
-    # Keep by size, not age: tests and demos backfill messages with old timestamps, which an age
-    # limit would delete at the next retention check.
-    "log.retention.ms": "-1",
-    "log.retention.bytes": str(1 << 30),
-    # The controller writes a no-op record this often when nothing else happens (default 500 ms). A single
-    # node has no follower to keep informed, and the default keeps an idle broker at 2 % of a core.
-    "metadata.max.idle.interval.ms": "5000",
-}
 
 JVM_OPTIONS = [
     "-XX:+UseG1GC",
@@ -92,32 +64,10 @@ JVM_OPTIONS = [
 ]
 
 # A local broker serves tests, demos and soaks: short lives and light traffic. There the C2 compiler costs
-# more CPU than its code saves: C1 only halves a broker's CPU for its start and for 400,000 messages
-# through it (measured: 2.7 -> 2.0 CPU-s to start, 6.4 -> 3.5 to serve), on cores Spark shares. A bench
-# that pushes a million messages through wants C2 (`quick_jit=False`): the 1M reconcile read them in
-# 168 s from C1-only brokers, 104 s from default ones.
+# more CPU than its code saves: C1 only cuts a broker's CPU for its start and nearly halves it for serving,
+# on cores Spark shares. A bench that pushes a million messages through wants C2 (`quick_jit=False`), whose
+# code then serves them much faster.
 BROKER_JIT_OPTIONS = ["-XX:TieredStopAtLevel=1"]
-
-LOG4J2_TEMPLATE = """\
-status = warn
-appender.file.type = RollingFile
-appender.file.name = file
-appender.file.fileName = {logs}/server.log
-appender.file.filePattern = {logs}/server.log.%i
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-appender.file.policies.type = Policies
-appender.file.policies.size.type = SizeBasedTriggeringPolicy
-appender.file.policies.size.size = 50MB
-appender.file.strategy.type = DefaultRolloverStrategy
-appender.file.strategy.max = 3
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = file
-logger.kafka.name = kafka
-logger.kafka.level = INFO
-logger.apache.name = org.apache.kafka
-logger.apache.level = WARN
-"""
 
 
 @dataclass(frozen=True)
@@ -129,38 +79,6 @@ class ClusterStatus:
     pid: int | None
     healthy: bool
     folder: str
-
-
-BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
-# Settings that differ between clusters of one kind and that a format does not write.
-PER_CLUSTER_PROPERTIES = ("listeners", "advertised.listeners", "controller.quorum.voters", "log.dirs")
-
-
-def meta_properties(cluster_id: str) -> str:
-    """A formatted log directory's meta.properties, as StorageTool writes it for node 1 (a fresh directory id)."""
-    return f"cluster.id={cluster_id}\ndirectory.id={new_cluster_id()}\nnode.id=1\nversion=1\n"
-
-
-def _keep_template(checkpoint: Path, template: Path) -> None:
-    """Keep a format's bootstrap checkpoint as `template`; a concurrent keeper's copy is as good."""
-    template.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f"{template.name}.", suffix=".partial", dir=template.parent))
-    shutil.copyfile(checkpoint, partial / BOOTSTRAP_CHECKPOINT)
-    try:
-        partial.rename(template)
-    except OSError:  # kept by another process in the meantime
-        shutil.rmtree(partial, ignore_errors=True)
-
-
-def new_cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes in URL-safe base64 without padding, as Kafka's Uuid.
-
-    Like Kafka's own, it never starts with '-', which a command line would read as an option.
-    """
-    while True:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not cluster_id.startswith("-"):
-            return cluster_id
 
 
 class LocalCluster:
@@ -266,49 +184,14 @@ class LocalCluster:
     # -- configuration files -------------------------------------------------------------------
 
     def server_properties(self, state: ClusterState) -> dict[str, str]:
-        props = dict(BASE_BROKER_PROPERTIES)
-        props.update(
-            {
-                "listeners": f"PLAINTEXT://{self.host}:{state.port},CONTROLLER://{self.host}:{state.controller_port}",
-                "advertised.listeners": f"PLAINTEXT://{self.host}:{state.port}",
-                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-                "controller.quorum.voters": f"1@{self.host}:{state.controller_port}",
-                "log.dirs": str(self.folder / "data"),
-            }
-        )
+        props = plaintext_properties(self.host, state, self.folder / "data")
         if self.security is not None:
-            props.update(self._security_properties(state))
+            props.update(sasl_ssl_properties(self.host, state, self.security, self.tls))
         props.update(self.broker_properties)
         return props
 
-    def _security_properties(self, state: ClusterState) -> dict[str, str]:
-        security, tls = self.security, self.tls
-        jaas = (
-            f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{security.broker_user}" '
-            f'password="{security.users[security.broker_user]}";'
-        )
-        return {
-            "listeners": f"SASL_SSL://{self.host}:{state.port},CONTROLLER://{self.host}:{state.controller_port}",
-            "advertised.listeners": f"SASL_SSL://{self.host}:{state.port}",
-            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name": "SASL_SSL",
-            "sasl.enabled.mechanisms": security.mechanism,
-            "sasl.mechanism.inter.broker.protocol": security.mechanism,
-            f"listener.name.sasl_ssl.{security.mechanism.lower()}.sasl.jaas.config": jaas,
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(tls.keystore),
-            "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": str(tls.ca),
-            "ssl.client.auth": "none",
-        }
-
     def _write_config(self, state: ClusterState) -> Path:
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
-        props_file = self.folder / "server.properties"
-        lines = [f"{key}={value}" for key, value in sorted(self.server_properties(state).items())]
-        props_file.write_text("\n".join(lines) + "\n")
-        (self.folder / "log4j2.properties").write_text(LOG4J2_TEMPLATE.format(logs=self.logs_dir))
-        return props_file
+        return write_broker_files(self.folder, self.logs_dir, self.server_properties(state))
 
     def _java_command(self, main_class: str, *args: str) -> list[str]:
         return [
@@ -334,30 +217,24 @@ class LocalCluster:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def _format(self, state: ClusterState, props_file: Path) -> None:
-        """Format the storage: Kafka's StorageTool, a JVM of its own (1-2 CPU-s), the first time; later clusters
-        of the same jars and settings copy what it wrote (`_format_template`)."""
+        """Format the storage: Kafka's StorageTool, a JVM of its own, the first time; later clusters of the same
+        jars and settings copy what it wrote (`_format_template`)."""
         data_dir = Path(self.server_properties(state)["log.dirs"])
         template = self._format_template()
-        if template is not None and (template / BOOTSTRAP_CHECKPOINT).is_file():
-            data_dir.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(template / BOOTSTRAP_CHECKPOINT, data_dir / BOOTSTRAP_CHECKPOINT)
-            (data_dir / "meta.properties").write_text(meta_properties(state.cluster_id))
-        else:
+        if template is None or not format_from_template(template, data_dir, state.cluster_id):
             self._format_with_storage_tool(state, props_file)
             if template is not None:
-                _keep_template(data_dir / BOOTSTRAP_CHECKPOINT, template)
+                keep_template(data_dir / BOOTSTRAP_CHECKPOINT, template)
         state.formatted = True
 
     def _format_template(self) -> Path | None:
-        """Where a format of this cluster's kind is kept: keyed by the Kafka jars and the broker settings, which
-        decide the bootstrap metadata (its feature levels). None for a secured cluster, whose SCRAM users are
-        written at format time and stay with the cluster alone, or more than one log directory."""
+        """Where a format of this cluster's kind is kept (kraft_format.template_folder). None for a secured
+        cluster, whose SCRAM users are written at format time and stay with the cluster alone, or more than one
+        log directory."""
         props = self.server_properties(ClusterState(name="", cluster_id="", port=0, controller_port=0))
         if self.security is not None or "," in props["log.dirs"]:
             return None
-        kind = {key: value for key, value in props.items() if key not in PER_CLUSTER_PROPERTIES}
-        key = hashlib.sha256(json.dumps([jvm.classpath(self.cache_dir, jvm.KAFKA_JARS), kind], sort_keys=True).encode())
-        return self.cache_dir / "kraft-formats" / key.hexdigest()[:16]
+        return template_folder(self.cache_dir, jvm.classpath(self.cache_dir, jvm.KAFKA_JARS), props)
 
     def _format_with_storage_tool(self, state: ClusterState, props_file: Path) -> None:
         scram = []

@@ -229,11 +229,86 @@ OBSERVE_EVERY_S = 2.0
 PROGRESS_EVERY_S = 10.0
 
 
+def demo_plan(args: argparse.Namespace, settings: Settings, *, hours: float) -> PipelinePlan:
+    """The demo's pipeline over the configured clusters, with its two faults: the loss in one window of the
+    backfill's `hours`, and the stall."""
+    short = args.short
+    regional, hub = hub_and_spokes(settings)
+    return PipelinePlan(
+        regional=regional,
+        hub=hub,
+        drop=DropPlan(
+            regional[0], "orders", drop_window(hours, window_minutes=settings.window_minutes), args.drop_count
+        ),
+        # From the replicator's start, before the backfill: stopped part way through a backfill of random times,
+        # its watermark would pass messages not yet copied (docs/operations.md, "The stall detector").
+        # --short ends it as soon as the tables show it, so its length is only a bound.
+        stall=StallPlan(regional[-1], after_s=0.0, for_s=300.0 if short else args.stall_for_s),
+        # A run with nothing new is cheap, and a run that has something is waited for: the full demo starts
+        # the next one 2 s after the last. --short (the tests, beside others on the CPU) leaves it more room.
+        reconcile_interval_s=5.0 if short else 2.0,
+        lake_trigger_s=5.0 if short else 10.0,
+        stall_after_s=10.0 if short else 20.0,
+        with_ui=not args.no_ui,
+    )
+
+
+def start_pipeline(
+    supervisor: Supervisor, settings: Settings, plan: PipelinePlan, *, messages: int, hours: float, rate: float
+) -> float:
+    """The mailbox, the topics and every service, then the backfill and live traffic; returns when (monotonic)
+    the stalled replicator started, which is when its stall began."""
+    supervisor.start("mailbox", "mailbox")
+    create_topics(settings, plan)
+    print(
+        f"starting services: counters, replicators ({', '.join(plan.regional)} -> {plan.hub}), lake, reconcile, UI ...",
+        flush=True,
+    )
+    start_services(supervisor, settings, plan)
+    stall_began = time.monotonic()
+    print(
+        f"backfilling {messages:,} audited messages per regional cluster over {hours:g} h of event time ...",
+        flush=True,
+    )
+    backfill(supervisor, plan, messages=messages, hours=hours)
+    start_live_traffic(supervisor, plan, rate=rate, duration_s=24 * 3600)
+    return stall_began
+
+
+def watch_until_ready(
+    args: argparse.Namespace,
+    settings: Settings,
+    plan: PipelinePlan,
+    supervisor: Supervisor,
+    findings: Findings,
+    stop: threading.Event,
+    *,
+    began: float,
+    stall_began: float,
+) -> None:
+    """Observe the tables and the mailbox until the faults show (both found and the stall recovered with
+    --exit-when-found), `stop` is set or --timeout-s passes, printing progress on the way."""
+    deadline = time.monotonic() + args.timeout_s
+    # Interactive: the summary comes once both faults are visible; the stall's recovery follows live.
+    ready = findings.done if args.exit_when_found else findings.visible
+    printed_at = -PROGRESS_EVERY_S
+    while not stop.is_set() and time.monotonic() < deadline:
+        observe(settings, plan, findings)
+        if args.short and findings.stall_seen and findings.stall_ended_after_s is None:
+            end_stall(supervisor, plan, findings, stall_began)
+        done = ready(plan)
+        if done or time.monotonic() - printed_at >= PROGRESS_EVERY_S:
+            print(progress_line(began, findings, plan), flush=True)
+            printed_at = time.monotonic()
+        if done:
+            break
+        stop.wait(OBSERVE_EVERY_S)
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     began = time.monotonic()
-    short = args.short
-    messages = 6000 if short else args.messages
-    hours = 1.0 if short else args.backfill_hours
+    messages = 6000 if args.short else args.messages
+    hours = 1.0 if args.short else args.backfill_hours
     stop_leftovers(settings.state_dir)
     removed = start_fresh(settings)
     if removed:
@@ -245,59 +320,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from audit.settings import load_settings
 
     settings = load_settings(config)
-    regional, hub = hub_and_spokes(settings)
-    plan = PipelinePlan(
-        regional=regional,
-        hub=hub,
-        drop=DropPlan(
-            regional[0], "orders", drop_window(hours, window_minutes=settings.window_minutes), args.drop_count
-        ),
-        # From the replicator's start, before the backfill: stopped part way through a backfill of random times,
-        # its watermark would pass messages not yet copied (docs/operations.md, "The stall detector").
-        # --short ends it as soon as the tables show it, so its length is only a bound.
-        stall=StallPlan(regional[-1], after_s=0.0, for_s=300.0 if short else args.stall_for_s),
-        # A run with nothing new costs 0.2 s, and a run that has something is waited for: the full demo starts
-        # the next one 2 s after the last. --short (the tests, beside others on the CPU) leaves it more room.
-        reconcile_interval_s=5.0 if short else 2.0,
-        lake_trigger_s=5.0 if short else 10.0,
-        stall_after_s=10.0 if short else 20.0,
-        with_ui=not args.no_ui,
-    )
+    plan = demo_plan(args, settings, hours=hours)
     supervisor = Supervisor(settings.state_dir, config=config)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        supervisor.start("mailbox", "mailbox")
-        create_topics(settings, plan)
-        print(
-            f"starting services: counters, replicators ({', '.join(regional)} -> {hub}), lake, reconcile, UI ...",
-            flush=True,
-        )
-        start_services(supervisor, settings, plan)
-        stall_began = time.monotonic()
-        print(
-            f"backfilling {messages:,} audited messages per regional cluster over {hours:g} h of event time ...",
-            flush=True,
-        )
-        backfill(supervisor, plan, messages=messages, hours=hours)
-        start_live_traffic(supervisor, plan, rate=args.rate, duration_s=24 * 3600)
+        stall_began = start_pipeline(supervisor, settings, plan, messages=messages, hours=hours, rate=args.rate)
         findings = Findings()
-        deadline = time.monotonic() + args.timeout_s
-        # Interactive: the summary comes once both faults are visible; the stall's recovery follows live.
-        ready = findings.done if args.exit_when_found else findings.visible
-        printed_at = -PROGRESS_EVERY_S
-        while not stop.is_set() and time.monotonic() < deadline:
-            observe(settings, plan, findings)
-            if short and findings.stall_seen and findings.stall_ended_after_s is None:
-                end_stall(supervisor, plan, findings, stall_began)
-            done = ready(plan)
-            if done or time.monotonic() - printed_at >= PROGRESS_EVERY_S:
-                print(progress_line(began, findings, plan), flush=True)
-                printed_at = time.monotonic()
-            if done:
-                break
-            stop.wait(OBSERVE_EVERY_S)
+        watch_until_ready(args, settings, plan, supervisor, findings, stop, began=began, stall_began=stall_began)
         print(summary(settings, plan, supervisor, findings, began), flush=True)
         if args.exit_when_found or stop.is_set():
             return 0 if findings.done(plan) else 1

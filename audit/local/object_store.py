@@ -29,7 +29,7 @@ HOST = "127.0.0.1"
 REGION = "us-east-1"
 START_TIMEOUT_S = 60.0
 # SIGTERM's grace before SIGKILL. `weed mini` stops its parts in order (S3 and filer before the volume server) in
-# under a second; `weed server` stopped the volume server first, then its filer waited 15 s to flush its log.
+# under a second; `weed server` stops the volume server first, then its filer waits 15 s to flush its log.
 STOP_GRACE_S = 8.0
 
 # The ports of one `weed mini`, each given explicitly: a gRPC port left out is the HTTP port + 10000, which can

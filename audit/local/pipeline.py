@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from audit.contract.errors import HarnessError
-from audit.contract.windows import window_start
+from audit.contract.windows import DEFAULT_WINDOW_MINUTES, window_start
 from audit.io.clients import client_config, ensure_topics
 from audit.local.services import Supervisor
 
@@ -86,7 +86,7 @@ def hub_and_spokes(settings: Settings) -> tuple[tuple[str, ...], str]:
     return (tuple(names[:-1]) or (names[0],)), names[-1]
 
 
-def drop_window(backfill_hours: float, now_ms: int | None = None, window_minutes: int = 10) -> int:
+def drop_window(backfill_hours: float, now_ms: int | None = None, window_minutes: int = DEFAULT_WINDOW_MINUTES) -> int:
     """A window in the middle of the backfilled hours: full of messages, long past its grace."""
     now_ms = now_ms or time.time_ns() // 1_000_000
     return window_start(now_ms - int(backfill_hours * 3_600_000 / 2), window_minutes)

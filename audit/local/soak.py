@@ -24,21 +24,18 @@ import os
 import random
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from audit.contract.errors import ConfigError, HarnessError
 from audit.contract.record import iso
 from audit.contract.windows import window_start
-from audit.io.lake import lake_of
 from audit.local.pipeline import TOPICS, DropPlan, PipelinePlan, create_topics, drop_window, mirror_args, start_services
 from audit.local.services import Supervisor, count_in_log, log_tail
-from audit.local.soak_check import origin_of, render
+from audit.local.soak_check import render
 from audit.local.soak_plan import (
     COMPACTED_CONFIG,
     COMPACTED_TOPIC,
-    FAULT_KINDS,
     GRACE_S,
     SPARK_RESTART_LIMIT_S,
     TOMBSTONE_EVERY,
@@ -51,6 +48,7 @@ from audit.local.soak_plan import (
     fresh_soak_dir,
     write_soak_config,
 )
+from audit.local.soak_report import soak_verdict, write_report
 
 if TYPE_CHECKING:
     from audit.settings import Settings
@@ -361,9 +359,9 @@ class Soak:
         take the reconciliation's first whole run after that as the final one.
 
         The stops come first: nothing they do while the last window waits out its grace is checked, and the
-        lake job takes 7-10 s to stop (all are stopped at once). The reconciliation runs on, warm: its next
+        lake job takes seconds to stop (all are stopped at once). The reconciliation runs on, warm: its next
         run reads what the catch-up counted as a new process would (a restart gives the same tables; its own
-        test proves it), without a new Spark JVM's minute of start and first run."""
+        test proves it), without a new Spark JVM's start and first run."""
         for cluster in self.clusters:
             cluster.start()
         services = [n for n in self.supervisor.services if not n.startswith("produce-") and n != "reconcile"]
@@ -431,78 +429,6 @@ class Soak:
             if service.process.returncode != 0:
                 raise HarnessError(f"{name} exited {service.process.returncode}: {log_tail(service.log_path, 5)}")
 
-    # -- verdict --------------------------------------------------------------------------------
-
-    def verdict(self):
-        from audit.io.lake_read import read_frame
-        from audit.local.soak_check import Expectations, Verdict, check_all, pipeline_truth
-        from audit.local.soak_recovery import recovery_check, stop_check
-
-        self.say("reading the ground truth (every topic, the bronze table) and the tables")
-        origin_topics = [(cluster, topic) for cluster in self.regional for topic in self.plan.topics]
-        truth, _hub_topics = pipeline_truth(
-            self.settings, [*origin_topics, (self.regional[0], TRANSACTIONAL_TOPIC)], self.hub, WINDOW_MINUTES
-        )
-        tables = {
-            name: read_frame(lake_of(self.settings), name)
-            for name in ("tier_counts", "completeness", "alerts", "audit_rejects")
-        }
-        expect = Expectations(
-            regional=self.regional,
-            hub=self.hub,
-            acked=dict(self.log.acked),
-            drop_logical_topic=f"{self.drop.cluster}.{self.drop.topic}",
-            drop_window_ms=self.drop.window_start_ms,
-            drop_count=self.drop.count,
-            malformed_markers=self.log.malformed_markers,
-            transactional_topic=f"{self.regional[0]}.{TRANSACTIONAL_TOPIC}",
-            transactions=self.log.transactions,
-            exactly_once=self.plan.exactly_once,
-        )
-        checks = check_all(
-            tables["tier_counts"], tables["completeness"], tables["alerts"], tables["audit_rejects"], truth, expect
-        )
-        return Verdict(
-            [*checks, recovery_check(self.log.recoveries), stop_check(self.log.stops_s)],
-            facts=self.facts(tables["completeness"], truth, expect),
-        )
-
-    def facts(self, completeness, truth, expect) -> dict:
-        from audit.local.soak_check import gap_totals, injected_loss
-        from audit.local.soak_recovery import summary
-
-        kinds = Counter(done.fault.kind for done in self.log.faults)
-        hub_truth = sum(sum(c.values()) for (lt, w, tier), c in truth.items() if tier == self.hub)
-        origin_truth = sum(sum(c.values()) for (lt, w, tier), c in truth.items() if tier == origin_of(lt))
-        return {
-            "seed": self.log.seed,
-            "minutes": self.args.minutes,
-            "rate_per_cluster": self.args.rate,
-            "messages_acked": dict(self.log.acked),
-            "messages_acked_total": sum(self.log.acked.values()),
-            "send_failed": dict(self.log.failed),
-            "faults_by_kind": {kind: kinds.get(kind, 0) for kind in FAULT_KINDS},
-            "faults": [
-                f"{d.began_s:.0f}s {d.fault.kind} {d.fault.target} down {d.down_s}s {d.note}".strip()
-                for d in self.log.faults
-            ],
-            "exactly_once_from": sorted(self.plan.exactly_once),
-            "malformed_records_injected": len(self.log.malformed_markers),
-            "unplanned_exits": self.log.unplanned_exits,
-            "loss_injected": injected_loss(truth, expect),
-            "loss_window": f"{expect.drop_logical_topic} {iso(expect.drop_window_ms, millis=False)}",
-            "hub_messages": hub_truth,
-            "origin_messages": origin_truth,
-            "duplicates_on_hub_true": max(0, hub_truth - origin_truth + injected_loss(truth, expect)),
-            "reported_by_tier": gap_totals(completeness),
-            "statuses": completeness["status"].value_counts().to_dict() if len(completeness) else {},
-            "phases_s": self.log.phases_s,
-            "transactional_load": self.log.transactions,
-            "recovery": summary(self.log.recoveries),
-            "recoveries": [f"{r.fault}: {r.service} {r.seconds} s" for r in self.log.recoveries],
-            "stops_s": self.log.stops_s,
-        }
-
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from audit.settings import load_settings
@@ -531,7 +457,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         phase("load")
         soak.catch_up()
         phase("catch-up")
-        verdict = soak.verdict()
+        verdict = soak_verdict(soak)
         phase("check")
     finally:
         soak.say("stopping services" + ("" if args.keep else " and clusters"))
@@ -540,12 +466,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             soak.clusters.down()
     print(render(verdict), flush=True)
     report_path = args.report_json or soak_dir / "report.json"
-    report_path.write_text(
-        json.dumps(
-            {"ok": verdict.ok, "facts": verdict.facts, "checks": [dataclasses.asdict(c) for c in verdict.checks]},
-            indent=2,
-            default=str,
-        )
-    )
+    write_report(verdict, report_path)
     print(f"report: {report_path}; logs: {soak_dir / 'logs'}", flush=True)
     return 0 if verdict.ok else 1

@@ -3,7 +3,8 @@
 Ground truth is what really happened, measured without the audit pipeline: the messages each
 topic holds (read from its partitions, bucketed by the message timestamp like every tier does),
 the rows the lake landed, and what the producers say they got acknowledged. Each check is one
-invariant of docs DESIGN.md read against that truth; `Verdict.report()` prints the lot.
+invariant in docs/reliability.md (1 to 7; invariant 8 is soak_recovery.py's) read against that truth;
+`Verdict.report()` prints the lot.
 
 The checks are pure functions over pandas frames and Counters, so a unit test can hand them a
 wrong table and see them fail.
@@ -32,7 +33,7 @@ Truth = dict[tuple[str, int, str], Counter]
 
 @dataclass(frozen=True)
 class Check:
-    invariant: str  # "1".."6" of DESIGN.md, or "setup" for the soak's own preconditions
+    invariant: str  # its number in docs/reliability.md, "1".."8" ("3/4": one check of both)
     name: str
     ok: bool
     detail: str

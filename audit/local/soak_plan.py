@@ -34,7 +34,7 @@ RECOVERY_LIMIT_S = 30.0  # every service makes progress again this soon after it
 # run take 60-160 s on the soak's 2 shared cores, so this limit only catches a job that never comes back;
 # the 30 s goal for them is the books' speed work (issue 14).
 SPARK_RESTART_LIMIT_S = 300.0
-STOP_LIMIT_S = 15.0  # and stops this soon after SIGTERM (DESIGN.md invariant 8)
+STOP_LIMIT_S = 15.0  # and stops this soon after SIGTERM (invariant 8 in docs/reliability.md)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 LAKE_TIER = "lake"
 RECONCILE = "reconcile"
 # The reconciliation's log line once a run has stored the audit records it read: its first Delta commit.
-RECONCILE_PROGRESS_MARKER = "audit.books.reconcile: reconcile step done  step=records"
+RECONCILE_PROGRESS_MARKER = "audit.books.run: reconcile step done  step=records"
 _LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z")
 
 

@@ -6,7 +6,7 @@ import dash
 from dash import html
 
 from dashboards import ids
-from dashboards.app import context
+from dashboards.context import context
 from dashboards.pages.controls import range_and_search, table
 
 COLUMNS = [

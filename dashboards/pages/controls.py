@@ -7,8 +7,8 @@ from urllib.parse import parse_qs
 from dash import Input, Output, State, callback, dcc, html
 
 from dashboards import ids
-from dashboards.app import href
 from dashboards.data import DEFAULT_RANGE, RANGES
+from dashboards.links import href
 
 
 def range_and_search(range_key: str | None, search: str | None, *, with_search: bool = True) -> html.Div:

@@ -6,7 +6,7 @@ import dash
 from dash import dcc, html
 
 from dashboards import figures, ids
-from dashboards.app import context
+from dashboards.context import context
 from dashboards.data import status_history, time_range
 from dashboards.pages.controls import range_and_search, table
 

@@ -7,8 +7,9 @@ import pandas as pd
 from dash import Input, Output, State, callback, dcc, html
 
 from dashboards import figures, ids
-from dashboards.app import context, href
+from dashboards.context import context
 from dashboards.data import OVERVIEW_COLUMNS, all_cells, overview_data
+from dashboards.links import href
 from dashboards.pages.controls import range_and_search, table
 
 

@@ -8,8 +8,9 @@ import dash
 from dash import Input, Output, State, callback, dcc, html
 
 from dashboards import figures, ids
-from dashboards.app import context, href
+from dashboards.context import context
 from dashboards.data import latest_window, parse_time, restated_changes, time_range, topic_rows, with_partition_losses
+from dashboards.links import href
 from dashboards.pages.controls import range_and_search, table
 
 WINDOW_COLUMNS = [

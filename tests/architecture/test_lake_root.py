@@ -1,6 +1,6 @@
-"""The lake root is one setting, bound once (DESIGN.md, invariant 13): only audit/io/lake.py reads `lake_path`
-and builds table locations, and only it and delta_io (its table creation) call `deltalake`, so no read or write
-can leave out the storage settings."""
+"""The lake root is one setting, bound once (invariant 13 in docs/reliability.md): only audit/io/lake.py reads
+`lake_path` and builds table locations, and only it and delta_io (its table creation) call `deltalake`, so no read
+or write can leave out the storage settings."""
 
 from __future__ import annotations
 

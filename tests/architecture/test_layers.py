@@ -16,10 +16,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "audit.io": {"audit.contract", "audit.settings"},
     "audit.hops": BELOW_HOPS,
     "audit.books": BELOW_HOPS,
+    "audit.alerts": BELOW_HOPS,
     "producers": BELOW_HOPS,
-    "dashboards": BELOW_HOPS | {"audit.books"},
-    "audit.local": BELOW_HOPS | {"audit.hops", "audit.books", "producers", "dashboards"},
-    "audit.cli": BELOW_HOPS | {"audit.hops", "audit.books", "audit.local", "producers", "dashboards"},
+    "dashboards": BELOW_HOPS | {"audit.alerts"},
+    "audit.local": BELOW_HOPS | {"audit.hops", "audit.books", "audit.alerts", "producers", "dashboards"},
+    "audit.cli": BELOW_HOPS | {"audit.hops", "audit.books", "audit.alerts", "audit.local", "producers", "dashboards"},
 }
 
 
@@ -68,3 +69,14 @@ def test_imports_only_go_down(name, path):
         }
     )
     assert upward == [], f"{name} ({own}) imports {upward}; it may import only {sorted(MAY_IMPORT[own])}"
+
+
+def test_the_ui_pages_never_import_the_app_shell():
+    """The app imports the pages; a page reads the running context and builds links from modules of their own."""
+    pages = [(name, path) for name, path in modules() if name.startswith("dashboards.pages.")]
+    importers = [name for name, path in pages if any(is_the_app_shell(t) for t in imported(path))]
+    assert pages and importers == [], f"pages that import dashboards.app: {importers}"
+
+
+def is_the_app_shell(module: str) -> bool:
+    return module == "dashboards.app" or module.startswith("dashboards.app.")

@@ -18,15 +18,16 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, Message, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from audit.books.reconcile import COUNTED_TIERS_MAX_AGE_MS, RunMemory
+from audit.books.run import COUNTED_TIERS_MAX_AGE_MS, RunMemory
 from audit.contract.naming import naming_policy
 from audit.contract.tally import LATENCY_FLOORS, Tally
-from audit.hops import counter as counter_module
-from audit.hops import replicator as replicator_module
+from audit.hops import mirror_topics
 from audit.hops.counter import ClusterCounter, CounterOptions
 from audit.hops.counter_state import LAG, MESSAGES
 from audit.hops.mirror_state import COPIED, PartitionFlow
 from audit.hops.replicator import MirrorOptions, Replicator
+from audit.hops.retention import EXPIRY_EVERY_MS, RetentionGaps, Skip
+from audit.io import transactions
 from dashboards import data as dashboard_data
 from dashboards.data import MAX_CACHED, LakeCache
 from producers import audited
@@ -242,7 +243,7 @@ def test_a_tally_drained_every_flush_holds_only_the_windows_since_the_last_drain
 @pytest.fixture
 def direct_calls(monkeypatch):
     """The transactional calls run on the caller's thread: no watchdog thread per call over 10,000 flushes."""
-    monkeypatch.setattr(counter_module, "bounded", lambda call, timeout_s, what: call())
+    monkeypatch.setattr(transactions, "bounded", lambda call, timeout_s, what: call())
 
 
 def test_a_counter_over_30_days_and_1000_topics_keeps_only_what_is_assigned_now(direct_calls):
@@ -252,7 +253,8 @@ def test_a_counter_over_30_days_and_1000_topics_keeps_only_what_is_assigned_now(
     counter = ClusterCounter({}, options, lambda topic: True, host="test")
     consumer = FakeConsumer(cluster)
     producer = FakeTransactionalProducer(consumer)
-    counter._consumer, counter._producer, counter._admin = consumer, producer, FakeAdmin(cluster)
+    counter._consumer, counter._admin = consumer, FakeAdmin(cluster)
+    counter.transactions.producer = producer
     created = 0
     for window in range(LIFE_WINDOWS):
         start = BASE_MS + window * WINDOW_MS
@@ -331,7 +333,7 @@ class FakeStatusProducer:
 
 def test_a_replicator_over_30_days_and_1000_topics_keeps_only_the_topics_there_now(monkeypatch):
     monkeypatch.setattr(
-        replicator_module,
+        mirror_topics,
         "create_target_topics",
         lambda source_admin, target_admin, target_names, partitions, *, target, timeout_s: dict(partitions),
     )
@@ -367,15 +369,55 @@ def test_a_replicator_over_30_days_and_1000_topics_keeps_only_the_topics_there_n
         assert set(mirror.flows) == assigned
         assert all(not flow.sent and not flow.done for flow in mirror.flows.values()), "acknowledged: nothing kept"
         alive = live_topics(cluster)
-        assert {topic for topic, _partition in mirror._released} <= alive
-        assert set(mirror._target_partitions) <= alive and set(mirror._copied_metrics) <= alive
+        assert {topic for topic, _partition in mirror.positions.released} <= alive
+        assert set(mirror.topics.target_partitions) <= alive and set(mirror.status.copied_metrics) <= alive
         assert set(mirror.stats.copied_by_topic) <= alive
         if window % TOPIC_EVERY == 1:
             assert {labels[2] for labels in series(COPIED, source="bsrc", target="btgt")} <= alive
     assert created >= 1_000
-    assert mirror._target_partitions[LONG_LIVED] == PARTITIONS, "a topic still there keeps its target"
+    assert mirror.topics.target_partitions[LONG_LIVED] == PARTITIONS, "a topic still there keeps its target"
     assert mirror.stats.copied_by_topic[LONG_LIVED] == sent[LONG_LIVED] == target.copied[f"bsrc.{LONG_LIVED}"]
     assert sum(target.copied.values()) == sum(sent.values()), "every message copied once"
+
+
+def test_retention_gaps_over_30_days_and_1000_topics_keep_only_those_found_within_the_audit_retention():
+    """A gap a day in a topic that lives for ever, and one in each topic created (none ever read past: no message
+    after it): a hop keeps the topics with a gap found within `keep_ms`, and reports each gap that long at least."""
+    now_s = [BASE_MS / 1000]
+    gaps = RetentionGaps(lambda topic, partition, n: None, keep_ms=DAY_MS, clock=lambda: now_s[0], cluster="b")
+    found_at: dict[tuple[str, int], int] = {}  # (topic, first offset of its gap) -> when found
+    next_offset: dict[str, int] = defaultdict(int)
+    created = 0
+    for window in range(LIFE_WINDOWS):
+        now_ms = BASE_MS + window * WINDOW_MS
+        now_s[0] = now_ms / 1000
+        topics = [LONG_LIVED] if window % 144 == 0 else []
+        if window % TOPIC_EVERY == 0:
+            topics.append(topic_of(created))
+            created += 1
+        for topic in topics:
+            start = next_offset[topic]
+            next_offset[topic] = start + 11
+            gaps.check(
+                [Skip(topic, 0, start, (start + 10,), now_ms - 1)],
+                lambda keys, end=start + 10: dict.fromkeys(keys, end),
+            )
+            found_at[(topic, start)] = now_ms
+
+        recent = {key for key, found in found_at.items() if now_ms - found <= DAY_MS}
+        for topic, start in recent:
+            assert (start, start + 10) in {(g.from_offset, g.to_offset) for g in gaps.of_topic(topic)}, (
+                "kept its keep_ms"
+            )
+        topics_found_lately = 1 + DAY_MS // (TOPIC_EVERY * WINDOW_MS) + 1
+        assert len(gaps._gaps) <= topics_found_lately, "only the topics with a gap found within keep_ms"
+        assert all(len(kept) <= 32 for kept in gaps._gaps.values())
+        assert {topic for topic, _partition in gaps._open} <= set(gaps._gaps)
+        if window % 144 == 143:  # a day on, and a check later: every gap older than keep_ms is gone
+            expired = {topic for (topic, _), found in found_at.items() if now_ms - found > DAY_MS + EXPIRY_EVERY_MS}
+            assert not expired & set(gaps._gaps) - {LONG_LIVED}
+    assert created >= 1_000
+    assert gaps.skipped == 10 * len(found_at), "each gap counted once"
 
 
 def test_a_partition_flow_keeps_only_the_offsets_in_flight():

@@ -9,9 +9,11 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from audit.contract.tables import COMPLETENESS, arrow_table
+from audit.contract.arrow import arrow_table
+from audit.contract.tables import COMPLETENESS
 from audit.settings import Settings, UiSettings
 from dashboards import figures
+from dashboards.bulk_sample import bulk_completeness
 from dashboards.data import (
     NO_WATERMARK,
     LakeCache,
@@ -28,7 +30,6 @@ from dashboards.sample import (
     Loss,
     NoWatermark,
     SampleSpec,
-    bulk_completeness,
     sample_frames,
     write_frames,
 )

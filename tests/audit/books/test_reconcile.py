@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 import pytest
 from confluent_kafka import Producer
 
-from audit.books import reconcile as reconcile_module
-from audit.books.alert_rules import window_alerts
-from audit.books.reconcile import ReconcileReport, RunMemory, read_and_store, reconcile
+from audit.alerts.rules import window_alerts
+from audit.books import run as run_module
+from audit.books.run import ReconcileReport, RunMemory, read_and_store, reconcile
 from audit.contract.record import PartitionStatus, count_record, encode, status_record
 from audit.contract.retention import RetentionGap
 from audit.contract.tables import (
@@ -280,11 +280,12 @@ def assert_the_loss_alerts_name_the_partition_short(settings) -> None:
 
 
 def test_a_run_killed_after_storing_its_records_is_completed_by_the_next(spark, settings_factory):
-    """The soak found it: the rerun took the stored records for old ones and never summed their windows."""
+    """The rerun finds the records stored and still sums their windows: it does not take them for old ones."""
     settings = settings_factory()
     writer = AuditWriter(settings)
     seed_books(writer)
-    read_and_store(spark, settings, ReconcileReport(), now_ms=NOW)  # then killed: nothing derived, no offsets stored
+    # then killed: nothing derived, no offsets stored
+    read_and_store(spark, settings, ReconcileReport(), lake=lake_of(settings), now_ms=NOW)
 
     report = reconcile(spark, settings, now_ms=NOW)
 
@@ -301,10 +302,10 @@ def test_a_run_killed_after_storing_its_records_is_completed_by_the_next(spark, 
 def test_a_tier_is_final_only_once_its_own_counter_reports_and_a_tier_that_joins_later_is_judged(
     spark, settings_factory
 ):
-    """Two bugs the soak found. payments: a hung aggregate counter, a replicator saying all had arrived,
-    and the aggregate's windows judged final with nothing counted (false loss alerts). orders: every
-    message of one window was lost on the way, the lake never counted that window, and it got no lake
-    verdict at all. One session throughout (its memory knows the tiers that counted): a tier that joins a
+    """Two cases. payments: a hung aggregate counter and a replicator saying all has arrived: the
+    aggregate's windows are not final with nothing counted (that would be false loss alerts). orders: every
+    message of one window is lost on the way and the lake never counts that window: it still gets a lake
+    verdict. One session throughout (its memory knows the tiers that counted): a tier that joins a
     path later, even one that counted without reporting yet (the lake on payments), is on it."""
     settings = settings_factory()
     memory = RunMemory()
@@ -427,7 +428,7 @@ def read_by(form: str, monkeypatch) -> None:
     """Make the runs of a test read and check their messages in the driver (a small run) or in Spark (a run of more
     than `DRIVER_MESSAGES`), whose counts of rejects and retention gaps come from a query of their own."""
     if form == "spark":
-        monkeypatch.setattr(reconcile_module, "DRIVER_MESSAGES", 0)
+        monkeypatch.setattr(run_module, "DRIVER_MESSAGES", 0)
 
 
 @pytest.mark.parametrize("form", ["driver", "spark"])

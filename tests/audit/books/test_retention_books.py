@@ -19,9 +19,9 @@ def test_the_books_report_a_retention_gap_as_missing_with_its_cause(spark, setti
 
     from confluent_kafka import Producer
 
-    from audit.books.alert_mail import compose
-    from audit.books.alert_rules import window_alerts
-    from audit.books.reconcile import reconcile
+    from audit.alerts.mail import compose
+    from audit.alerts.rules import window_alerts
+    from audit.books.run import reconcile
     from audit.io.clients import ensure_topics
     from audit.io.lake import lake_of
     from audit.io.lake_read import read_frame

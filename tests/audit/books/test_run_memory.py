@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from audit.books.reconcile import RunMemory
+from audit.books.run import RunMemory
 
 NOW = 1_800_000_000_000
 

@@ -1,18 +1,17 @@
 """A replicator's stall that ends must show as lag at the tiers after it, never as a loss, whatever the order in
 which the tiers' status records arrive.
 
-Found in a `make test` (2026-11-28 21:50, the demo test): the replicator dc2 -> aggregate was stalled; the lake job's
-status said lag 0 on the aggregate's copy of dc2.clicks, which was still empty (21:49:49). The replicator resumed,
-the aggregate counted the backlog (355 messages of a window long past, 21:49:54) and reported caught up. The books
-took the lake's effective watermark as the lowest of its own (21:49:49) and the aggregate's newest (21:49:52):
-both past the window's end and grace, so the lake was final at 0 of 355, a LOSS was emailed, and a RECOVERED
-followed a minute later. The lake's lag 0 covered only what the aggregate held when the lake reported, and the
-aggregate's watermark at that moment was unknown (its replicator stalled).
+The case: the replicator into the aggregate is stalled; the lake job's status says lag 0 on the aggregate's copy
+of a topic, which is still empty. The replicator resumes, the aggregate counts the backlog (355 messages of a
+window long past) and reports caught up. The lake's effective watermark taken as the lowest of its own and the
+aggregate's newest would be past the window's end and grace: the lake final at 0 of 355, a LOSS emailed, and a
+RECOVERED after it. The lake's lag 0 covers only what the aggregate held when the lake reported, and the
+aggregate's watermark at that moment is unknown (its replicator stalled).
 """
 
 from __future__ import annotations
 
-from audit.books.reconcile import reconcile
+from audit.books.run import reconcile
 from audit.contract.tables import COMPLETENESS
 from tests.audit.books.test_reconcile import MINUTE, NOW, W1, AuditWriter, completeness, rows
 
@@ -54,10 +53,10 @@ def test_a_lake_status_older_than_the_backlogs_arrival_upstream_leaves_the_windo
 
 
 def test_a_backlog_delivered_after_the_counters_status_leaves_the_window_lagging(spark, settings_factory):
-    """The same race within one tier (the demo, 2026-11-29): the aggregate's counter reported lag 0 on its copy,
-    still empty, while the replicator into it was stalled; the replicator then delivered the backlog and reported
-    caught up, in a later run of the books, before the counter's next status. The counter's lag 0 covered only what
-    had arrived when it reported. (That its next status lifts the bound: tests/audit/contract/test_watermark_points.py.)"""
+    """The same race within one tier: the aggregate's counter reports lag 0 on its copy, still empty, while the
+    replicator into it is stalled; the replicator then delivers the backlog and reports caught up, in a later
+    run of the books, before the counter's next status. The counter's lag 0 covers only what had arrived when
+    it reported. (That its next status lifts the bound: tests/audit/contract/test_watermark_points.py.)"""
     settings = settings_factory()
     w = AuditWriter(settings)
     w.count("producer", "dc1", "clicks", W1, 355, to=("dc1",))

@@ -128,7 +128,7 @@ class FakeRun:
 def test_reconcile_continuous_maintains_between_its_runs_in_the_lease_holder(tmp_path, monkeypatch, capsys):
     """The continuous loop with the books' run replaced by small appends: a maintenance pass between runs when due,
     in the lease holder (its check before each commit), its report printed."""
-    import audit.books.reconcile as books
+    import audit.books.run as books
     from audit.cli import spark_jobs
 
     lake = Lake.of(tmp_path / "lake")

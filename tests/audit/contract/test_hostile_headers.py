@@ -9,7 +9,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TI
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit.contract.audit_time import audit_time, header_value
+from audit.contract.audit_time import audit_time, header_value, parse_audit_time_header
 from audit.contract.record import (
     AUDIT_TIME_HEADER,
     MAX_AUDIT_TIME_MS,
@@ -17,7 +17,6 @@ from audit.contract.record import (
     count_record,
     encode,
     parse,
-    parse_audit_time_header,
 )
 from audit.contract.windows import window_start
 from audit.hops.replicator import provenance

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from audit.contract.audit_time import parse_audit_time_header
 from audit.contract.errors import RecordError
 from audit.contract.record import (
     AUDIT_TIME_HEADER,
@@ -18,7 +19,6 @@ from audit.contract.record import (
     decode,
     encode,
     parse,
-    parse_audit_time_header,
     record_id,
     status_record,
     to_json,

@@ -101,7 +101,7 @@ def test_ids_are_those_stored_by_earlier_versions():
         ),
     ]
     assert restatements(pd.DataFrame(rows))["restatement_id"].tolist() == [
-        "2280382a5e049c44131f01a2c24c7e45",  # computed row by row (pandas' isoformat) before 2026-12-02
+        "2280382a5e049c44131f01a2c24c7e45",  # as the row-by-row form (pandas' isoformat per row) stored it
         "dd74125a8ce875636667cb6cff36fdce",
         "cbec52ace33e70cf3947ac7119cb50f4",
     ]

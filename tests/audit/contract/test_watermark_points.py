@@ -94,8 +94,8 @@ def test_kept_points_are_the_newest_in_order_a_run_replacing_the_same_moment():
 
 
 def test_a_replicator_stall_that_ends_leaves_the_lake_lagging_until_it_reports_again():
-    """The false loss of 2026-11-28: the lake caught up (t=30) on an aggregate still stalled (its last status,
-    t=20, behind since t=5); the aggregate then received the backlog and caught up (t=40)."""
+    """The lake catches up (t=30) on an aggregate still stalled (its last status, t=20, behind since t=5); the
+    aggregate then receives the backlog and catches up (t=40): the lake lags, it is not a false loss."""
     marks = {
         "dc1": points_of([status("dc1", 20), status("dc1", 40)]),
         "aggregate": points_of([status("aggregate", 20, lag=9, last_audit=5), status("aggregate", 40)]),
@@ -118,9 +118,9 @@ def test_a_lower_watermark_reported_after_the_tiers_status_bounds_it_too():
 
 
 def test_a_backlog_delivered_after_the_counters_status_keeps_the_tier_lagging_until_the_counter_reports_again():
-    """The demo's stall (a false loss at the aggregate, 2026-11-29): the replicator into the aggregate stalled
-    (t=98: behind since t=30); the aggregate's counter reported lag 0 at t=100 on what it held; the replicator
-    delivered the backlog and reported lag 0 at t=103. The counter had not counted that backlog at t=100."""
+    """A stall that must not show as a false loss at the aggregate: the replicator into the aggregate stalls
+    (t=98: behind since t=30); the aggregate's counter reports lag 0 at t=100 on what it holds; the replicator
+    delivers the backlog and reports lag 0 at t=103. The counter has not counted that backlog at t=100."""
     state: dict = {}
     copier = {"reads": "dc1"}
     stalled, caught_up = status("aggregate", 98, lag=50, last_audit=30, **copier), status("aggregate", 103, **copier)
@@ -134,9 +134,9 @@ def test_a_backlog_delivered_after_the_counters_status_keeps_the_tier_lagging_un
 
 
 def test_a_counter_bound_holds_only_as_far_as_the_tier_before_held_when_the_tier_last_counted():
-    """Found by the model below (2026-11-29): the lake's reader said lag 0 at t=2 on an aggregate that held nothing
-    yet, its counter counted nothing at t=4, the aggregate then received dc1's message of t=1 and the lake copied it;
-    the reader reported again at t=10, having read as far as the aggregate's counter had. The counter's claim of t=4
+    """The lake's reader says lag 0 at t=2 on an aggregate that holds nothing yet, its counter counts nothing at
+    t=4, the aggregate then receives dc1's message of t=1 and the lake copies it; the reader reports again at
+    t=10, having read as far as the aggregate's counter had. The counter's claim of t=4
     rests on the aggregate as it stood at t=2 (unknown), and the reader's offsets say what the lake holds, not what
     its counter counted: the lake is unknown until its counter reports again."""
     states: dict[str, dict] = {"dc1": {}, "aggregate": {}, "lake": {}}
@@ -185,7 +185,7 @@ def proven(rows: list[dict]) -> datetime | None:
 
 
 def test_a_tier_that_read_as_far_as_the_counter_before_it_is_bounded_by_that_counters_status():
-    """The end of a stopped pipeline (the soak, 2026-11-29): the replicator's last status (t=64) came before the
+    """The end of a stopped pipeline: the replicator's last status (t=64) comes before the
     origin counter's (t=68). By time alone the aggregate is bounded by dc1 at t=32; by offsets it holds all dc1
     had at t=68, unless dc1 received more since the replicator read."""
     states: dict[str, dict] = {"dc1": {}, "aggregate": {}}

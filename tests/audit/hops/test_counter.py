@@ -126,7 +126,7 @@ def test_counts_every_message_once_per_topic_and_window(local_clusters, topic_fa
 
 class HangingOnce:
     """A transactional producer one of whose calls never returns, as librdkafka's begin_transaction and
-    send_offsets_to_transaction were seen to after a broker restart; the rest goes to the real one."""
+    send_offsets_to_transaction can after a broker restart; the rest goes to the real one."""
 
     def __init__(self, producer: Producer, stuck_call: str, released: threading.Event) -> None:
         self._producer, self._stuck_call, self.released = producer, stuck_call, released
@@ -206,7 +206,7 @@ class InitTimesOutOnce:
 
 def test_a_renewal_whose_init_timed_out_resumes_on_the_same_producer(local_clusters, topic_factory, unique_name):
     """A second producer would race the first one's pending init, and the later answer fences the other:
-    after a broker restart the counter took its own renewal for another instance and exited."""
+    after a broker restart the counter would take its own renewal for another instance and exit."""
 
     def renewal_init_times_out(number, producer, released):
         if number == 1:
@@ -224,8 +224,8 @@ def test_a_renewal_whose_init_timed_out_resumes_on_the_same_producer(local_clust
 
 def test_a_flush_while_its_broker_is_away_or_its_group_dropped_it_begins_no_transaction(tmp_path, unique_name, caplog):
     """A transaction begun with the broker away waits on it; one begun after the group dropped the consumer
-    (a broker away past the session timeout) sends its offsets under a stale generation. Each hung for the
-    whole call timeout, then cost an abort and a new producer. Such a flush is postponed instead: nothing
+    (a broker away past the session timeout) sends its offsets under a stale generation. Each would hang for
+    the whole call timeout, then cost an abort and a new producer. Such a flush is postponed instead: nothing
     begun, counts kept, and every count committed once the consumer is back in its group."""
     caplog.set_level(logging.INFO, logger="audit.hops.counter")
     cluster = LocalClusters(["solo"], state_dir=tmp_path / "clusters", cache_dir=cache_dir())
@@ -296,7 +296,7 @@ def test_a_run_until_caught_up_ends_when_its_commit_reaches_the_ends_not_a_flush
 
 def test_a_run_until_caught_up_with_nothing_new_returns_at_once(local_clusters, topic_factory, unique_name):
     """Nothing new since the group's last commit, an hour between flushes: the run ends at once, not at
-    its first flush (it used to run until max_seconds)."""
+    its first flush or at max_seconds."""
     bootstrap = local_clusters["dc1"].bootstrap_servers
     prefix = unique_name("nothing-new")
     topic = topic_factory("dc1", partitions=2, name=f"{prefix}-t")
@@ -310,6 +310,21 @@ def test_a_run_until_caught_up_with_nothing_new_returns_at_once(local_clusters, 
     assert time.monotonic() - began < 30, "it ran until max_seconds: caught up only at a flush"
     assert stats.counted == 0
     assert counted(bootstrap, audit_topic) == dict(expected)
+
+
+def test_a_run_until_caught_up_with_no_topic_to_count_returns_at_once(local_clusters, unique_name):
+    """`kaudit count --until-caught-up` on a cluster where no topic is selected: with nothing to read it has
+    caught up, and ends after its first topic refresh, not at max_seconds."""
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    prefix = unique_name("no-topic")
+
+    began = time.monotonic()
+    stats = counter_for(bootstrap, f"{prefix}-audit", prefix, flush_interval_s=3600).run(
+        until_caught_up=True, max_seconds=60
+    )
+
+    assert time.monotonic() - began < 30, "it ran until max_seconds: nothing to read was not caught up"
+    assert stats.counted == 0 and stats.aborts == 0
 
 
 def test_status_records_report_positions_lag_and_watermark(local_clusters, topic_factory, unique_name):

@@ -21,7 +21,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from audit.contract.errors import KafkaClientError
 from audit.hops.mirror_eos import read_positions
 from audit.io.audit_log import counts_by_window, read_audit_topic
-from audit.io.clients import committed_offsets, ensure_topics
+from audit.io.clients import ensure_topics
+from audit.io.offsets import committed_offsets
 from audit.local.clusters import LocalClusters
 from audit.settings import ClusterSettings, Settings
 from tests.conftest import cache_dir, write_config
@@ -294,7 +295,7 @@ def test_status_records_lag_and_retention_gaps_work_in_exactly_once_mode(cluster
     produce(src, topic, 100, partitions=1)
     first, stats = run()
     assert stats.copied_by_topic[topic] == 100 and stats.lag == 0 and not stats.stalled
-    assert first.transactions >= 1 and first.aborts == 0
+    assert first.transactions_committed >= 1 and first.aborts == 0
     produce(src, topic, 50, partitions=1, tag="b")  # offsets 100..149 while it is down
     delete_before(src, topic, 130)
     _, stats = run()
@@ -354,8 +355,8 @@ def exactly_once_replicator(clusters, topic: str, unique_name, wrap_first):
 
 def test_a_fatal_transaction_error_costs_a_new_producer_not_the_replicator(clusters, topic, unique_name):
     """librdkafka may leave a transactional producer in a fatal state a new one cures (INVALID_TXN_STATE when
-    an EndTxn overtakes its AddPartitionsToTxn, #4849; CI hit it on 2026-11-29). The replicator stopped there;
-    now a new producer with the same transactional id takes over, its init aborting the open transaction."""
+    an EndTxn overtakes its AddPartitionsToTxn, #4849). The replicator does not stop there: a new producer
+    with the same transactional id takes over, its init aborting the open transaction."""
     from tests.audit.hops.test_replicator import produce
 
     invalid_state = KafkaError(KafkaError.INVALID_TXN_STATE, "injected: EndTxn before AddPartitionsToTxn", fatal=True)
@@ -409,7 +410,7 @@ def test_a_replicator_fenced_by_another_producer_with_its_id_stops_and_does_not_
 def test_a_transactional_call_that_never_returns_costs_a_new_producer_not_the_replicator(
     clusters, topic, unique_name, stuck_call
 ):
-    """librdkafka was seen never to return from a transactional call after a broker restart (#5511). Past
+    """librdkafka may never return from a transactional call after a broker restart (#5511). Past
     the client timeout the replicator leaves that producer to its thread and starts a new one, whose init
     aborts what the stuck one left open: everything is copied, exactly once."""
     import threading

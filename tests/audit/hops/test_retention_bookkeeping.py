@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from audit.books.alert_rules import retention_causes
+from audit.alerts.rules import retention_causes
 from audit.hops.retention import RetentionGaps, Skip, skips_in_batch
 
 

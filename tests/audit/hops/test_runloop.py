@@ -157,7 +157,8 @@ class RefreshFailsFirst(CountingHop):
 
 
 def test_a_refresh_a_broker_does_not_answer_is_tried_again_and_no_run_is_caught_up_before_it_succeeds():
-    """A replicator's source broker killed while it listed its topics ended the process (2026-12-02)."""
+    """A source broker killed while the replicator lists its topics does not end the process: the refresh is
+    tried again, and the run is not caught up before one succeeds."""
     from audit.hops import runloop
 
     hop = RefreshFailsFirst(2, KafkaError(KafkaError._TRANSPORT, "Failed while waiting for response from broker"))

@@ -96,7 +96,7 @@ def test_every_tier_of_a_transactional_topic_is_complete_and_none_lags(spark, se
     """Counter, replicator, aggregate counter, lake job and books over a topic of commits and aborts:
     the origin cluster is the reference (the producer does not audit), every window is complete at
     every tier, and the lake's own status says lag 0."""
-    from audit.books.reconcile import reconcile
+    from audit.books.run import reconcile
     from audit.io.clients import ensure_topics
     from tests.audit.local.test_pipeline_e2e import books, count_cluster, land, mirror
 

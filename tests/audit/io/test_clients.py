@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from audit.io.clients import abort_written, bounded, is_stuck
+from audit.io.transactions import abort_written, bounded, is_stuck
 
 
 def test_the_admin_client_is_renewed_after_an_unanswered_query_at_most_once_per_interval():
@@ -32,8 +32,8 @@ def test_the_admin_client_is_renewed_after_an_unanswered_query_at_most_once_per_
 @pytest.mark.kafka
 def test_after_a_broker_restart_an_offsets_query_is_answered_at_once_despite_stale_leader_epochs(tmp_path):
     """The restarted broker refuses a query made with the leader epochs the client cached before it
-    ("Leader epoch is older than broker epoch"). The counter's first flush after the return got no end
-    offset, postponed its commit and renewed its producer: 6 s more to recover. Such a query is asked
+    ("Leader epoch is older than broker epoch"). Unanswered, the counter's first flush after the return gets no
+    end offset, postpones its commit and renews its producer: seconds more to recover. Such a query is asked
     again at once of a fresh client, whatever the renewal interval."""
     from confluent_kafka.admin import OffsetSpec
 
@@ -70,7 +70,7 @@ def test_committed_offsets_are_asked_again_until_the_timeout_then_the_error_name
     from confluent_kafka import Consumer, TopicPartition
 
     from audit.contract.errors import KafkaClientError
-    from audit.io.clients import committed_offsets
+    from audit.io.offsets import committed_offsets
 
     consumer = Consumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "g", "log_level": 0})
     began = time.monotonic()
@@ -96,13 +96,13 @@ class Closing:
 
 
 def test_a_consumer_being_closed_gets_no_committed_offsets_at_once_and_no_error():
-    """An assignment served during close() asks for offsets it will never use: a counter run to caught up spun
-    30 s on it, then failed."""
+    """An assignment served during close() asks for offsets it will never use: answered at once with none, not
+    after the whole timeout (30 s) and an error that fails a counter run to caught up."""
     import time
 
     from confluent_kafka import TopicPartition
 
-    from audit.io.clients import committed_offsets
+    from audit.io.offsets import committed_offsets
 
     consumer = Closing()
     began = time.monotonic()
@@ -184,7 +184,7 @@ def test_offsets_held_by_an_open_transaction_are_named_as_such_not_as_an_absent_
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     from audit.contract.errors import KafkaClientError
-    from audit.io.clients import committed_offsets
+    from audit.io.offsets import committed_offsets
 
     bootstrap = local_clusters["dc1"].bootstrap_servers
     topic, group = topic_factory("dc1"), unique_name("g")
@@ -267,7 +267,8 @@ def test_a_range_read_gets_its_committed_messages_ends_at_the_last_stable_offset
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     from audit.contract.errors import KafkaClientError
-    from audit.io.clients import list_offsets, read_ranges
+    from audit.io.clients import list_offsets
+    from audit.io.offsets import read_ranges
 
     bootstrap = local_clusters["dc1"].bootstrap_servers
     topic = topic_factory("dc1", partitions=2)

@@ -16,14 +16,15 @@ from hypothesis import strategies as st
 from audit.contract.arrow import arrow_schema
 from audit.contract.tables import BRONZE, TIER_COUNTS
 from audit.io import delta_io
+from audit.io.delta_checksum import write_first_checksum
 from audit.io.lake import Lake
 
 pytestmark = pytest.mark.spark
 
 
 def test_a_table_creation_killed_before_its_first_commit_is_created_again(spark, tmp_path):
-    """The soak found it: the lake job killed while creating bronze left `_delta_log/_staged_commits`
-    and no commit, and every restart failed with DELTA_TABLE_NOT_FOUND."""
+    """The lake job killed while creating bronze leaves `_delta_log/_staged_commits` and no commit: a
+    restart creates the table again instead of failing with DELTA_TABLE_NOT_FOUND."""
     lake = tmp_path / "lake"
     (lake / BRONZE.name / "_delta_log" / "_staged_commits").mkdir(parents=True)
 
@@ -93,9 +94,9 @@ def test_no_checksum_is_written_for_a_version_0_with_files_or_a_table_not_on_thi
     path = str(tmp_path / "written")
     deltalake.write_deltalake(path, pa.table({"n": [1, 2]}))  # version 0 adds a file
 
-    assert not delta_io.write_first_checksum(path)
+    assert not write_first_checksum(path)
     assert not (Path(path) / "_delta_log" / "00000000000000000000.crc").exists()
-    assert not delta_io.write_first_checksum("s3a://bucket/lake/tier_counts")
+    assert not write_first_checksum("s3a://bucket/lake/tier_counts")
 
 
 def test_a_table_whose_first_commit_was_cleaned_up_is_ensured_without_a_checksum(tmp_path):

@@ -92,8 +92,8 @@ session.stop()
 @pytest.mark.spark
 def test_on_a_host_in_another_zone_the_driver_runs_in_utc_so_windows_keep_their_time_and_delta_its_speed():
     """On a host in Europe/Paris:
-    - a window read from Spark and named again in SQL is the same window (Python's naive datetimes were local
-      time, SQL's literals UTC: the bench's first increment failed its overwrite);
+    - a window read from Spark and named again in SQL is the same window (else Python's naive datetimes are local
+      time, SQL's literals UTC, and an increment's overwrite fails);
     - Delta does not rebuild a table's state after every commit, which it does when the JVM's zone is not UTC
       (15 small appends: 14.7-18.1 s in Europe/Paris against 8.4-10.6 s in UTC)."""
     root = Path(__file__).resolve().parents[3]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from audit.books.alerts import run_alerts
-from audit.books.reconcile import reconcile
+from audit.alerts.run import AlertJob, run_alerts
+from audit.books.run import reconcile
 from audit.contract.tables import TABLES
 from audit.hops.faults import DropFault
 from audit.io.clients import ensure_topics
@@ -26,7 +26,7 @@ from audit.local.processes import free_port
 from audit.settings import Settings
 from audit.settings.alerts import AlertSettings, SmtpSettings
 from audit.settings.storage import StorageSettings
-from tests.audit.books.test_alerts import Inbox, Server
+from tests.audit.alerts.test_alerts import Inbox, Server
 from tests.audit.local.test_pipeline_e2e import PARTITIONS, count_cluster, land, mirror, produce
 from tests.conftest import cache_dir, write_config
 from tests.waiting import wait_for
@@ -124,7 +124,7 @@ def alerts_sent_once(remote: Settings) -> None:
             smtp=SmtpSettings(port=server.port, retries=1, timeout_s=5),
             alerts=AlertSettings(default_recipients=("audit@example.com",)),
         )
-        first, again = run_alerts(mailing), run_alerts(mailing)
+        first, again = run_alerts(AlertJob.of(mailing)), run_alerts(AlertJob.of(mailing))
     finally:
         server.stop()
     assert first.sent >= 1 and again.sent == 0, (first.summary(), again.summary())

@@ -165,7 +165,7 @@ def test_pid_alive_is_false_for_an_exited_process():
 
 
 def test_cluster_ids_never_look_like_an_option():
-    from audit.local.clusters import new_cluster_id
+    from audit.local.kraft_format import new_cluster_id
 
     ids = [new_cluster_id() for _ in range(2000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
@@ -211,7 +211,7 @@ def test_formats_kept_at_once_by_several_threads_leave_one_template_and_no_parti
     """`kaudit clusters up` on a new cache formats its clusters side by side, each keeping what it wrote."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from audit.local.clusters import _keep_template
+    from audit.local.kraft_format import keep_template
 
     checkpoints = []
     for index in range(8):
@@ -221,6 +221,6 @@ def test_formats_kept_at_once_by_several_threads_leave_one_template_and_no_parti
         checkpoints.append(checkpoint)
     template = tmp_path / "kraft-formats" / "kind"
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda checkpoint: _keep_template(checkpoint, template), checkpoints))
+        list(pool.map(lambda checkpoint: keep_template(checkpoint, template), checkpoints))
     assert [path.name for path in template.parent.iterdir()] == ["kind"]
     assert (template / "bootstrap.checkpoint").read_bytes() in {c.read_bytes() for c in checkpoints}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 
-from audit.books.reconcile import reconcile
+from audit.books.run import reconcile
 from audit.contract.naming import PrefixNaming
 from audit.contract.tables import BRONZE, COMPLETENESS
 from audit.contract.windows import window_start
@@ -214,7 +214,7 @@ def test_lake_job_killed_at_random_moments_lands_every_row_and_count_once(
     # against the hub the same way): each run costs a Spark start.
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # Mid-stream: after its first micro-batch landed (of five), at a random moment of the next ones. A fixed
-    # delay from the start missed the stream once the JVM got faster: it had finished.
+    # delay from the start can miss the stream: with a fast JVM start it has finished.
     commits = Path(default_checkpoint(settings, "aggregate")) / "commits"
     wait_for(lambda: commits.is_dir() and any(commits.iterdir()), "the lake job's first micro-batch", 300, 0.2)
     time.sleep(rng.uniform(0.0, 2.0))
@@ -222,7 +222,7 @@ def test_lake_job_killed_at_random_moments_lands_every_row_and_count_once(
         process.send_signal(signal.SIGKILL)
         kills += 1
     process.wait(30)
-    # Sized for a loaded 2-core machine: ten micro-batches after a Spark start took 90 s alone, 300+ beside other work.
+    # Sized for a loaded 2-core machine: ten micro-batches after a Spark start take 90 s alone, 300+ beside other work.
     finished = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert kills >= 1
@@ -237,7 +237,7 @@ def test_lake_job_killed_at_random_moments_lands_every_row_and_count_once(
 
 def test_tombstones_are_counted_at_every_tier_like_any_message(spark, settings_factory, topic_factory):
     """Null values (deletes on a compacted topic) count as messages of 0 value bytes in every tier; a window
-    of tombstones only once crashed the lake job (the sum of null sizes was null)."""
+    of tombstones only does not crash the lake job (the sum of null sizes is null)."""
     settings = settings_factory()
     topic = topic_factory("dc1", partitions=PARTITIONS, config={"cleanup.policy": "compact"})
     replica = f"dc1.{topic}"

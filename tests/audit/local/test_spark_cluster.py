@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pandas as pd
 import pytest
 
-from audit.books.reconcile import reconcile
+from audit.books.run import reconcile
 from audit.contract.tables import AUDIT_RECORDS, COMPLETENESS, TIER_COUNTS
 from audit.io.clients import ensure_topics
 from audit.io.lake import Lake

@@ -519,7 +519,8 @@ def test_environment_errors_name_the_variable(env, message):
 
 @pytest.mark.parametrize("text", [" 5 ", "+5", "5\n", "5\x1f", "\x1c5"])
 def test_an_integer_variable_may_be_padded_with_what_python_calls_whitespace(text):
-    """Found by the junk property test: `\\s` matched \\x1f around the digits, int() did not take it (a ValueError)."""
+    """`\\s` matches \\x1f around the digits, and int() does not take it (a ValueError): the text is
+    stripped (str.strip) before it is matched."""
     assert load_settings(env={"KAUDIT_WINDOW_MINUTES": text}).window_minutes == 5
 
 
