@@ -1,9 +1,8 @@
 # kafka-audit: `make help` lists the targets. Every target sets up what it needs first.
 SHELL := /bin/bash
-# Independent steps run side by side: the venv's install beside the Maven downloads and the Debian packages,
-# lint beside the class archives, the two archives beside each other (a fresh machine's set-up waited on one
-# step at a time with a core idle: half of the two cores over 215 s of set-up in a fresh clone, 2026-12-02).
-# The Maven steps stay one after another (one local repository).
+# Independent steps run side by side, so that set-up keeps both cores busy: the venv's install beside the Maven
+# downloads and the Debian packages, lint beside the class archives, the two archives beside each other. The
+# Maven steps stay one after another: they share one local repository.
 MAKEFLAGS += --jobs=3
 PYTHON ?= python3
 VENV := .venv
@@ -11,9 +10,9 @@ PY := $(VENV)/bin/python
 KAUDIT := $(VENV)/bin/kaudit
 KAUDIT_CACHE_DIR ?= $(HOME)/.cache/kafka-audit
 JARS := $(KAUDIT_CACHE_DIR)/jars
-# Each jar set's marker is named by its pom's content, not dated by it: a fresh clone's pom is newer than the
-# shared cache's marker, and copying the same jars again gave them new times, which made every checkout's class
-# archives stale (the JVM checks the jars' times).
+# Each jar set's marker is named by a hash of its pom, so only a change to the pom's content fetches the jars
+# again, not a checkout that gives the pom a newer time: the jars sit in a cache that checkouts share, and the
+# JVM takes a class archive as stale when its jars' times change.
 jars_done = $(JARS)/$(1)/.done-$(shell sha256sum jvm/$(1)/pom.xml | cut -c1-16)
 KAFKA_JARS := $(call jars_done,kafka)
 SPARK_JARS := $(call jars_done,spark)
@@ -26,10 +25,10 @@ WEED_VERSION := $(shell sed -n 's/^WEED_VERSION = "\(.*\)"$$/\1/p' audit/local/o
 WEED := $(KAUDIT_CACHE_DIR)/bin/weed-$(WEED_VERSION)
 GO ?= go
 PYTEST_ARGS ?=
-# Test processes of `make test`: much of the suite waits on brokers, timeouts and subprocesses, so three
-# workers overlap the waiting even on two cores (2026-11-26: 20.5 min with two, 15.0-16.3 with three). One
-# test at a time per worker, in the order tests/conftest.py gives (slow tests first, then Spark modules
-# alternating with Kafka ones). TEST_WORKERS=0 runs the suite in this process.
+# Test processes of `make test`: much of the suite waits on brokers, timeouts and subprocesses, so a third
+# worker runs tests while the other two wait, even on two cores. One test at a time per worker, in the order
+# tests/conftest.py gives (slow tests first, then Spark modules alternating with Kafka ones). TEST_WORKERS=0
+# runs the suite in this process.
 TEST_WORKERS ?= 3
 FUZZ_SECONDS ?= 60
 SOAK_MINUTES ?= 10
@@ -49,15 +48,36 @@ help: ## list the targets
 .PHONY: setup
 setup: $(VENV)/.installed $(NATIVE) $(KAFKA_JARS) $(SPARK_JARS) $(MIRRORMAKER_JARS) $(WEED) class-archives browser ## venv + package + Kafka, Spark (with S3A) and MirrorMaker 2 jars + their class archives + SeaweedFS + headless Chromium (idempotent, offline once cached)
 
-$(VENV)/.installed: pyproject.toml
+# pyproject.toml states the ranges the code accepts; constraints.txt pins, within them, the version of every
+# package the venv holds (pip and setuptools too), so a fresh machine installs the versions the tests ran with
+# rather than whatever is newest that day. A venv that holds other versions is brought to the pinned ones.
+LOCK := constraints.txt
+
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --upgrade -c $(LOCK) pip
+	$(PY) -m pip install -q -c $(LOCK) -e '.[dev]' || \
+	  { echo "pip could not install from $(LOCK): if it names conflicting requirements, pyproject.toml asks for versions $(LOCK) does not pin, and \`make lock\` renews it"; exit 1; }
 	touch $@
+
+# The pins come from a fresh resolve of pyproject.toml's ranges alone, installed in a scratch venv with this
+# machine's $(PYTHON) (the interpreter decides which versions fit, so the file names it), then frozen.
+.PHONY: lock
+lock: ## resolve pyproject.toml's ranges afresh in a scratch venv and pin the result in constraints.txt
+	@set -euo pipefail; scratch=$$(mktemp -d); trap 'rm -rf "$$scratch"' EXIT; \
+	  $(PYTHON) -m venv "$$scratch/venv"; \
+	  "$$scratch/venv/bin/python" -m pip install -q --upgrade pip; \
+	  "$$scratch/venv/bin/python" -m pip install -q -e '.[dev]'; \
+	  { echo "# The versions \`make setup\` installs (pip install -c $(LOCK)): the ones the tests run with. \`make lock\`"; \
+	    echo "# renews them from a fresh resolve of pyproject.toml's ranges (Python $$("$$scratch/venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')); change the ranges there, not here."; \
+	    "$$scratch/venv/bin/python" -m pip freeze --all --exclude-editable | grep -viE '^kafka-audit(==| @ )'; \
+	  } > $(LOCK).tmp
+	mv $(LOCK).tmp $(LOCK)
+	@echo "$(LOCK): $$(grep -c '==' $(LOCK)) packages pinned; the next make installs them"
 
 # The counter's native batch loop and the audited producer's delivery counting (C, built in place with the venv's setuptools and the system C
 # compiler); rebuilt only when their source changes. Without them both count in pure Python.
-$(NATIVE): audit/hops/_fastcount.c producers/_fastaudit.c native/latency_floors.h native/rdkafka_abi.h native/build.py | $(VENV)/.installed
+$(NATIVE): audit/hops/_fastcount.c producers/_fastaudit.c producers/_fastaudit_produce.c producers/_fastaudit_plugin.c producers/_fastaudit.h native/audit_window.h native/latency_floors.h native/rdkafka_abi.h native/build.py | $(VENV)/.installed
 	$(PY) native/build.py
 	mkdir -p $(dir $@) && touch $@
 
@@ -103,7 +123,7 @@ $(WEED):
 weed: $(WEED) ## build SeaweedFS, the tests' S3-compatible object store, from source with Go (part of setup; once per pinned version)
 
 # The class-data archives the brokers and Spark drivers start from (audit/local/class_archives.py): recorded
-# once for this Java, venv and jar set, in about a minute; a later run finds them and does nothing.
+# once for this Java, venv and jar set; a later run finds them and does nothing.
 .PHONY: class-archives
 class-archives: kafka-class-archive spark-class-archive ## record the class archives brokers and Spark drivers start faster from (part of setup)
 
@@ -138,7 +158,7 @@ test-fast: $(VENV)/.installed $(NATIVE) ## the tests that need no broker, Spark,
 	$(VENV)/bin/pytest -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
 .PHONY: test-open-bugs
-test-open-bugs: setup ## run only the tests that expose known open bugs (marked open_bug; see the README's Tests section)
+test-open-bugs: setup ## run only the tests that expose known open bugs (marked open_bug; see docs/testing.md)
 	$(VENV)/bin/pytest -m open_bug $(PYTEST_ARGS)
 
 .PHONY: fuzz
