@@ -18,4 +18,18 @@ static inline int64_t window_start_ms(int64_t time_ms, int64_t window_ms) {
 /* After the epoch and not past `max_time_ms` (the contract's MAX_AUDIT_TIME_MS, handed in by Python). */
 static inline int is_usable_time(int64_t time_ms, int64_t max_time_ms) { return time_ms > 0 && time_ms <= max_time_ms; }
 
+#ifdef Py_PYTHON_H
+/* window_start(time_ms, window_ms) -> the window rule as the including module compiled it, for the contract's
+ * table of cases (each module exports it, so each build is held to the contract). */
+__attribute__((unused)) static PyObject *window_start(PyObject *self, PyObject *args) {
+    long long time_ms, window_ms;
+    if (!PyArg_ParseTuple(args, "LL", &time_ms, &window_ms)) return NULL;
+    if (window_ms <= 0) {
+        PyErr_SetString(PyExc_ValueError, "window_ms must be positive");
+        return NULL;
+    }
+    return PyLong_FromLongLong(window_start_ms(time_ms, window_ms));
+}
+#endif
+
 #endif

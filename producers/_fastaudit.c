@@ -325,17 +325,6 @@ static PyObject *librdkafka_problem(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(rdk_problem);
 }
 
-/* window_start(time_ms, window_ms) -> the window rule as this module states it, for the contract's table. */
-static PyObject *window_start(PyObject *self, PyObject *args) {
-    long long time_ms, window_ms;
-    if (!PyArg_ParseTuple(args, "LL", &time_ms, &window_ms)) return NULL;
-    if (window_ms <= 0) {
-        PyErr_SetString(PyExc_ValueError, "window_ms must be positive");
-        return NULL;
-    }
-    return PyLong_FromLongLong(window_start_ms(time_ms, window_ms));
-}
-
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "configure(floors, audit_time_header, max_audit_time_ms)"},
     {"librdkafka_problem", librdkafka_problem, METH_NOARGS, "None when librdkafka was found, else why not"},

@@ -278,17 +278,6 @@ static PyObject *read_message(PyObject *self, PyObject *item) {
 #undef OR_NONE
 }
 
-/* window_start(time_ms, window_ms) -> the window rule as this module states it, for the contract's table. */
-static PyObject *window_start(PyObject *self, PyObject *args) {
-    long long time_ms, window_ms;
-    if (!PyArg_ParseTuple(args, "LL", &time_ms, &window_ms)) return NULL;
-    if (window_ms <= 0) {
-        PyErr_SetString(PyExc_ValueError, "window_ms must be positive");
-        return NULL;
-    }
-    return PyLong_FromLongLong(window_start_ms(time_ms, window_ms));
-}
-
 /* configure(message_type, floors): the type whose layout was checked, and the latency bucket floors. */
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *type, *sequence;
