@@ -152,10 +152,12 @@ lint: $(VENV)/.installed ## ruff (lint + format check) over the tree, mypy on th
 test: setup lint ## lint, then the whole test suite on TEST_WORKERS processes (starts real Kafka clusters and Spark on loopback)
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1 $(PYTEST_ARGS)
 
+# The fast tests are CPU-bound (property tests, parsers): one worker per core.
+FAST_WORKERS ?= $(shell nproc)
 FAST_TESTS := not kafka and not spark and not object_store and not browser and not open_bug
 .PHONY: test-fast
 test-fast: $(VENV)/.installed $(NATIVE) ## the tests that need no broker, Spark, object store or browser: pure logic, property tests, CLI errors (under 2 minutes)
-	$(VENV)/bin/pytest -m "$(FAST_TESTS)" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(FAST_WORKERS) -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
 .PHONY: test-open-bugs
 test-open-bugs: setup ## run only the tests that expose known open bugs (marked open_bug; see docs/testing.md)
