@@ -19,6 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.alerts.loss_partitions import describe, partition_losses
+from audit.contract.names import DEFAULT_AUDIT_TOPIC
+from audit.contract.naming import data_topic_rows
+from audit.contract.watermarks import FIRST_REAL_WATERMARK as CONTRACT_FIRST_REAL_WATERMARK
 from audit.io.lake import Lake
 from audit.io.lake_read import read_arrow, table_version
 
@@ -48,7 +51,12 @@ OVERVIEW_COLUMNS = [
 ]
 NO_WATERMARK = "no watermark yet"
 # A status with no positions leaves a watermark at (or near) the epoch: not a time, "not reported yet".
-FIRST_REAL_WATERMARK = pd.Timestamp("1970-01-02", tz="UTC")
+FIRST_REAL_WATERMARK = pd.Timestamp(CONTRACT_FIRST_REAL_WATERMARK)
+
+
+def data_topics(rows: pd.DataFrame, settings: object) -> pd.DataFrame:
+    """`rows` without those about the audit topic or a replicated copy of it (`dc1._audit`): never a data topic."""
+    return data_topic_rows(rows, getattr(settings, "audit_topic", DEFAULT_AUDIT_TOPIC))
 
 
 # Snapshots (and values derived from them) a LakeCache keeps at most: every (table, columns) the pages read,

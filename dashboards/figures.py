@@ -16,6 +16,9 @@ STATUS_COLORS = {
     "over": "#ff7f0e",
     "incomplete": "#d62728",
 }
+# An axis of minutes or messages: plain numbers from 0 (plotly's default SI suffixes read 80µ for 0.00008
+# minutes), so an axis with no lag reads 0.
+PLAIN_NUMBERS = dict(tickformat=",~f", rangemode="tozero")
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.2))
 
 
@@ -175,16 +178,9 @@ def shade_windows_in_flight(figure: go.Figure, rows: pd.DataFrame) -> None:
     length = window_length(rows)
     for index, start in enumerate(final.index[~final.to_numpy()]):
         end = ends[start] if ends is not None else start + length
-        figure.add_vrect(
-            x0=start,
-            x1=end,
-            fillcolor="#7f7f7f",
-            opacity=0.12,
-            line_width=0,
-            annotation_text="not final yet" if index == 0 else None,
-            annotation_position="bottom left",
-            name="in flight",
-        )
+        # Only the first band is labelled: a band given a position and no text gets plotly's "new text".
+        label = dict(annotation_text="not final yet", annotation_position="bottom left") if index == 0 else {}
+        figure.add_vrect(x0=start, x1=end, fillcolor="#7f7f7f", opacity=0.12, line_width=0, name="in flight", **label)
 
 
 def missing_figure(rows: pd.DataFrame, selected: pd.Timestamp | None = None) -> go.Figure:
@@ -235,6 +231,7 @@ def watermark_figure(history: pd.DataFrame) -> go.Figure:
         ]
     )
     figure.update_layout(title=title, yaxis_title="minutes", xaxis_title="reported at (UTC)", **LAYOUT)
+    figure.update_yaxes(**PLAIN_NUMBERS)
     return figure
 
 
@@ -251,4 +248,5 @@ def lag_figure(history: pd.DataFrame) -> go.Figure:
         ]
     )
     figure.update_layout(title=title, yaxis_title="messages", xaxis_title="reported at (UTC)", **LAYOUT)
+    figure.update_yaxes(**PLAIN_NUMBERS)
     return figure

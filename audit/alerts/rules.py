@@ -15,6 +15,7 @@ import pandas as pd
 from audit.alerts.loss_partitions import describe, partition_losses
 from audit.contract.names import LAKE_TIER
 from audit.contract.retention import union_skipped
+from audit.contract.watermarks import is_real_watermark
 
 ALERTING_STATUS = {"incomplete": "loss", "over": "over"}
 KIND_TITLES = {
@@ -210,6 +211,7 @@ def lag_alerts(
 
     Its window is the one holding the watermark, so a tier stuck at one point alerts once, and once
     more for each further window it crawls into while still behind.
+    A tier with no watermark yet (the epoch: nothing delivered) has its alert in the window of `now`.
     """
     if tier_status.empty:
         return []
@@ -221,7 +223,8 @@ def lag_alerts(
     alerts = []
     for row in behind.itertuples(index=False):
         minutes = (pd.Timestamp(now) - row.watermark) / pd.Timedelta(minutes=1)
-        if row.watermark.year == 1970:  # the epoch: a reporter with lag that has not delivered anything yet
+        real = is_real_watermark(row.watermark)
+        if not real:  # the epoch: a reporter with lag that has not delivered anything yet, no time to show
             parts = [f"{row.tier} has received nothing yet of what is waiting for it"]
         else:
             parts = [f"{row.tier} is {minutes:.0f} min behind (watermark {row.watermark.strftime(WINDOW_FORMAT)})"]
@@ -236,7 +239,8 @@ def lag_alerts(
                 kind="lag",
                 origin_cluster=row.origin_cluster,
                 topic=row.topic,
-                window_start=row.watermark.floor(size),
+                # With no watermark, the window of `now`: once per window while nothing arrives, never 1970.
+                window_start=(row.watermark if real else pd.Timestamp(now)).floor(size),
                 tier=row.tier,
                 status="lagging",
                 missing=as_int(row.lag),

@@ -22,8 +22,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -33,6 +34,8 @@ from audit.alerts.drops import DropRule, drop_alerts
 from audit.alerts.mail import AlertDeliveryError, Mailer, compose
 from audit.alerts.rules import Alert, lag_alerts, recovery_alerts, restatement_alerts, window_alerts, window_key
 from audit.contract.arrow import arrow_table
+from audit.contract.names import DEFAULT_AUDIT_TOPIC
+from audit.contract.naming import data_topic_rows
 from audit.contract.tables import ALERTS
 from audit.io.lake import Lake, lake_of
 from audit.io.lake_read import read_frame
@@ -55,6 +58,7 @@ class AlertJob:
     window_minutes: int
     grace_s: float
     reference_tier: str
+    audit_topic: str = DEFAULT_AUDIT_TOPIC
 
     @classmethod
     def of(cls, settings: Settings, lake: Lake | None = None) -> AlertJob:
@@ -66,6 +70,7 @@ class AlertJob:
             window_minutes=settings.window_minutes,
             grace_s=settings.grace_s,
             reference_tier=settings.reference_tier,
+            audit_topic=settings.audit_topic,
         )
 
 
@@ -226,8 +231,17 @@ def read_books(lake: Lake, *, now: datetime, lookback_hours: float) -> BooksNow:
 
 
 def decide(job: AlertJob, books: BooksNow, *, now: datetime) -> list[Alert]:
-    """Every alert the books call for now, known to the log or not."""
+    """Every alert the books call for now, known to the log or not: about data topics only, never the audit
+    topic or a replicated copy of it (a lake written before the books kept it out may still hold its rows)."""
     config = job.alerts
+    data = partial(data_topic_rows, audit_topic=job.audit_topic)
+    books = replace(
+        books,
+        completeness=data(books.completeness),
+        tier_status=data(books.tier_status),
+        tier_counts=data(books.tier_counts),
+        restatements=data(books.restatements),
+    )
     return [
         *window_alerts(
             books.completeness,

@@ -54,6 +54,7 @@ from audit.books.read.audit_topics import (
 )
 from audit.books.read.run_records import DRIVER_MESSAGES
 from audit.books.store.records import store_records_and_rejects
+from audit.contract.names import DEFAULT_AUDIT_TOPIC
 from audit.contract.tables import (
     AUDIT_RECORDS,
     AUDIT_REJECTS,
@@ -230,7 +231,9 @@ def reconcile(
         report.quiet = True
         step.done("nothing new and no window due: not judged", next_due_ms=memory.next_due_ms)
     else:
-        judging = _Judging(spark, lake, JudgeRules.from_settings(settings), settings.cluster_names, now_ms)
+        judging = _Judging(
+            spark, lake, JudgeRules.from_settings(settings), settings.cluster_names, now_ms, settings.audit_topic
+        )
         judgement = _count_and_judge(judging, records, step, memory, every_record=report.every_record)
         report.windows = judgement.windows
         store_offsets(lake, sources, known=memory.offsets)
@@ -262,6 +265,7 @@ class _Judging:
     rules: JudgeRules
     cluster_names: tuple[str, ...]
     now_ms: int
+    audit_topic: str = DEFAULT_AUDIT_TOPIC
 
 
 def _count_and_judge(
@@ -279,7 +283,7 @@ def _count_and_judge(
         if records is not None:  # independent tables: side by side
             resummed, _ = side_by_side(
                 lambda: update_tier_counts(spark, lake, records, background=background, every_record=every_record),
-                lambda: update_tier_status(lake, judging.cluster_names, records),
+                lambda: update_tier_status(lake, judging.cluster_names, records, audit_topic=judging.audit_topic),
             )
             step.done("tier_counts summed and tier_status stored")
         # A new process (or a day on): those stored, before or after this run's write.

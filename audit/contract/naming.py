@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from audit.contract.errors import ConfigError
+from audit.contract.names import DEFAULT_AUDIT_TOPIC
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_SEPARATOR = "."
 
@@ -78,3 +82,26 @@ def naming_policy(kind: str, clusters: Iterable[str], separator: str = DEFAULT_S
     if kind == "prefix":
         return PrefixNaming(frozenset(clusters), separator)
     raise ConfigError(f"naming: {kind!r} is not a naming policy (identity or prefix)")
+
+
+# -- the audit topic: the one rule of what is the audit topic and what is data ---------------------------
+
+
+def is_audit_topic(policy: NamingPolicy, cluster: str, topic: str, audit_topic: str = DEFAULT_AUDIT_TOPIC) -> bool:
+    """Whether `topic`, as seen on `cluster`, is the audit topic: the cluster's own or a replicated copy of
+    another's (`dc1._audit` on the aggregate under prefix naming). Never a data topic."""
+    return is_audit_origin(policy.origin(cluster, topic).topic, audit_topic)
+
+
+def is_audit_origin(origin_topic: str, audit_topic: str = DEFAULT_AUDIT_TOPIC) -> bool:
+    """Whether a topic named by its origin (the books' `topic` column, `_audit` for the aggregate's `dc1._audit`)
+    is the audit topic. The replicator copies the audit topic and reports on it like any topic it copies: the
+    books, the alerts and the UI take rows about data topics only (`data_topic_rows`)."""
+    return origin_topic == audit_topic
+
+
+def data_topic_rows(rows: pd.DataFrame, audit_topic: str = DEFAULT_AUDIT_TOPIC) -> pd.DataFrame:
+    """`rows` (with the books' origin `topic` column) without those about the audit topic or a copy of it."""
+    if rows.empty or "topic" not in rows.columns:
+        return rows
+    return rows[rows["topic"] != audit_topic]

@@ -238,7 +238,12 @@ ALERTS = Table(
         ),
         _c("kind", "STRING", "loss | over | recovery | lag | drop | restated"),
         *LOGICAL_TOPIC,
-        _c("window_start", "TIMESTAMP", "the window alerted on (lag: the window holding the tier's watermark)"),
+        _c(
+            "window_start",
+            "TIMESTAMP",
+            "the window alerted on (lag: the window holding the tier's watermark; with none yet, the window of "
+            "the alert run)",
+        ),
         _c("tier", "STRING", "tier the alert is about"),
         _c(
             "status",

@@ -4,10 +4,19 @@ every tier's status records share (the time up to which the tier has seen everyt
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from audit.contract.record import PartitionStatus
 from audit.contract.windows import EPOCH
+
+# A tier with lag that has delivered nothing yet has no watermark: the books store the epoch for it. A watermark
+# before this is "not reported yet", never a time: no email, UI cell or table shows it as a date.
+FIRST_REAL_WATERMARK = EPOCH + timedelta(days=1)
+
+
+def is_real_watermark(watermark: datetime) -> bool:
+    """Whether a stored watermark is a time, not the epoch standing for "nothing delivered yet"."""
+    return watermark >= FIRST_REAL_WATERMARK
 
 
 def watermark_ms(partitions: Iterable[PartitionStatus], now_ms: int) -> int | None:

@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from audit.contract.errors import KafkaClientError
-from audit.contract.naming import NamingPolicy
+from audit.contract.naming import NamingPolicy, is_audit_topic
 from audit.hops.mirror_state import MirrorOptions
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class MirroredTopics:
             for name in metadata
             if not name.startswith("__")
             and self.naming.origin(source, name).cluster != target
-            and (self.select_topic(name) or self.naming.origin(source, name).topic == audit_topic)
+            and (self.select_topic(name) or is_audit_topic(self.naming, source, name, audit_topic))
         }
 
     def readable(self, metadata: Mapping[str, Any], selected: set[str], source_admin, target_admin) -> list[str]:

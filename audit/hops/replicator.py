@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from audit.contract.naming import NamingPolicy
+from audit.contract.naming import NamingPolicy, is_audit_topic
 from audit.contract.record import encode, new_instance_id
 from audit.hops.faults import DropFault, PauseFault
 from audit.hops.mirror_positions import SourcePositions
@@ -433,7 +433,7 @@ class Replicator:
         if not self._subscribed:
             return False
         audit = [
-            t for t in self._subscribed if self.naming.origin(self.options.source, t).topic == self.options.audit_topic
+            t for t in self._subscribed if is_audit_topic(self.naming, self.options.source, t, self.options.audit_topic)
         ]
         if not self._quiet:
             self._quiet = self.group_caught_up([t for t in self._subscribed if t not in audit])

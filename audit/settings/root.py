@@ -255,7 +255,9 @@ class Settings(FrozenValues, BaseSettings):
 
     def is_audit_topic(self, cluster: str, topic: str) -> bool:
         """Whether `topic` on `cluster` is an audit topic, here or replicated from elsewhere."""
-        return self.naming_policy().origin(cluster, topic).topic == self.audit_topic
+        from audit.contract.naming import is_audit_topic
+
+        return is_audit_topic(self.naming_policy(), cluster, topic, self.audit_topic)
 
     def redacted(self) -> dict[str, Any]:
         """A plain, JSON-ready dict of every key, secrets masked: what `kaudit config show` prints."""

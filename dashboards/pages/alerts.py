@@ -7,6 +7,7 @@ from dash import html
 
 from dashboards import ids
 from dashboards.context import context
+from dashboards.data import data_topics
 from dashboards.pages.controls import range_and_search, table
 
 COLUMNS = [
@@ -29,7 +30,7 @@ COLUMNS = [
 
 
 def layout(range: str | None = None, q: str | None = None, **_other) -> html.Div:  # noqa: A002
-    log = context().lake.frame("alerts")
+    log = data_topics(context().lake.frame("alerts"), context().settings)
     if q and not log.empty:
         log = log[log["logical_topic"].str.contains(q, case=False, regex=False, na=False)]
     if not log.empty:

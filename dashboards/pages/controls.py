@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs
 
+import pandas as pd
 from dash import Input, Output, State, callback, dcc, html
 
+from audit.contract.watermarks import FIRST_REAL_WATERMARK
 from dashboards import ids
-from dashboards.data import DEFAULT_RANGE, RANGES
+from dashboards.data import DEFAULT_RANGE, NO_WATERMARK, RANGES
 from dashboards.links import href
+
+# Columns of free text (an alert's cause, a delivery error): given room, and wrapped within it.
+WIDE_COLUMNS = ("cause", "last_error")
 
 
 def range_and_search(range_key: str | None, search: str | None, *, with_search: bool = True) -> html.Div:
@@ -45,7 +50,10 @@ def table(frame, columns: list[str] | None = None, *, table_id: str | None = Non
     shown = frame.copy()
     for name in shown.columns:
         if str(shown[name].dtype).startswith("datetime64"):
-            shown[name] = shown[name].dt.strftime("%Y-%m-%d %H:%M")
+            # The epoch stands for "not reported yet" (audit/contract/watermarks.py): never shown as a 1970 date.
+            times = pd.to_datetime(shown[name], utc=True)
+            real = times >= pd.Timestamp(FIRST_REAL_WATERMARK)
+            shown[name] = times.dt.strftime("%Y-%m-%d %H:%M").where(real | times.isna(), NO_WATERMARK)
         elif str(shown[name].dtype).startswith("float"):
             shown[name] = shown[name].round(2)
     kwargs = {"id": table_id} if table_id else {}
@@ -54,7 +62,17 @@ def table(frame, columns: list[str] | None = None, *, table_id: str | None = Non
         columns=[{"name": c, "id": c} for c in shown.columns],
         sort_action="native",
         page_size=page_size,
-        style_cell={"fontFamily": "sans-serif", "fontSize": "13px", "padding": "4px"},
+        # Never wider than the page: long cells (an alert's cause) wrap, and a table still too wide scrolls.
+        style_table={"overflowX": "auto", "maxWidth": "100%"},
+        style_cell={
+            "fontFamily": "sans-serif",
+            "fontSize": "13px",
+            "padding": "4px",
+            "whiteSpace": "normal",
+            "height": "auto",
+            "textAlign": "left",
+        },
+        style_cell_conditional=[{"if": {"column_id": c}, "minWidth": "160px"} for c in WIDE_COLUMNS if c in shown],
         style_header={"fontWeight": "bold"},
         **kwargs,
     )

@@ -8,7 +8,7 @@ from dash import Input, Output, State, callback, dcc, html
 
 from dashboards import figures, ids
 from dashboards.context import context
-from dashboards.data import OVERVIEW_COLUMNS, all_cells, overview_data
+from dashboards.data import OVERVIEW_COLUMNS, all_cells, data_topics, overview_data
 from dashboards.links import href
 from dashboards.pages.controls import range_and_search, table
 
@@ -17,7 +17,7 @@ def load(range_key: str | None, search: str | None, end: str | None = None) -> d
     lake = context().lake
     return overview_data(
         lake.table("completeness", OVERVIEW_COLUMNS),
-        lake.frame("tier_status"),
+        data_topics(lake.frame("tier_status"), context().settings),
         range_key=range_key,
         search=search,
         end=end,

@@ -27,6 +27,44 @@ CLUSTER_READS = pd.DataFrame(
     }
 )
 
+LONG_CAUSE = (
+    "lake is 45 min behind (watermark {w}); lag 5,200 messages; reported by kaudit-lake@aggregate, "
+    "kaudit-counter@aggregate, kaudit-mirror@dc1 and every other reporter of this tier: THE-END-OF-THE-CAUSE"
+)
+
+
+def alert_row(topic: str, window_start: pd.Timestamp, cause: str) -> dict:
+    return dict(
+        alert_id=f"id-{topic}",
+        kind="lag",
+        origin_cluster="dc1",
+        topic=topic,
+        logical_topic=f"dc1.{topic}",
+        window_start=window_start,
+        tier="lake",
+        status="lagging",
+        missing=5200,
+        cause=cause,
+        recipients="data-platform-oncall@example.com, audit-team@example.com",
+        subject=f"[kaudit] LAG dc1.{topic}",
+        state="sent",
+        attempts=1,
+        last_error=None,
+        created_at=pd.Timestamp(NOW),
+        sent_at=pd.Timestamp(NOW),
+        date=pd.Timestamp(NOW).date(),
+    )
+
+
+EPOCH = pd.Timestamp(0, tz="UTC")
+ALERTS_LOG = pd.DataFrame(
+    [
+        alert_row("clicks", pd.Timestamp(NOW).floor("10min"), LONG_CAUSE.format(w=f"{NOW:%Y-%m-%d %H:%M} UTC")),
+        # issue 60: what the alerts wrote for the audit topic's copy before they kept it out
+        alert_row("_audit", EPOCH, "aggregate has received nothing yet of what is waiting for it; lag 5 messages"),
+    ]
+)
+
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
@@ -47,8 +85,11 @@ def ui(tmp_path_factory):
             watermark=pd.Timestamp(0, tz="UTC"),
         )
     )
-    frames["tier_status"] = pd.concat([frames["tier_status"], never], ignore_index=True)
-    write_frames(lake, {**frames, "cluster_reads": CLUSTER_READS})
+    # issue 60: the replicator's status about dc1's audit topic (copied to the aggregate as `dc1._audit`), with
+    # nothing delivered yet: its watermark is the epoch. No page may show it as a data topic or show 1970.
+    audit = never.assign(tier="aggregate", origin_cluster="dc1", topic="_audit", logical_topic="dc1._audit")
+    frames["tier_status"] = pd.concat([frames["tier_status"], never, audit], ignore_index=True)
+    write_frames(lake, {**frames, "cluster_reads": CLUSTER_READS, "alerts": ALERTS_LOG})
     app = create_app(Settings.default().replace(state_dir=Path(lake)), lake=lake)
     with serving(app) as base, chromium() as driver:
         driver.set_window_size(1400, 1200)
@@ -257,3 +298,71 @@ def test_the_topic_page_marks_a_restated_window(ui):
         what="the window table",
     )
     assert any(cell.startswith("incomplete -> complete, observed ") for cell in cells), cells
+
+
+def tick_texts(driver, graph_id: str, axis: str = "ytick") -> list[str]:
+    return driver.execute_script(
+        f"return Array.from(document.querySelectorAll('#{graph_id} .{axis} text')).map(t => t.textContent)"
+    )
+
+
+def test_the_lag_axes_read_plain_minutes_and_messages_from_0(ui):
+    """issue 60: 'minutes behind' read `80µ` (plotly's SI suffix) when every tier was nearly caught up."""
+    base, driver = ui
+    for query in ("range=6h", "range=6h&q=users"):
+        driver.get(f"{base}/lag?{query}")
+        wait(lambda: plot_data(driver, ids.WATERMARKS), what="the watermark graph")
+        for graph in (ids.WATERMARKS, ids.LAG):
+            ticks = wait(lambda graph=graph: tick_texts(driver, graph), what=f"the ticks of {graph}")
+            assert not any("µ" in t or "m" == t[-1:] for t in ticks), (graph, query, ticks)
+            assert ticks[0] == "0", (graph, query, ticks)
+
+
+def test_the_lag_page_never_shows_the_audit_topic_or_1970(ui):
+    base, driver = ui
+    from selenium.webdriver.common.by import By
+
+    driver.get(base + "/lag?range=24h&q=dc2")  # the table pages by 15 rows: search for the rows in question
+    status = wait(lambda: driver.find_element(By.ID, ids.STATUS_TABLE).text, what="the tier status table")
+    assert "dc2.orders" in status and "no watermark yet" in status and "1970" not in status, status
+    driver.get(base + "/lag?range=24h&q=audit")
+    status = wait(lambda: driver.find_element(By.ID, ids.STATUS_TABLE).text, what="the tier status table")
+    assert "_audit" not in status and "1970" not in status, status
+
+
+def test_the_completeness_chart_carries_no_stray_new_text_annotation(ui):
+    """issue 60: each unlabelled 'in flight' band got plotly's placeholder annotation 'new text'."""
+    base, driver = ui
+    driver.get(base + "/topic?topic=dc1.clicks&range=24h")
+    wait(lambda: plot_data(driver, ids.COMPLETENESS), what="the completeness graph")
+    texts = wait(
+        lambda: driver.execute_script(
+            f"const gd = document.querySelector('#{ids.COMPLETENESS} .js-plotly-plot');"
+            "return gd && gd._fullLayout && Array.from(gd.querySelectorAll('.annotation-text')).map(t => t.textContent);"
+        ),
+        what="the annotations",
+    )
+    assert "not final yet" in texts and "new text" not in texts, texts
+    assert "new text" not in driver.find_element("tag name", "body").text
+
+
+def test_the_alert_log_fits_the_page_and_never_shows_the_audit_topic_or_1970(ui):
+    """issue 60: the alert log was wider than the page and its cause column cut off."""
+    base, driver = ui
+    from selenium.webdriver.common.by import By
+
+    driver.get(base + "/alerts")
+    text = wait(lambda: driver.find_element(By.ID, ids.ALERTS_TABLE).text, what="the alert table")
+    assert "dc1.clicks" in text and "_audit" not in text and "1970" not in text, text
+    fit = driver.execute_script(
+        f"const t = document.querySelector('#{ids.ALERTS_TABLE}');"
+        "const table = t.querySelector('table'); const box = t.getBoundingClientRect();"
+        "const cause = Array.from(t.querySelectorAll('td')).find(td => td.innerText.includes('THE-END-OF-THE-CAUSE'));"
+        "const c = cause.getBoundingClientRect();"
+        "return {page: document.documentElement.scrollWidth, view: document.documentElement.clientWidth,"
+        " table: table.getBoundingClientRect().width, box: box.width, cause_right: c.right, box_right: box.right,"
+        " cause_text: cause.innerText, cause_scroll: cause.scrollWidth, cause_client: cause.clientWidth};"
+    )
+    assert fit["page"] <= fit["view"], f"the page scrolls sideways: {fit}"
+    assert fit["table"] <= fit["box"] + 1 and fit["cause_right"] <= fit["box_right"] + 1, f"the cause is cut: {fit}"
+    assert fit["cause_scroll"] <= fit["cause_client"] + 1 and fit["cause_text"].endswith("THE-END-OF-THE-CAUSE"), fit

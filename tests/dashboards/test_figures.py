@@ -256,3 +256,14 @@ def test_the_window_rows_name_the_partitions_each_tier_is_short_in(frames):
         "aggregate": "40 in partition 0",
         "lake": "40 in partition 0",
     }
+
+
+def test_the_lag_axes_read_plain_numbers_from_0_never_si_suffixes():
+    """issue 60: a tier a few milliseconds behind read `80µ` minutes (plotly's default SI tick format)."""
+    at = pd.Timestamp("2026-12-05 09:00", tz="UTC")
+    history = pd.DataFrame(
+        {"tier": ["dc1", "dc1"], "emitted_at": [at, at + pd.Timedelta(minutes=1)], "behind_min": [8e-5, 0.0]}
+    )
+    for figure in (figures.watermark_figure(history), figures.lag_figure(history.assign(lag=[0, 0]))):
+        axis = figure.layout.yaxis
+        assert axis.tickformat and "s" not in axis.tickformat and axis.rangemode == "tozero", axis

@@ -13,6 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.books.read.run_records import held_by_driver, of_kind
+from audit.contract.names import DEFAULT_AUDIT_TOPIC
+from audit.contract.naming import is_audit_origin
 from audit.contract.tables import PARTITION_STATUS, TIER_POINTS, TIER_STATUS
 from audit.contract.watermark_points import KEPT_POINTS, WatermarkPoint, kept, replayed, reporter
 from audit.contract.watermarks import tier_watermark
@@ -25,7 +27,9 @@ if TYPE_CHECKING:
 STATUS_PAIR = TIER_STATUS.key  # (tier, origin_cluster, topic), also the key of _tier_points
 
 
-def update_tier_status(lake: Lake, cluster_names: tuple[str, ...], new_records) -> None:
+def update_tier_status(
+    lake: Lake, cluster_names: tuple[str, ...], new_records, *, audit_topic: str = DEFAULT_AUDIT_TOPIC
+) -> None:
     """Keep each reporter partition's newest status, then sum them up per tier and logical topic: for the
     (tier, topic) pairs that received status records, the only ones whose sums can change. Each pair's
     statuses are replayed in the order they were emitted, and the tier's watermark after each moment kept
@@ -40,6 +44,7 @@ def update_tier_status(lake: Lake, cluster_names: tuple[str, ...], new_records) 
         recent = recent_statuses_in_driver(statuses).to_pylist()
     else:
         recent = _recent_partition_statuses(statuses).toArrow().to_pylist()
+    recent = [row for row in recent if not is_audit_origin(row["topic"], audit_topic)]  # data topics only
     if not recent:
         return
     by_pair: dict[tuple, list[dict]] = defaultdict(list)
@@ -62,7 +67,9 @@ def update_tier_status(lake: Lake, cluster_names: tuple[str, ...], new_records) 
     delta_io.upsert_from_driver(lake, PARTITION_STATUS, changed, ignore=(), update_when=NEWER_STATUS)
     now = datetime.now(UTC)
     partitions = [row for state in states.values() for row in state.values()]
-    delta_io.upsert_from_driver(lake, TIER_STATUS, tier_status_rows(partitions, cluster_names, now))
+    delta_io.upsert_from_driver(
+        lake, TIER_STATUS, tier_status_rows(partitions, cluster_names, now, audit_topic=audit_topic)
+    )
     delta_io.upsert_from_driver(lake, TIER_POINTS, [_as_stored(row) for row in points], ignore=())
 
 
@@ -150,10 +157,15 @@ def recent_statuses_in_driver(statuses: pa.Table) -> pa.Table:
     return recent.append_column("partition_watermark", pc.if_else(caught_up, recent["emitted_at"], since_epoch))
 
 
-def tier_status_rows(partitions: list[dict], cluster_names: tuple[str, ...], now: datetime) -> list[dict]:
-    """`tier_status` rows (written at `now`) summed from `_partition_status` rows."""
+def tier_status_rows(
+    partitions: list[dict], cluster_names: tuple[str, ...], now: datetime, *, audit_topic: str = DEFAULT_AUDIT_TOPIC
+) -> list[dict]:
+    """`tier_status` rows (written at `now`) summed from `_partition_status` rows, for data topics only: none
+    about the audit topic or a replicated copy of it (`is_audit_origin`)."""
     by_pair: dict[tuple, list[dict]] = defaultdict(list)
     for row in partitions:
+        if is_audit_origin(row["topic"], audit_topic):
+            continue
         by_pair[tuple(row[c] for c in STATUS_PAIR)].append(row)
     return [_tier_status(pair, rows, cluster_names, now) for pair, rows in by_pair.items()]
 

@@ -341,6 +341,40 @@ def test_lag_alerts(watermark_minutes_ago, tier, expected):
     assert len(lag_alerts(frame, now=NOW, lag_minutes=30, window_minutes=10, reference_tier="producer")) == expected
 
 
+def _status_row(**row) -> pd.DataFrame:
+    base = dict(tier="aggregate", origin_cluster="dc1", topic="orders", watermark=pd.Timestamp(0, tz="UTC"), lag=10)
+    frame = pd.DataFrame([{**base, "stalled": False, "reporters": "kaudit-mirror@dc1", **row}])
+    frame["watermark"] = pd.to_datetime(frame["watermark"], utc=True)
+    return frame
+
+
+def test_a_lag_alert_of_a_tier_with_no_watermark_yet_never_carries_a_1970_window():
+    # issue 60: a status with lag and nothing delivered yet leaves the watermark at the epoch.
+    (alert,) = lag_alerts(_status_row(), now=NOW, lag_minutes=30, window_minutes=10, reference_tier="producer")
+    assert alert.window_start.year != 1970
+    assert "1970" not in alert.cause and "received nothing yet" in alert.cause
+    assert pd.Timestamp(alert.window_start) == pd.Timestamp(NOW).floor("10min")
+
+
+def test_the_alerts_never_take_the_audit_topic_or_a_copy_of_it_for_a_data_topic(tmp_path):
+    # issue 60: the replicator's status about dc1's `_audit` (copied to the aggregate as `dc1._audit`).
+    from audit.alerts.run import BooksNow, decide
+
+    settings = settings_for(tmp_path, 25)
+    status = pd.concat([_status_row(), _status_row(topic="_audit")], ignore_index=True)
+    empty = pd.DataFrame()
+    books = BooksNow(
+        completeness=empty,
+        tier_status=status,
+        tier_counts=empty,
+        retention_gaps=empty,
+        restatements=empty,
+        alerts_log=empty,
+    )
+    alerts = decide(AlertJob.of(settings), books, now=NOW)
+    assert [(a.kind, a.topic) for a in alerts] == [("lag", "orders")]
+
+
 def test_the_subject_names_the_worst_window_and_counts_the_rest():
     start = datetime(2025, 3, 4, 10, 40, tzinfo=UTC)
     alerts = [

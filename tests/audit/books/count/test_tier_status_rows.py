@@ -66,3 +66,13 @@ def test_a_cluster_tier_only_a_replicator_reported_on_has_seen_nothing_for_sure(
 def test_unknown_lags_and_stalls_stay_unknown():
     status = by_tier([partition("dc1", "dc1", "kaudit-counter", 0, lag=None, stalled=None)])["dc1"]
     assert (status["lag"], status["stalled"]) == (None, None)
+
+
+def test_the_audit_topic_and_its_copies_get_no_tier_status_row():
+    # issue 60: the replicator's status about dc1's `_audit`, copied to the aggregate as `dc1._audit`, is no data topic.
+    audit = {**partition("aggregate", "dc1", "kaudit-mirror", 0), "seen_topic": "_audit", "topic": "_audit"}
+    audit.update(logical_topic="dc1._audit", partition_watermark=EPOCH, lag=5)
+    rows = tier_status_rows([partition("lake", "aggregate", "kaudit-lake", 0), audit], CLUSTERS, NOW)
+    assert [row["logical_topic"] for row in rows] == ["dc1.orders"]
+    renamed = tier_status_rows([audit], CLUSTERS, NOW, audit_topic="_kaudit_audit")
+    assert [row["logical_topic"] for row in renamed] == ["dc1._audit"]
