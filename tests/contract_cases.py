@@ -30,7 +30,7 @@ class Kind(Enum):
 
 NOW_MS = 1_796_400_123_456  # the counting time handed to every implementation; its 10-minute window: NOW_W10
 NOW_W10 = 1_796_400_000_000
-B = 1_700_000_000_123  # a producer's time, far from NOW_MS (2023-11-14T22:13:20.123Z)
+B = 1_700_000_000_123  # a producer's time, in another window than NOW_MS and not on a window boundary
 B_W10 = 1_699_999_800_000
 B_TEXT = b"1700000000123"
 L = 1_796_398_765_432  # a broker's LogAppendTime, in another window than NOW_MS

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from audit.contract.errors import ConfigError
 from audit.contract.names import DEFAULT_AUDIT_TOPIC, LAKE_TIER, PRODUCER_TIER, is_topic_name
+from audit.contract.naming import is_audit_topic, naming_policy
 from audit.contract.windows import DEFAULT_WINDOW_MINUTES, MINUTES_PER_DAY, validate_window_minutes
 from audit.settings.alerts import AlertSettings, SmtpSettings
 from audit.settings.clusters import ClusterSettings, default_clusters, env_name
@@ -249,14 +250,10 @@ class Settings(FrozenValues, BaseSettings):
 
     def naming_policy(self):
         """The configured topic naming policy (audit.contract.naming)."""
-        from audit.contract.naming import naming_policy
-
         return naming_policy(self.naming, self.cluster_names)
 
     def is_audit_topic(self, cluster: str, topic: str) -> bool:
         """Whether `topic` on `cluster` is an audit topic, here or replicated from elsewhere."""
-        from audit.contract.naming import is_audit_topic
-
         return is_audit_topic(self.naming_policy(), cluster, topic, self.audit_topic)
 
     def redacted(self) -> dict[str, Any]:
