@@ -46,7 +46,7 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 .PHONY: setup
-setup: $(VENV)/.installed $(NATIVE) $(KAFKA_JARS) $(SPARK_JARS) $(MIRRORMAKER_JARS) $(WEED) class-archives browser ## venv + package + Kafka, Spark (with S3A) and MirrorMaker 2 jars + their class archives + SeaweedFS + headless Chromium (idempotent, offline once cached)
+setup: $(VENV)/.installed $(NATIVE) $(KAFKA_JARS) $(SPARK_JARS) $(MIRRORMAKER_JARS) $(WEED) class-archives debian-packages ## venv + package + native plugin + Kafka, Spark (with S3A) and MirrorMaker 2 jars + their class archives + SeaweedFS + Debian packages (idempotent, offline once cached)
 
 # pyproject.toml states the ranges the code accepts; constraints.txt pins, within them, the version of every
 # package the venv holds (pip and setuptools too), so a fresh machine installs the versions the tests ran with
@@ -75,14 +75,14 @@ lock: ## resolve pyproject.toml's ranges afresh in a scratch venv and pin the re
 	mv $(LOCK).tmp $(LOCK)
 	@echo "$(LOCK): $$(grep -c '==' $(LOCK)) packages pinned; the next make installs them"
 
-# The counter's native batch loop and the audited producer's delivery counting (C, built in place with the venv's setuptools and the system C
-# compiler); rebuilt only when their source changes. Without them both count in pure Python.
-$(NATIVE): audit/hops/_fastcount.c producers/_fastaudit.c producers/_fastaudit_produce.c producers/_fastaudit_plugin.c producers/_fastaudit.h native/audit_window.h native/latency_floors.h native/rdkafka_abi.h native/build.py | $(VENV)/.installed
+# The librdkafka plugin (native/plugin/) the audited producers and the counter count with, compiled against Debian's
+# librdkafka-dev headers with the system C compiler; rebuilt only when its source changes.
+$(NATIVE): $(wildcard native/plugin/*.c native/plugin/*.h) native/audit_window.h native/build.py audit/contract/tally.py | $(VENV)/.installed debian-packages
 	$(PY) native/build.py
 	mkdir -p $(dir $@) && touch $@
 
 .PHONY: native
-native: $(NATIVE) ## build the native counting loops of the counter and the audited producer (part of setup; cached until its source changes)
+native: $(NATIVE) ## build the librdkafka plugin the audited producers and the counter count with (part of setup; cached until its source changes)
 
 $(KAFKA_JARS):
 	rm -rf $(JARS)/kafka
@@ -94,6 +94,7 @@ $(MIRRORMAKER_JARS): | $(SPARK_JARS)
 	rm -rf $(JARS)/mirrormaker
 	cd jvm/mirrormaker && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(JARS)/mirrormaker
 	touch $@
+
 
 $(SPARK_JARS): | $(VENV)/.installed $(KAFKA_JARS)
 	rm -rf $(JARS)/spark
@@ -134,13 +135,13 @@ kafka-class-archive: $(VENV)/.installed $(KAFKA_JARS)
 spark-class-archive: $(VENV)/.installed $(SPARK_JARS)
 	$(PY) -m audit.local.class_archives --cache-dir $(KAUDIT_CACHE_DIR) spark
 
-# Debian packages the tests use, installed only when missing: Chromium and its chromedriver for the
-# UI's browser tests and screenshots, kcat as a Kafka client kafka-audit did not write.
+# Debian packages, installed only when missing: librdkafka's headers the plugin is built against, Chromium and its
+# chromedriver for the UI's browser tests and screenshots, kcat as a Kafka client kafka-audit did not write.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-.PHONY: browser
-browser: ## headless Chromium + chromedriver and kcat (Debian packages) for the browser and outside-client tests
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null && command -v kcat >/dev/null || \
-	  ($(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver kcat)
+.PHONY: debian-packages
+debian-packages: ## librdkafka-dev (the plugin's headers), headless Chromium + chromedriver and kcat (Debian packages)
+	@test -f /usr/include/librdkafka/rdkafka.h && command -v chromium >/dev/null && command -v chromedriver >/dev/null && command -v kcat >/dev/null || \
+	  ($(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq librdkafka-dev chromium chromium-driver kcat)
 
 .PHONY: lint
 lint: $(VENV)/.installed ## ruff (lint + format check) over the tree, mypy on the contract and the hops

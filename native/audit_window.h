@@ -1,6 +1,6 @@
 /* The audit contract's window alignment and usable audit time (audit/contract/windows.py window_start_ms,
- * audit/contract/audit_time.py is_usable) for the C loops: the counter's (_fastcount.c) and the audited
- * producer's (_fastaudit_produce.c). tests/contract_cases.py holds both, through their modules, to the contract. */
+ * audit/contract/audit_time.py is_usable) in C, for the librdkafka plugin (native/plugin/).
+ * tests/contract_cases.py holds it, through the plugin's exported functions, to the contract. */
 #ifndef KAUDIT_AUDIT_WINDOW_H
 #define KAUDIT_AUDIT_WINDOW_H
 
@@ -15,21 +15,7 @@ static inline int64_t window_start_ms(int64_t time_ms, int64_t window_ms) {
     return time_ms - into;
 }
 
-/* After the epoch and not past `max_time_ms` (the contract's MAX_AUDIT_TIME_MS, handed in by Python). */
+/* After the epoch and not past `max_time_ms` (the contract's MAX_AUDIT_TIME_MS). */
 static inline int is_usable_time(int64_t time_ms, int64_t max_time_ms) { return time_ms > 0 && time_ms <= max_time_ms; }
-
-#ifdef Py_PYTHON_H
-/* window_start(time_ms, window_ms) -> the window rule as the including module compiled it, for the contract's
- * table of cases (each module exports it, so each build is held to the contract). */
-__attribute__((unused)) static PyObject *window_start(PyObject *self, PyObject *args) {
-    long long time_ms, window_ms;
-    if (!PyArg_ParseTuple(args, "LL", &time_ms, &window_ms)) return NULL;
-    if (window_ms <= 0) {
-        PyErr_SetString(PyExc_ValueError, "window_ms must be positive");
-        return NULL;
-    }
-    return PyLong_FromLongLong(window_start_ms(time_ms, window_ms));
-}
-#endif
 
 #endif

@@ -2,9 +2,8 @@
 
 The rules are stated once, in `audit.contract.audit_time` (which time a message is counted at) and
 `audit.contract.windows` (which window holds a time). Others state them again where a Python call per
-message would cost too much or cannot run: the counter's C loop (`audit/hops/_fastcount.c`), the
-audited producer's C produce path (`producers/_fastaudit*.c`), the Python loops of the counter and of
-the producer, and the lake's Spark columns (`audit/hops/lake_columns.py`). `tests/test_contract_parity.py`
+message would cost too much or cannot run: the librdkafka plugin (`native/plugin/`, which the audited
+producer and the counter count with), the counter's Python loop, and the lake's Spark columns (`audit/hops/lake_columns.py`). `tests/test_contract_parity.py`
 runs every one of them over these cases; the Spark ones in the Spark tier.
 
 The expected values are written out, not computed: the table is the specification the contract is held to
@@ -68,8 +67,8 @@ def _header_refused(why: str, value: bytes | None) -> AuditTimeCase:
     return _appended(f"a kaudit-time header of {why} is no time: the broker's, flagged", ((H, value),))
 
 
-# A message with CreateTime and no header is also what the audited producer can be asked to send: its
-# implementations run these (`PRODUCER_CASES`); what it counts at "now" is its own clock's.
+# A message with CreateTime and no header is also what the audited producer can be asked to send: the
+# producer on the plugin runs these (`PRODUCER_CASES`); what it counts at "now" is its own clock's.
 CREATE_TIME_CASES = [
     _create("a CreateTime is the audit time", B, B, True, B_W10),
     _create("1-minute windows", B, B, True, 1_699_999_980_000, 1),

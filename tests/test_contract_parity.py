@@ -1,9 +1,11 @@
 """Every implementation of the audit time and window rules against the one table of cases
-(tests/contract_cases.py): the contract itself, the counter's C and Python loops, the Python tally,
-the audited producer's C and Python produce paths, and the lake's Spark columns (in the Spark tier)."""
+(tests/contract_cases.py): the contract itself, the counter's Python loop, the Python tally, the
+librdkafka plugin's C rules (which the counter and the audited producer count with), and the lake's Spark columns (in the
+Spark tier)."""
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections import defaultdict
 
@@ -17,12 +19,13 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from audit.contract.audit_time import audit_time
-from audit.contract.record import MAX_AUDIT_TIME_MS
+from audit.contract.audit_time import audit_time, header_value
+from audit.contract.record import AUDIT_TIME_HEADER, parse
 from audit.contract.tally import Tally
 from audit.contract.windows import MS_PER_MINUTE, window_start
 from audit.hops import fastcount
 from audit.hops.mirror_state import copy_headers
+from audit.io import plugin
 from producers import audited
 from tests.contract_cases import (
     AUDIT_TIME_CASES,
@@ -40,9 +43,6 @@ CONFLUENT_KIND = {
     Kind.NONE: TIMESTAMP_NOT_AVAILABLE,
 }
 SPARK_KIND = {Kind.CREATE_TIME: 0, Kind.LOG_APPEND_TIME: 1, Kind.NONE: -1}  # the Kafka source's timestampType
-
-needs_native_counter = pytest.mark.skipif(fastcount.native_count is None, reason="the native counter loop is not built")
-needs_native_producer = pytest.mark.skipif(audited.native_module is None, reason="the native produce path is not built")
 
 
 def consumed(case: AuditTimeCase) -> Message:
@@ -98,32 +98,8 @@ def assert_counted_as_the_case_says(groups: dict, case: AuditTimeCase) -> None:
 
 @pytest.mark.parametrize("case", AUDIT_TIME_CASES, ids=str)
 def test_the_counters_python_loop(case):
-    groups = fastcount.bucket([consumed(case)], NOW_MS, window_ms(case), native=False, on_error=pytest.fail)
+    groups = fastcount.count_in_python([consumed(case)], NOW_MS, window_ms(case), on_error=pytest.fail)
     assert_counted_as_the_case_says(groups, case)
-
-
-@needs_native_counter
-@pytest.mark.parametrize("case", AUDIT_TIME_CASES, ids=str)
-def test_the_counters_c_loop(case):
-    """The C loop counts every usable CreateTime itself and hands the rest to the Python loop."""
-    message = consumed(case)
-    groups, rest = fastcount.native_count([message], NOW_MS, window_ms(case), TIMESTAMP_CREATE_TIME, MAX_AUDIT_TIME_MS)
-    if case.kind == Kind.CREATE_TIME and case.usable and case.audit_ms == case.timestamp_ms:
-        assert rest == [], "a usable CreateTime is the C loop's to count"
-        assert_counted_as_the_case_says(groups, case)
-    else:
-        assert (groups, rest) == ({}, [message])
-    assert_counted_as_the_case_says(
-        fastcount.bucket([message], NOW_MS, window_ms(case), native=True, on_error=pytest.fail), case
-    )
-
-
-@needs_native_counter
-@pytest.mark.parametrize("case", WINDOW_CASES, ids=str)
-def test_the_counters_c_windows(case: WindowCase):
-    from audit.hops import _fastcount  # type: ignore[attr-defined]
-
-    assert _fastcount.window_start(case.time_ms, case.window_minutes * MS_PER_MINUTE) == case.start_ms
 
 
 # -- the replicator: a copy carries the source's audit time to a LogAppendTime target -------------
@@ -138,65 +114,92 @@ def test_a_copy_is_counted_at_the_sources_audit_time(case):
     assert audit_time(target_timestamp, headers, NOW_MS)[0] == case.audit_ms
 
 
-# -- the audited producer, on librdkafka's in-process mock cluster ----------------------------------
+# -- the librdkafka plugin: its C rules, and the audited producer on it (librdkafka's mock cluster) ---------
 
 
-def produced_and_read(native: bool, cases: list[AuditTimeCase], window_minutes: int):
-    """Each case sent to its own topic; the producer's windows by topic, what a consumer reads back by topic,
-    and the clock around the sending."""
-    module = audited.native_module
-    if not native:
-        audited.native_module = None
-    try:
-        config = {"test.mock.num.brokers": 1, "log_level": 2}
-        producer = audited.AuditedProducer(
-            config=config, cluster="dc1", service="t", flush_interval_s=3600, window_minutes=window_minutes
-        )
-    finally:
-        audited.native_module = module
+@pytest.mark.parametrize("case", AUDIT_TIME_CASES, ids=str)
+def test_the_plugins_audit_time(case: AuditTimeCase):
+    """librdkafka picks the last kaudit-time header (rd_kafka_header_get_last); the plugin reads it."""
+    value = header_value(list(case.headers), AUDIT_TIME_HEADER)
+    time_ms = ctypes.c_longlong()
+    usable = plugin.library().kaudit_audit_time(
+        case.kind == Kind.CREATE_TIME,
+        ctypes.c_longlong(case.timestamp_ms),
+        value,
+        ctypes.c_longlong(-1 if value is None else len(value)),
+        ctypes.c_longlong(NOW_MS),
+        ctypes.byref(time_ms),
+    )
+    assert (time_ms.value, bool(usable)) == (case.audit_ms, case.usable)
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=str)
+def test_the_plugins_windows(case: WindowCase):
+    assert plugin.library().kaudit_window_start(case.time_ms, case.window_minutes * MS_PER_MINUTE) == case.start_ms
+
+
+def produced_and_read(bootstrap: str, topics: list[str], cases: list[AuditTimeCase], window_minutes: int, audit: str):
+    """Each case sent to its own topic: the producer tier's windows by topic (from its count records: those
+    delivered, and those of failed sends), what a consumer reads back by topic, and the clock around the sending."""
+    producer = audited.AuditedProducer(
+        config={"bootstrap.servers": bootstrap},
+        cluster="dc1",
+        service="t",
+        audit_topic=audit,
+        flush_interval_s=3600,
+        window_minutes=window_minutes,
+    )
     before = time.time_ns() // 1_000_000
-    for index, case in enumerate(cases):
-        producer.produce(f"case-{index}", value=b"v", partition=0, timestamp=case.timestamp_ms)
-    assert producer.producer.flush(10) == 0
+    for topic, case in zip(topics, cases, strict=True):
+        producer.produce(topic, value=b"v", partition=0, timestamp=case.timestamp_ms)
+    assert producer.flush(10) == 0
     after = time.time_ns() // 1_000_000
-    windows = defaultdict(set)
-    for topic, start in producer._drain():
-        windows[topic].add(start)
-    broker = next(iter(producer.producer.list_topics(timeout=10).brokers.values()))
-    consumer = Consumer({"bootstrap.servers": f"{broker.host}:{broker.port}", "group.id": "g", "log_level": 2})
-    consumer.assign([TopicPartition(f"case-{index}", 0, 0) for index in range(len(cases))])
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "log_level": 2})
+    consumer.assign([TopicPartition(topic, 0, 0) for topic in [*topics, audit]])
     read: dict[str, Message] = {}
+    windows: dict[str, set] = defaultdict(set)
     deadline = time.monotonic() + 20
-    while len(read) < len(cases) and time.monotonic() < deadline:
-        read.update((m.topic(), m) for m in consumer.consume(len(cases), timeout=0.5) if m.error() is None)
+    while len(windows) < len(cases) and time.monotonic() < deadline:
+        for message in consumer.consume(len(cases) + 10, timeout=0.5):
+            if message.error() is not None:
+                continue
+            if message.topic() != audit:
+                read[message.topic()] = message
+                continue
+            record, why = parse(message.value())
+            assert why is None, why
+            windows[record.topic].add((record.window_start_ms, record.count, record.send_failed))
     consumer.close()
     return windows, read, (before, after)
 
 
-@pytest.mark.parametrize("native", [True, False], ids=["C", "Python"])
-def test_the_producers_paths(native):
-    """A case counted "now" is counted at the producer's own clock; a consumer reads back the time it counted."""
-    if native and audited.native_module is None:
-        pytest.skip("the native produce path is not built")
+@pytest.mark.kafka
+def test_the_audited_producer(topic_factory, local_clusters):
+    """What a broker takes is counted where a consumer reading it back counts it (a case counted "now" at the
+    producer's own clock); what it refuses (a time before the epoch) only as send_failed."""
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    any_time = {"message.timestamp.after.max.ms": str(2**63 - 1)}
     by_minutes = defaultdict(list)
     for case in PRODUCER_CASES:
         by_minutes[case.window_minutes].append(case)
     for minutes, cases in by_minutes.items():
-        windows, read, (before, after) = produced_and_read(native, cases, minutes)
-        for index, case in enumerate(cases):
-            topic, now = f"case-{index}", case.audit_ms == NOW_MS
+        topics = [topic_factory("dc1", config=any_time) for _ in cases]
+        audit = topic_factory("dc1")
+        windows, read, (before, after) = produced_and_read(bootstrap, topics, cases, minutes, audit)
+        for topic, case in zip(topics, cases, strict=True):
+            ((start, count, failed),) = windows[topic]
+            at_now = {window_start(t, minutes) for t in (before, after)}
+            if topic not in read:
+                assert (count, failed) == (0, 1) and start in at_now, case
+                continue
             message = read[topic]
-            assert message.timestamp()[1] == case.timestamp_ms or (case.timestamp_ms == 0 and now), case
             when, usable = audit_time(message.timestamp(), message.headers(), NOW_MS)
-            assert usable and (before <= when <= after if now else when == case.audit_ms), case
-            expected = {window_start(when, minutes)} if now else {case.window_start_ms}
-            assert windows[topic] == expected, case
-
-
-@needs_native_producer
-@pytest.mark.parametrize("case", WINDOW_CASES, ids=str)
-def test_the_producers_c_windows(case: WindowCase):
-    assert audited.native_module.window_start(case.time_ms, case.window_minutes * MS_PER_MINUTE) == case.start_ms
+            if case.timestamp_ms == 0:  # librdkafka sends "now" for 0: a usable CreateTime
+                assert usable and before <= when <= after, case
+            else:
+                assert message.timestamp()[1] == case.timestamp_ms and usable == case.usable, case
+            assert (count, failed) == (1, 0), case
+            assert start == window_start(when, minutes) if usable else start in at_now, case
 
 
 # -- the lake's Spark columns ---------------------------------------------------------------------

@@ -3,18 +3,18 @@
 It is the producer's timestamp. For a message as a consumer reads it (`audit_time`):
 1. its CreateTime, which replication preserves, when that is a usable time;
 2. else the last `kaudit-time` header, when that holds a usable time (`parse_audit_time_header`): on
-   topics that use LogAppendTime the broker overwrites the CreateTime, so the audited producer (and
-   the replicator, for a LogAppendTime message without one) writes the time there;
+   topics that use LogAppendTime the broker overwrites the CreateTime, so the replicator writes the
+   source's audit time there when it copies a message;
 3. else no usable time, flagged `no_timestamp`: the message is counted at the time it carries when
    that is usable (the broker's, on a LogAppendTime topic whose producer does not audit: the same at
    every reader of the cluster, however late it reads), else at the counting time.
 A usable time is after the epoch and not past 9999-12-31: a CreateTime beyond (a topic whose
 `message.timestamp.after.max.ms` lets any time in) is in no window an audit record could name.
 
-The audited producer gives a message the time it is sent with (`send_audit_time`).
+The producer tier (the librdkafka plugin, native/plugin/) applies the rule to a message as the broker
+acknowledged it: its CreateTime, or on a LogAppendTime topic the broker's time, which a reader sees too.
 
-The counter's C loop, the audited producer's C produce path and the lake's Spark columns state this
-rule again; the table of cases in tests/contract_cases.py holds each of them to these functions.
+The counter's C loop, the plugin and the lake's Spark columns state this rule again; the table of cases in tests/contract_cases.py holds each of them to these functions.
 """
 
 from __future__ import annotations
@@ -65,11 +65,3 @@ def audit_time(timestamp: tuple[int, int], headers, now_ms: int) -> tuple[int, b
     if from_header is not None:
         return from_header, True
     return (value if is_usable(value) else now_ms), False
-
-
-def send_audit_time(timestamp_ms: int, now_ms: int) -> int:
-    """The audit time of a message the audited producer is asked to send with `timestamp_ms`: that time,
-    or the sending time when it is 0 (confluent-kafka's "now") or not usable. The producer sends the
-    message with `timestamp_ms` (the audit time when 0) and writes the audit time into the header wherever
-    the message's timestamp does not carry it."""
-    return timestamp_ms if is_usable(timestamp_ms) else now_ms

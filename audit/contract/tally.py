@@ -46,6 +46,13 @@ def _latency_floors(relative_accuracy: float) -> tuple[int, ...]:
 LATENCY_FLOORS = _latency_floors(SKETCH_RELATIVE_ACCURACY)
 
 
+def latency_floor_values() -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The floors and, for each, the value the sketch reports for its bucket: the native plugin's table
+    (native/build.py writes it into C), so its percentiles are this module's."""
+    mapping = DDSketch(SKETCH_RELATIVE_ACCURACY)._mapping
+    return LATENCY_FLOORS, tuple(mapping.value(mapping.key(floor)) for floor in LATENCY_FLOORS)
+
+
 def latency_floor(latency_ms: int) -> int:
     """`latency_ms` rounded down to the first whole millisecond of its sketch bucket (0 stays 0)."""
     if latency_ms <= 0:

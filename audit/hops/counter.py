@@ -24,7 +24,7 @@ from audit.contract.record import AuditRecord, Kind, encode
 from audit.contract.tally import Tally
 from audit.contract.watermarks import topic_statuses
 from audit.hops import fastcount
-from audit.hops.counter_batch import add_groups, message_error
+from audit.hops.counter_batch import add_groups, message_error, plugin_batch_groups, with_counting_plugin
 from audit.hops.counter_records import CounterRecords
 from audit.hops.counter_state import (
     ABORTS,
@@ -87,7 +87,8 @@ class ClusterCounter:
             log_fields={"cluster": options.cluster},
         )
         self._failing_since: float | None = None  # the first abort or postponed flush since the last commit (monotonic)
-        self.native = True  # count with the native loop when it is built (tests turn it off to compare)
+        self.native = True  # count through the plugin when it is built (tests turn it off to compare)
+        self._plugin_id: str | None = None  # the consumer's kaudit.instance.id while the plugin counts
         self.retention = RetentionGaps(
             lambda topic, partition, n: RETENTION_SKIPPED.labels(options.cluster, topic, str(partition)).inc(n),
             keep_ms=options.audit_retention_ms,
@@ -123,7 +124,10 @@ class ClusterCounter:
             # transactional id still fences zombies.
             "session.timeout.ms": SESSION_TIMEOUT_MS,
         }
-        self._consumer = Consumer(self._consumer_config)
+        plugged, self._plugin_id = with_counting_plugin(
+            self._consumer_config, self.options.window_minutes, native=self.native
+        )
+        self._consumer = Consumer(plugged)
         self._admin = Admin(self.config)
         self.transactions.start(timeout_s, address=address)  # fences an earlier incarnation of this slot
         try:
@@ -219,19 +223,20 @@ class ClusterCounter:
     # -- counting ------------------------------------------------------------------------------
 
     def count_batch(self, messages: list, *, now_ms: int | None = None) -> int:
-        """Bucket a consumed batch by (topic, partition, window) and add it to the tally.
-
-        This loop is the counter's hot path. The native loop (`audit.hops.fastcount`, C) buckets every
-        plain message (no error, a usable CreateTime) without a Python call; what it hands back, and the
-        whole batch when it is not built, goes through `fastcount.count_in_python`, which gives the same groups.
-        Partition positions move once per batch.
-        """
+        """Bucket a batch by (topic, partition, window) in Python and add it to the tally (see count_consumed)."""
         if now_ms is None:
             now_ms = time.time_ns() // 1_000_000
-        window_ms = self.options.window_minutes * 60_000
         on_error = functools.partial(message_error, cluster=self.options.cluster)
-        groups = fastcount.bucket(messages, now_ms, window_ms, native=self.native, on_error=on_error)
+        groups = fastcount.count_in_python(messages, now_ms, self.options.window_minutes * 60_000, on_error)
         return self._add_groups(groups)
+
+    def count_consumed(self, messages: list) -> int:
+        """Add the batch the consumer just handed over to the tally: the counter's hot path, counted by the plugin
+        in C when it is loaded (counter_batch.plugin_batch_groups), else in Python."""
+        groups = None
+        if self._plugin_id is not None:
+            groups = plugin_batch_groups(self._plugin_id, messages, cluster=self.options.cluster)
+        return self.count_batch(messages) if groups is None else self._add_groups(groups)
 
     def _add_groups(self, groups: dict[tuple[str, int, int], list]) -> int:
         added = add_groups(self.tally, self.progress, groups, by_partition=self.options.by_partition)
@@ -442,7 +447,7 @@ class ClusterCounter:
         messages = self.consumer.consume(self.options.batch_size, timeout=0.5) if self._subscribed else []
         if not self._subscribed:
             self._stop.wait(0.5)
-        self.count_batch(messages)
+        self.count_consumed(messages)
         self.check_retention(messages)
         read_all = self._until_caught_up and not messages
         if read_all:

@@ -1,17 +1,21 @@
-"""One consumed batch added to a counter: its groups (`fastcount.bucket`: messages by topic, partition and window)
+"""One consumed batch added to a counter: its groups (audit.hops.fastcount: messages by topic, partition and window)
 into the tally, each partition's position moved once, and the partitions whose offsets moved by more than the
 messages counted (markers, aborted batches, or a retention gap), for the retention check."""
 
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaError
 
 from audit.contract.errors import KafkaClientError
 from audit.contract.tally import Tally
+from audit.hops import fastcount
 from audit.hops.counter_state import PartitionProgress
+from audit.io.plugin import take_consumed, with_plugin
 
 log = logging.getLogger(__name__)
 
@@ -73,3 +77,32 @@ def message_error(message, *, cluster: str) -> None:
     log.warning("consume error", extra={"cluster": cluster, "topic": message.topic(), "error": error.str()})
     if error.fatal():
         raise KafkaClientError(f"counter {cluster}: fatal consumer error: {error.str()}", code=error.code())
+
+
+def with_counting_plugin(
+    config: dict[str, Any], window_minutes: int, *, native: bool
+) -> tuple[dict[str, Any], str | None]:
+    """The consumer's configuration with the plugin counting what librdkafka hands over, and the instance id to
+    take its counts by; unchanged and None when the plugin is not built or not wanted (`native`)."""
+    if not (native and fastcount.plugin_available()):
+        return config, None
+    instance_id = f"{config['client.id']}-{uuid.uuid4().hex[:8]}"
+    return with_plugin(config, window_minutes=window_minutes, instance_id=instance_id), instance_id
+
+
+def plugin_batch_groups(instance_id: str, messages: list, *, cluster: str) -> dict[tuple[str, int, int], list] | None:
+    """The plugin's groups of the batch just consumed, its messages with an error handled (the plugin leaves them);
+    None when the plugin did not see the whole batch, which is then the Python loop's to count."""
+    consumed = take_consumed(instance_id)
+    seen = consumed["messages"]
+    if seen != len(messages):
+        errors = [message for message in messages if message.error() is not None]
+        if seen + len(errors) != len(messages):
+            log.error(
+                "the plugin did not see the whole batch",
+                extra={"cluster": cluster, "batch": len(messages), "seen": seen},
+            )
+            return None
+        for message in errors:
+            message_error(message, cluster=cluster)
+    return fastcount.plugin_groups(consumed)

@@ -1,10 +1,11 @@
-"""The counter's native batch loop (`_fastcount`, C), when it is built and fits the installed confluent-kafka.
+"""The counter's per-batch counting: messages by (topic, partition, window start), with their count, bytes,
+messages without a usable time, latencies, last offset and its audit time.
 
-`make setup` builds `_fastcount` from `_fastcount.c` (see `native/build.py`). It reads confluent-kafka's
-C `Message` struct directly, so before it is used this module checks that the installed library has
-the layout it was written for: the type's size, then messages with known values read both through
-the Python API and through the struct. Any mismatch, a missing build, or `KAUDIT_PURE_PYTHON=1` leaves
-`native_count` as None and the counter runs its pure-Python loop, which gives the same counts.
+Two ways give the same groups. With the librdkafka plugin built (audit/io/plugin.py), the counter's consumer
+loads it and the plugin counts each message in C as librdkafka hands it to the application (on_consume, a
+public librdkafka interceptor): the counter takes those counts after each batch (`plugin_groups`), with no
+Python call per message. Without it, with `KAUDIT_PURE_PYTHON=1`, or for a batch the plugin did not see whole,
+`count_in_python` loops over the messages.
 """
 
 from __future__ import annotations
@@ -14,100 +15,40 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, KafkaError, Message
+from confluent_kafka import TIMESTAMP_CREATE_TIME
 
 from audit.contract.audit_time import audit_time, is_usable
-from audit.contract.record import MAX_AUDIT_TIME_MS
-from audit.contract.tally import LATENCY_FLOORS, latency_floor
+from audit.contract.tally import latency_floor
 from audit.contract.windows import window_start_ms
 
 log = logging.getLogger(__name__)
 
 PURE_PYTHON_ENV = "KAUDIT_PURE_PYTHON"
-
-# count(messages, now_ms, window_ms, create_time, max_time_ms) -> (groups, messages left for Python)
-NativeCount = Callable[[list, int, int, int, int], tuple[dict, list]]
+Groups = dict[tuple[str, int, int], list]
 
 
-def _samples() -> list[Any]:
-    """Messages with every field the native loop reads set to a value it could not guess."""
-    return [
-        Message(
-            topic="kaudit-layout-check",
-            partition=7,
-            offset=1_234_567_890_123,
-            key=b"key",
-            value=b"value!",
-            timestamp=(TIMESTAMP_CREATE_TIME, 1_700_000_000_123),
-            leader_epoch=5,
-        ),
-        Message(
-            topic="t",
-            partition=2**31 - 1,
-            offset=2**62,
-            value=b"",
-            timestamp=(TIMESTAMP_LOG_APPEND_TIME, -2),
-            error=KafkaError(KafkaError._PARTITION_EOF),
-            headers=[("h", b"v")],
-        ),
-        Message(topic="ü-topic", partition=0, offset=0, timestamp=(TIMESTAMP_CREATE_TIME, 1)),
-    ]
-
-
-def _python_view(message: Any) -> tuple:
-    return (
-        message.topic(),
-        message.partition(),
-        message.offset(),
-        message.timestamp(),
-        message.key(),
-        message.value(),
-        message.error(),
-    )
-
-
-def _load() -> NativeCount | None:
+def plugin_available() -> bool:
+    """Whether the counter counts through the plugin: it is built and `KAUDIT_PURE_PYTHON` is not set."""
     if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
-        return None
-    try:
-        from audit.hops import _fastcount  # type: ignore[attr-defined]
-    except ImportError:
-        log.info("native counter loop not built; counting in Python")
-        return None
-    try:
-        _fastcount.configure(Message, LATENCY_FLOORS)
-        for message in _samples():
-            native, python = _fastcount.read(message), _python_view(message)
-            if native != python:
-                raise TypeError(f"struct read {native!r}, the Python API {python!r}")
-    except (TypeError, ValueError) as exc:
-        log.warning("native counter loop does not fit this confluent-kafka; counting in Python: %s", exc)
-        return None
-    return _fastcount.count
+        return False
+    from audit.io.plugin import PLUGIN_PATH
+
+    return PLUGIN_PATH.exists()
 
 
-native_count: NativeCount | None = _load()
-
-
-def bucket(
-    messages: list, now_ms: int, window_ms: int, *, native: bool = True, on_error: Callable[[Any], None]
-) -> dict[tuple[str, int, int], list]:
-    """Groups of a batch by (topic, partition, window start): [count, bytes, no_timestamp, latencies,
-    last offset, its audit time]; the native loop when built (and `native`), Python for what it hands back."""
-    groups: dict[tuple[str, int, int], list] = {}
-    rest = messages
-    if native and native_count is not None:
-        groups, rest = native_count(messages, now_ms, window_ms, TIMESTAMP_CREATE_TIME, MAX_AUDIT_TIME_MS)
-    if rest:
-        count_in_python(rest, groups, now_ms, window_ms, on_error)
+def plugin_groups(consumed: dict[str, Any]) -> Groups:
+    """The plugin's counts of a batch (audit.io.plugin.take_consumed) as the groups `count_in_python` gives."""
+    groups: Groups = {}
+    for topic, partition, start, count, size, no_timestamp, offset, when, latencies in consumed["groups"]:
+        histogram = {int(latency): n for latency, n in latencies.items()}
+        groups[(topic, partition, start)] = [count, size, no_timestamp, histogram, offset, when]
     return groups
 
 
-def count_in_python(
-    messages: list, groups: dict[tuple[str, int, int], list], now_ms: int, window_ms: int, on_error: Callable
-) -> None:
+def count_in_python(messages: list, now_ms: int, window_ms: int, on_error: Callable[[Any], None]) -> Groups:
     """The per-message loop in Python: one dict update a message, headers read only when the
     timestamp is not a CreateTime."""
+    groups: Groups = {}
     for message in messages:
         if message.error():
             on_error(message)
@@ -130,6 +71,7 @@ def count_in_python(
         latencies = group[3]
         latencies[latency] = latencies.get(latency, 0) + 1
         offset = message.offset()
-        if offset >= group[4]:  # the native loop may have counted later messages of the group already
+        if offset >= group[4]:
             group[4] = offset
             group[5] = when
+    return groups

@@ -100,13 +100,14 @@ def counted(bootstrap: str, audit_topic: str) -> dict:
     return counts_by_window(records, "dc1")
 
 
-@pytest.fixture(params=["native", "python"])
+@pytest.fixture(params=["plugin", "python"])
 def counting_loop(request, monkeypatch):
-    """Run the test with the native batch loop (when built) and with the pure-Python loop."""
+    """Run the test with the counter counting through the librdkafka plugin and in its Python loop."""
     if request.param == "python":
-        monkeypatch.setattr(fastcount, "native_count", None)
-    elif fastcount.native_count is None:
-        pytest.skip("the native counter loop is not built here")
+        monkeypatch.setenv(fastcount.PURE_PYTHON_ENV, "1")
+    else:
+        monkeypatch.delenv(fastcount.PURE_PYTHON_ENV, raising=False)
+        assert fastcount.plugin_available(), "make setup builds the plugin"
     return request.param
 
 

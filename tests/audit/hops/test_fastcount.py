@@ -1,179 +1,102 @@
-"""The counter's native batch loop against its pure-Python loop: the same groups, tally and positions
-for any batch, and a fallback whenever the native part is missing, refused or turned off."""
+"""The counter's two ways of counting a batch, the plugin's (C, in librdkafka's consume path) and the Python
+loop, give the same groups: batch by batch, on a real broker, over CreateTime and LogAppendTime topics with
+and without kaudit-time headers, keys, nulls and several partitions and windows."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
-from confluent_kafka import (
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
-    TIMESTAMP_NOT_AVAILABLE,
-    KafkaError,
-    Message,
-)
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from confluent_kafka import Consumer, KafkaError, Message, Producer
 
-from audit.contract.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS
+from audit.contract.record import AUDIT_TIME_HEADER
 from audit.hops import fastcount
-from audit.hops.counter import ClusterCounter, CounterOptions, PartitionProgress
+from audit.hops.counter import ClusterCounter, CounterOptions
+from audit.hops.counter_batch import plugin_batch_groups, with_counting_plugin
 
-NOW_MS = 1_800_000_000_000
 WINDOW_MS = 600_000
-
-needs_native = pytest.mark.skipif(fastcount.native_count is None, reason="the native counter loop is not built here")
-
-
-def test_the_native_loop_is_built_and_fits_the_installed_confluent_kafka(monkeypatch):
-    """`make setup` builds it; a failed build or a layout check that refuses it would show here."""
-    if fastcount.PURE_PYTHON_ENV in __import__("os").environ:
-        pytest.skip(f"{fastcount.PURE_PYTHON_ENV} is set")
-    assert fastcount.native_count is not None
+BASE_MS = (time.time_ns() // 1_000_000 // WINDOW_MS - 3) * WINDOW_MS  # brokers refuse times far ahead
 
 
-def counter(native: bool, *, by_partition: bool = True) -> ClusterCounter:
-    options = CounterOptions(cluster="dc1", by_partition=by_partition)
-    instance = ClusterCounter({}, options, lambda topic: True, host="h")
-    instance.native = native
-    return instance
-
-
-def outcome(native: bool, batches: list[list], partitions: set[tuple[str, int]], *, by_partition: bool = True):
-    """Everything a counter keeps after the batches: the groups of each batch, tally, positions, count."""
-    instance = counter(native, by_partition=by_partition)
-    instance.progress = {key: PartitionProgress(position=0, committed=0) for key in partitions}
-    groups_seen = []
-    add_groups = instance._add_groups
-
-    def spy(groups):
-        groups_seen.append({key: [*value[:3], dict(value[3]), *value[4:]] for key, value in groups.items()})
-        return add_groups(groups)
-
-    instance._add_groups = spy  # type: ignore[method-assign]
-    for batch in batches:
-        instance.count_batch(batch, now_ms=NOW_MS)
-    positions = {key: (p.position, p.last_audit_time_ms) for key, p in instance.progress.items()}
-    return groups_seen, instance.tally.drain(), positions, instance.stats.counted
-
-
-times = st.one_of(
-    st.integers(NOW_MS - 8 * WINDOW_MS, NOW_MS + WINDOW_MS),  # recent, a few in the future
-    st.integers(-5, MAX_AUDIT_TIME_MS + 5),  # anything, around both ends of the usable range
-    st.sampled_from([0, 1, MAX_AUDIT_TIME_MS, MAX_AUDIT_TIME_MS + 1, NOW_MS, NOW_MS - 1]),
-)
-headers = st.none() | st.lists(
-    st.tuples(
-        st.sampled_from([AUDIT_TIME_HEADER, "other"]),
-        st.none() | st.sampled_from([b"", b"x1", str(NOW_MS - 5 * WINDOW_MS).encode(), b"17"]),
-    ),
-    max_size=2,
-)
-message_fields = st.fixed_dictionaries(
-    {
-        "topic": st.sampled_from(["a", "b", "orders", "ü-topic", "日本"]),
-        "partition": st.integers(0, 3),
-        "timestamp": st.tuples(
-            st.sampled_from([TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE]), times
-        ),
-        "key": st.none() | st.binary(max_size=5),
-        "value": st.none() | st.binary(max_size=40),
-        "headers": headers,
-        "eof": st.integers(0, 30).map(lambda n: n == 0),
-    }
-)
-
-
-def build(batches_fields: list[list[dict]]) -> tuple[list[list], set[tuple[str, int]]]:
-    """Messages as a consumer hands them over: offsets rising per partition across the batches."""
-    next_offset: dict[tuple[str, int], int] = {}
-    batches = []
-    for fields_list in batches_fields:
-        batch = []
-        for fields in fields_list:
-            fields = dict(fields)
-            eof = fields.pop("eof")
-            key = (fields["topic"], fields["partition"])
-            offset = next_offset.get(key, 0)
-            next_offset[key] = offset + 1
-            error = KafkaError(KafkaError._PARTITION_EOF) if eof else None
-            batch.append(Message(offset=offset, error=error, **fields))
-        batches.append(batch)
-    return batches, set(next_offset)
-
-
-@needs_native
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.lists(message_fields, max_size=60), min_size=1, max_size=4), st.booleans())
-def test_native_and_python_loops_give_the_same_tally_positions_and_counts(batches_fields, by_partition):
-    batches, partitions = build(batches_fields)
-    assert outcome(True, batches, partitions, by_partition=by_partition) == outcome(
-        False, batches, partitions, by_partition=by_partition
-    )
-
-
-@needs_native
-def test_a_large_batch_over_many_windows_and_partitions_is_the_same_both_ways():
-    batches, partitions = build(
-        [
-            [
-                {
-                    "topic": f"t{i % 3}",
-                    "partition": i % 7,
-                    "timestamp": (TIMESTAMP_CREATE_TIME, NOW_MS - (i * 7919) % (50 * WINDOW_MS)),
-                    "key": b"%d" % i if i % 5 else None,
-                    "value": b"v" * (i % 100),
-                    "headers": None,
-                    "eof": False,
-                }
-                for i in range(20_000)
-            ]
-        ]
-    )
-    native, python = outcome(True, batches, partitions), outcome(False, batches, partitions)
-    assert native == python
-    _groups, tallies, _positions, counted = native
-    assert counted == 20_000 and len(tallies) >= 3 * 50
-
-
-class Lookalike:
-    """Not a confluent_kafka.Message: the native loop hands it to Python untouched."""
-
-    def __init__(self, message):
-        self._message = message
-
-    def __getattr__(self, name):
-        return getattr(self._message, name)
-
-    def __len__(self):
-        return len(self._message)
-
-
-@needs_native
-def test_objects_of_another_type_are_counted_by_the_python_loop():
-    (batch,), partitions = build(
-        [[{"topic": "t", "partition": 0, "timestamp": (TIMESTAMP_CREATE_TIME, NOW_MS - 10), "key": b"k",
-           "value": b"vv", "headers": None, "eof": False}] * 3]
-    )  # fmt: skip
-    mixed = [batch[0], Lookalike(batch[1]), batch[2]]
-    assert outcome(True, [mixed], partitions) == outcome(False, [batch], partitions)
-
-
-def test_a_fatal_consumer_error_raises_with_either_loop():
-    fatal = Message(topic="t", partition=0, offset=0, error=KafkaError(KafkaError._FATAL, fatal=True))
-    for native in (True, False):
-        with pytest.raises(Exception, match="fatal consumer error"):
-            counter(native).count_batch([fatal], now_ms=NOW_MS)
-
-
-def test_the_fallback_is_used_when_turned_off_missing_or_refused(monkeypatch):
+def test_the_plugin_is_built_and_counts_unless_turned_off(monkeypatch):
+    """`make setup` builds it; KAUDIT_PURE_PYTHON=1 or a counter told so counts in Python."""
+    monkeypatch.delenv(fastcount.PURE_PYTHON_ENV, raising=False)
+    assert fastcount.plugin_available()
+    config = {"client.id": "c"}
+    plugged, instance_id = with_counting_plugin(config, 10, native=True)
+    assert instance_id and plugged["kaudit.instance.id"] == instance_id and plugged["kaudit.window.minutes"] == "10"
+    assert with_counting_plugin(config, 10, native=False) == (config, None)
     monkeypatch.setenv(fastcount.PURE_PYTHON_ENV, "1")
-    assert fastcount._load() is None
-    monkeypatch.delenv(fastcount.PURE_PYTHON_ENV)
-    if fastcount.native_count is None:
-        pytest.skip("the native counter loop is not built here")
-    from audit.hops import _fastcount  # type: ignore[attr-defined]
+    assert with_counting_plugin(config, 10, native=True) == (config, None)
 
-    monkeypatch.setattr(_fastcount, "read", lambda message: ("a", "different", "layout"))
-    assert fastcount._load() is None, "a struct that reads other values than the Python API must be refused"
-    monkeypatch.undo()
-    assert fastcount._load() is not None
+
+def test_a_fatal_consumer_error_raises():
+    options = CounterOptions(cluster="dc1")
+    counter = ClusterCounter({}, options, lambda topic: True, host="h")
+    fatal = Message(topic="t", partition=0, error=KafkaError(KafkaError._FATAL, "boom", fatal=True))
+    with pytest.raises(Exception, match="fatal consumer error"):
+        counter.count_batch([fatal])
+
+
+def fill(bootstrap: str, topics: list[str]) -> int:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    failed = []
+    sent = 0
+    for i in range(3000):
+        headers = [(AUDIT_TIME_HEADER, b"%d" % (BASE_MS + (i % 7) * 100_000))] if i % 3 == 0 else None
+        if i % 11 == 0:
+            headers = [(AUDIT_TIME_HEADER, b"not a time")]
+        key = None if i % 5 == 0 else b"k%d" % i
+        value = None if i % 13 == 0 else f"v{i}é".encode() * (i % 4)
+        producer.produce(
+            topics[i % len(topics)], key=key, value=value, headers=headers, timestamp=BASE_MS + (i % 5) * 250_000
+        )
+        sent += 1
+    assert producer.flush(30) == 0 and failed == []
+    return sent
+
+
+def without_latencies(groups: dict) -> dict:
+    return {key: [*value[:3], *value[4:]] for key, value in groups.items()}
+
+
+@pytest.mark.kafka
+def test_the_plugin_and_the_python_loop_count_every_batch_the_same(local_clusters, topic_factory, unique_name):
+    bootstrap = local_clusters["dc1"].bootstrap_servers
+    topics = [
+        topic_factory("dc1", partitions=3),
+        topic_factory("dc1", partitions=2, config={"message.timestamp.type": "LogAppendTime"}),
+    ]
+    sent = fill(bootstrap, topics)
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": unique_name("g"),
+        "auto.offset.reset": "earliest",
+        "client.id": "parity",
+    }
+    plugged, instance_id = with_counting_plugin(config, WINDOW_MS // 60_000, native=True)
+    consumer = Consumer(plugged)
+    consumer.subscribe(topics)
+    counted, batches, deadline = 0, 0, time.monotonic() + 60
+    try:
+        while counted < sent and time.monotonic() < deadline:
+            batch = consumer.consume(500, timeout=0.5)
+            by_plugin = plugin_batch_groups(instance_id, batch, cluster="dc1")
+            assert by_plugin is not None, "the plugin saw every message of the batch"
+            now_ms = time.time_ns() // 1_000_000
+            by_python = fastcount.count_in_python(batch, now_ms, WINDOW_MS, on_error=lambda m: None)
+            assert without_latencies(by_plugin) == without_latencies(by_python)
+            assert {k: sum(v[3].values()) for k, v in by_plugin.items()} == {k: v[0] for k, v in by_python.items()}
+            counted += sum(value[0] for value in by_plugin.values())
+            batches += bool(batch)
+    finally:
+        consumer.close()
+    assert counted == sent and batches >= 2
+
+
+def test_a_batch_the_plugin_did_not_see_whole_is_the_python_loops(monkeypatch):
+    monkeypatch.setattr("audit.hops.counter_batch.take_consumed", lambda instance_id: {"messages": 1, "groups": []})
+    plain = Message(topic="t", partition=0, offset=0, value=b"v", timestamp=(1, BASE_MS))
+    assert plugin_batch_groups("x", [plain, plain], cluster="dc1") is None
+    errored = Message(topic="t", partition=0, error=KafkaError(KafkaError._PARTITION_EOF))
+    assert plugin_batch_groups("x", [plain, errored], cluster="dc1") == {}

@@ -1,0 +1,132 @@
+"""kafka-audit's librdkafka interceptor plugin (native/plugin/), from Python: where it is, the configuration
+that loads it into a librdkafka client, and what a client can ask it.
+
+Any librdkafka client becomes an audited producer with two settings, `plugin.library.paths` (first) and
+`kaudit.cluster`; the plugin counts each message once the broker acknowledged it or it failed for good,
+and writes the producer tier's count records into the audit topic itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from audit.contract.errors import KafkaClientError
+
+PLUGIN_PATH = Path(__file__).resolve().parent / "kaudit_plugin.so"
+DEFAULT_FLUSH_INTERVAL_MS = 10_000
+_library: ctypes.CDLL | None = None
+_library_lock = threading.Lock()
+
+
+def plugin_path() -> str:
+    """The built plugin's path; a clear error when it was not built."""
+    if not PLUGIN_PATH.exists():
+        raise KafkaClientError(f"{PLUGIN_PATH} is not built: run `make native` (part of `make setup`)")
+    return str(PLUGIN_PATH)
+
+
+def plugin_config(
+    *,
+    cluster: str | None = None,
+    audit_topic: str | None = None,
+    window_minutes: int | None = None,
+    flush_interval_ms: int | None = None,
+    service: str | None = None,
+    host: str | None = None,
+    instance_id: str | None = None,
+) -> dict[str, str]:
+    """The librdkafka settings that load the plugin with these kaudit.* keys (those given), path first."""
+    keys = {
+        "kaudit.cluster": cluster,
+        "kaudit.audit.topic": audit_topic,
+        "kaudit.window.minutes": window_minutes,
+        "kaudit.flush.interval.ms": flush_interval_ms,
+        "kaudit.service": service,
+        "kaudit.host": host,
+        "kaudit.instance.id": instance_id,
+    }
+    return {
+        "plugin.library.paths": plugin_path(),
+        **{key: str(value) for key, value in keys.items() if value is not None},
+    }
+
+
+def with_plugin(config: Mapping[str, Any], **keys: Any) -> dict[str, Any]:
+    """`config` with the plugin added to its plugin.library.paths (';'-separated) and the kaudit.* keys."""
+    plugin = plugin_config(**keys)
+    paths = [path for path in str(config.get("plugin.library.paths") or "").split(";") if path]
+    if plugin["plugin.library.paths"] not in paths:
+        paths.append(plugin["plugin.library.paths"])
+    return {**config, **plugin, "plugin.library.paths": ";".join(paths)}
+
+
+def library() -> ctypes.CDLL:
+    """The plugin loaded into this process (the same copy librdkafka loads: dlopen shares it)."""
+    global _library
+    with _library_lock:
+        if _library is None:
+            loaded = ctypes.CDLL(plugin_path())
+            loaded.kaudit_flush.argtypes = [ctypes.c_char_p, ctypes.c_int]
+            loaded.kaudit_flush.restype = ctypes.c_longlong
+            for name in ("kaudit_totals", "kaudit_held"):
+                function = getattr(loaded, name)
+                function.argtypes = [
+                    ctypes.c_char_p,
+                    ctypes.POINTER(ctypes.c_longlong),
+                    ctypes.POINTER(ctypes.c_longlong),
+                ]
+            loaded.kaudit_take_consumed.argtypes = [ctypes.c_char_p]
+            loaded.kaudit_take_consumed.restype = ctypes.c_void_p
+            loaded.kaudit_sample_record.restype = ctypes.c_void_p
+            loaded.kaudit_free.argtypes = [ctypes.c_void_p]
+            loaded.kaudit_window_start.argtypes = [ctypes.c_longlong, ctypes.c_longlong]
+            loaded.kaudit_window_start.restype = ctypes.c_longlong
+            _library = loaded
+        return _library
+
+
+def flush(instance_id: str, timeout_s: float) -> int:
+    """Emit the client's counts now and wait for the audit topic to take them: the records left undelivered."""
+    left = library().kaudit_flush(instance_id.encode(), int(timeout_s * 1000))
+    if left < 0:
+        raise KafkaClientError(f"no client with kaudit.instance.id {instance_id!r} in this process")
+    return int(left)
+
+
+def totals(instance_id: str) -> tuple[int, int]:
+    """(delivered, failed for good) messages of the client since it started."""
+    delivered, failed = ctypes.c_longlong(), ctypes.c_longlong()
+    if library().kaudit_totals(instance_id.encode(), ctypes.byref(delivered), ctypes.byref(failed)) != 0:
+        raise KafkaClientError(f"no client with kaudit.instance.id {instance_id!r} in this process")
+    return delivered.value, failed.value
+
+
+def held(instance_id: str) -> tuple[int, int]:
+    """(tally entries since the last emission, count records waiting for the audit topic) of the client."""
+    entries, pending = ctypes.c_longlong(), ctypes.c_longlong()
+    if library().kaudit_held(instance_id.encode(), ctypes.byref(entries), ctypes.byref(pending)) != 0:
+        raise KafkaClientError(f"no client with kaudit.instance.id {instance_id!r} in this process")
+    return entries.value, pending.value
+
+
+def take_text(pointer: int | None) -> str | None:
+    """The text of a malloc'd C string from the plugin, freed."""
+    if not pointer:
+        return None
+    try:
+        return ctypes.string_at(pointer).decode()
+    finally:
+        library().kaudit_free(pointer)
+
+
+def take_consumed(instance_id: str) -> dict[str, Any]:
+    """The counts of what the consumer client was handed since the last call (see native/plugin/consume.c)."""
+    text = take_text(library().kaudit_take_consumed(instance_id.encode()))
+    if text is None:
+        raise KafkaClientError(f"no consumer with kaudit.instance.id {instance_id!r} in this process")
+    return json.loads(text)

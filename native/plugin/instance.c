@@ -1,0 +1,138 @@
+/* One Instance per librdkafka client made with the plugin: its interceptors, its tally, its registration
+ * (the exported kaudit_* functions find it by its instance id). A producer's instance counts each message
+ * once the broker acknowledged it or it failed for good (on_acknowledgement, on librdkafka's threads) and
+ * emits count records (emitter.c); a consumer's counts what the application is handed (consume.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "kaudit_plugin.h"
+
+pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static Instance *registered = NULL;
+
+Instance *instance_find(const char *instance_id) {
+    for (Instance *instance = registered; instance != NULL; instance = instance->next_registered)
+        if (strcmp(instance->settings.instance_id, instance_id) == 0) return instance;
+    return NULL;
+}
+
+static void unregister(Instance *instance) {
+    pthread_mutex_lock(&registry_lock);
+    for (Instance **at = &registered; *at != NULL; at = &(*at)->next_registered) {
+        if (*at == instance) {
+            *at = instance->next_registered;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* One structured line on stderr (librdkafka's own log callback belongs to the application). */
+void plugin_log(const char *level, const Instance *instance, const char *message) {
+    char text[600];
+    size_t at = 0;
+    for (const unsigned char *c = (const unsigned char *)message; *c && at + 7 < sizeof text; c++) {
+        if (*c == '"' || *c == '\\') at += (size_t)snprintf(text + at, sizeof text - at, "\\%c", *c);
+        else if (*c < 0x20) at += (size_t)snprintf(text + at, sizeof text - at, "\\u%04x", *c);
+        else text[at++] = (char)*c;
+    }
+    text[at] = '\0';
+    fprintf(stderr, "{\"level\":\"%s\",\"logger\":\"kaudit.plugin\",\"instance_id\":\"%s\",\"message\":\"%s\"}\n",
+            level, instance ? instance->settings.instance_id : "", text);
+}
+
+static rd_kafka_resp_err_t on_acknowledgement(rd_kafka_t *rk, rd_kafka_message_t *message, void *ic_opaque) {
+    Instance *instance = ic_opaque;
+    const char *topic = rdk.topic_name(message->rkt);
+    if (topic == NULL || strcmp(topic, instance->settings.audit_topic) == 0) return 0;
+    int64_t now = now_ms();
+    AuditTime when = message_audit_time(message, now);
+    pthread_mutex_lock(&instance->lock);
+    Entry *entry = tally_entry(&instance->tally, topic, window_start_ms(when.time_ms, instance->settings.window_ms));
+    if (entry != NULL && message->err) {
+        entry->send_failed++;
+        instance->failed_total++;
+    } else if (entry != NULL) {
+        entry_delivered(entry, message->partition, (long long)(message->len + message->key_len), now - when.time_ms,
+                        when.usable);
+        instance->delivered_total++;
+    }
+    pthread_mutex_unlock(&instance->lock);
+    if (entry == NULL) plugin_log("error", instance, "out of memory: a message was not counted");
+    return 0;
+}
+
+/* The application destroys its client: the last counts are emitted now (the emitter waits up to
+ * kaudit.close.timeout.ms for them), while the client's own messages still in flight are failed by librdkafka
+ * after this and the instance lives on, counting them, until the client's configuration is destroyed. */
+static rd_kafka_resp_err_t on_destroy(rd_kafka_t *rk, void *ic_opaque) {
+    Instance *instance = ic_opaque;
+    unregister(instance);
+    if (instance->is_producer) emitter_stop(instance);
+    return 0;
+}
+
+static void make_instance_id(Settings *settings) {
+    if (settings->instance_id[0]) return;
+    unsigned char random[6] = {0};
+    if (getrandom(random, sizeof random, 0) != sizeof random) {
+        int64_t now = now_ms();
+        memcpy(random, &now, sizeof random);
+    }
+    snprintf(settings->instance_id, sizeof settings->instance_id, "%.120s-%02x%02x%02x%02x%02x%02x", settings->service,
+             random[0], random[1], random[2], random[3], random[4], random[5]);
+}
+
+static rd_kafka_resp_err_t add_interceptors(rd_kafka_t *rk, Instance *instance) {
+    rd_kafka_resp_err_t err = rdk.interceptor_add_on_destroy(rk, PLUGIN_NAME, on_destroy, instance);
+    if (!err && instance->is_producer)
+        err = rdk.interceptor_add_on_acknowledgement(rk, PLUGIN_NAME, on_acknowledgement, instance);
+    if (!err && !instance->is_producer) err = rdk.interceptor_add_on_consume(rk, PLUGIN_NAME, on_consume, instance);
+    return err;
+}
+
+rd_kafka_resp_err_t instance_start(rd_kafka_t *rk, const rd_kafka_conf_t *conf, Settings *settings, char *errstr,
+                                   size_t errstr_size) {
+    int is_producer = rdk.type(rk) == RD_KAFKA_PRODUCER;
+    if (is_producer && !settings->cluster[0]) {
+        snprintf(errstr, errstr_size,
+                 "kaudit plugin: kaudit.cluster is not set: name the cluster this producer writes to "
+                 "(set plugin.library.paths first, then the kaudit.* keys)");
+        return RD_KAFKA_RESP_ERR__INVALID_ARG;
+    }
+    Instance *instance = calloc(1, sizeof *instance);
+    if (instance == NULL) return RD_KAFKA_RESP_ERR__FAIL;
+    make_instance_id(settings);
+    instance->settings = *settings;
+    instance->rk = rk;
+    instance->is_producer = is_producer;
+    pthread_mutex_init(&instance->lock, NULL);
+    pthread_mutex_init(&instance->emit_lock, NULL);
+    pthread_cond_init(&instance->wake, NULL);
+    settings->instance = instance;
+    settings->instance_id[0] = '\0'; /* a later client made from this configuration gets an id of its own */
+    rd_kafka_resp_err_t err = add_interceptors(rk, instance);
+    if (!err && is_producer && emitter_start(instance, conf) != 0) err = RD_KAFKA_RESP_ERR__FAIL;
+    if (err) {
+        snprintf(errstr, errstr_size, "kaudit plugin: starting on %s failed: %s", rdk.name(rk), rdk.err2str(err));
+        return err;
+    }
+    pthread_mutex_lock(&registry_lock);
+    instance->next_registered = registered;
+    registered = instance;
+    pthread_mutex_unlock(&registry_lock);
+    return 0;
+}
+
+void instance_free(Instance *instance) {
+    unregister(instance);
+    if (instance->is_producer) emitter_stop(instance);
+    tally_free(&instance->tally);
+    consume_free(instance);
+    pthread_mutex_destroy(&instance->lock);
+    pthread_mutex_destroy(&instance->emit_lock);
+    pthread_cond_destroy(&instance->wake);
+    free(instance);
+}

@@ -1,0 +1,82 @@
+/* What an application (or a test) asks the plugin, by the instance id of its client (kaudit.instance.id):
+ * exported C functions, called from Python through ctypes (audit/io/plugin.py). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kaudit_plugin.h"
+
+/* Emits the counts so far and waits up to timeout_ms for the audit topic to take them: the records still
+ * undelivered, or -1 when no client has that id. */
+EXPORTED long long kaudit_flush(const char *instance_id, int timeout_ms) {
+    pthread_mutex_lock(&registry_lock);
+    Instance *instance = instance_find(instance_id);
+    pthread_mutex_unlock(&registry_lock);
+    /* A client is destroyed by its application, which is the one calling here: it cannot vanish meanwhile. */
+    if (instance == NULL || !instance->is_producer) return -1;
+    return emit_now(instance, timeout_ms);
+}
+
+/* Messages delivered and failed for good since the client started; 0, or -1 when no client has that id. */
+EXPORTED int kaudit_totals(const char *instance_id, long long *delivered, long long *failed) {
+    pthread_mutex_lock(&registry_lock);
+    Instance *instance = instance_find(instance_id);
+    if (instance != NULL) {
+        pthread_mutex_lock(&instance->lock);
+        *delivered = instance->delivered_total;
+        *failed = instance->failed_total;
+        pthread_mutex_unlock(&instance->lock);
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return instance != NULL ? 0 : -1;
+}
+
+/* What the client's instance holds: tally entries (topic, window) since the last emission, and count records
+ * waiting for the audit topic; 0, or -1 when no client has that id. */
+EXPORTED int kaudit_held(const char *instance_id, long long *entries, long long *pending) {
+    pthread_mutex_lock(&registry_lock);
+    Instance *instance = instance_find(instance_id);
+    if (instance != NULL) {
+        pthread_mutex_lock(&instance->lock);
+        *entries = (long long)instance->tally.n_entries;
+        pthread_mutex_unlock(&instance->lock);
+        pthread_mutex_lock(&instance->emit_lock);
+        *pending = instance->n_pending;
+        pthread_mutex_unlock(&instance->emit_lock);
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return instance != NULL ? 0 : -1;
+}
+
+EXPORTED void kaudit_free(void *text) { free(text); }
+
+/* ---- the contract's rules as this build compiled them, for the table of cases (tests/contract_cases.py) ---- */
+
+EXPORTED long long kaudit_window_start(long long time_ms, long long window_ms) { return window_start_ms(time_ms, window_ms); }
+
+/* The audit time; header_size < 0: no header. Returns whether it is usable. */
+EXPORTED int kaudit_audit_time(int create_time, long long timestamp, const char *header_value, long long header_size,
+                               long long now, long long *time_ms) {
+    AuditTime when = audit_time_of(create_time, timestamp, header_size < 0 ? NULL : header_value,
+                                   header_size < 0 ? 0 : (size_t)header_size, now);
+    *time_ms = when.time_ms;
+    return when.usable;
+}
+
+/* The count record of one entry with the given latencies (ms) delivered on `partitions`, for the record's
+ * parity with audit/contract/record.py; malloc'd (kaudit_free). */
+EXPORTED char *kaudit_sample_record(const char *topic, long long window_start, const long long *latencies,
+                                    const int *partitions, int n, long long failed) {
+    Settings settings = {.window_ms = 600000};
+    strcpy(settings.cluster, "dc1");
+    strcpy(settings.service, "svc \"quoted\"\n");
+    strcpy(settings.host, "h\xc3\xa9");
+    strcpy(settings.instance_id, "svc-0123456789ab");
+    Tally tally = {0};
+    Entry *entry = tally_entry(&tally, topic, window_start);
+    for (int i = 0; entry != NULL && i < n; i++) entry_delivered(entry, partitions[i], 10, latencies[i], 1);
+    if (entry != NULL) entry->send_failed = failed;
+    size_t length = 0;
+    char *text = entry != NULL ? entry_record(entry, &settings, 7, 1764936000123LL, &length) : NULL;
+    tally_free(&tally);
+    return text;
+}

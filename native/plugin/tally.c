@@ -1,0 +1,141 @@
+/* Counts per (topic, window start) since the last emission, and their count records; the audit time rule.
+ * Guarded by the instance's lock (instance.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kaudit_plugin.h"
+
+/* ---- audit/contract/audit_time.py in C ------------------------------------------------------- */
+
+static int64_t parse_header_time(const char *value, size_t size) {
+    if (value == NULL || size == 0 || size > KAUDIT_AUDIT_TIME_HEADER_MAX_DIGITS) return -1;
+    int64_t time_ms = 0;
+    for (size_t i = 0; i < size; i++) {
+        if (value[i] < '0' || value[i] > '9') return -1;
+        if (time_ms > KAUDIT_MAX_AUDIT_TIME_MS) return -1; /* far beyond usable: stop before it overflows */
+        time_ms = time_ms * 10 + (value[i] - '0');
+    }
+    return is_usable_time(time_ms, KAUDIT_MAX_AUDIT_TIME_MS) ? time_ms : -1;
+}
+
+AuditTime audit_time_of(int create_time, int64_t timestamp, const char *header_value, size_t header_size, int64_t now) {
+    if (create_time && is_usable_time(timestamp, KAUDIT_MAX_AUDIT_TIME_MS)) return (AuditTime){timestamp, 1};
+    int64_t from_header = parse_header_time(header_value, header_size);
+    if (from_header > 0) return (AuditTime){from_header, 1};
+    return (AuditTime){is_usable_time(timestamp, KAUDIT_MAX_AUDIT_TIME_MS) ? timestamp : now, 0};
+}
+
+AuditTime message_audit_time(const rd_kafka_message_t *message, int64_t now) {
+    rd_kafka_timestamp_type_t type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+    int64_t timestamp = rdk.message_timestamp(message, &type);
+    int create_time = type == RD_KAFKA_TIMESTAMP_CREATE_TIME;
+    if (create_time && is_usable_time(timestamp, KAUDIT_MAX_AUDIT_TIME_MS)) return (AuditTime){timestamp, 1};
+    rd_kafka_headers_t *headers = NULL;
+    const void *value = NULL;
+    size_t size = 0;
+    if (rdk.message_headers(message, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+        rdk.header_get_last(headers, KAUDIT_AUDIT_TIME_HEADER, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        value = NULL;
+    return audit_time_of(create_time, timestamp, value, size, now);
+}
+
+/* ---- the tally ---------------------------------------------------------------------------------- */
+
+static uint64_t hash_of(const char *topic, int64_t window_start) {
+    uint64_t hash = 14695981039346656037ULL; /* FNV-1a */
+    for (const unsigned char *c = (const unsigned char *)topic; *c; c++) hash = (hash ^ *c) * 1099511628211ULL;
+    return hash ^ ((uint64_t)window_start * 0x9E3779B97F4A7C15ULL);
+}
+
+static int grow(Tally *tally) {
+    size_t n_slots = tally->n_slots ? tally->n_slots * 2 : 64;
+    Entry **slots = calloc(n_slots, sizeof *slots);
+    if (slots == NULL) return -1;
+    for (size_t i = 0; i < tally->n_slots; i++) {
+        for (Entry *entry = tally->slots[i], *next; entry != NULL; entry = next) {
+            next = entry->next_in_slot;
+            entry->next_in_slot = slots[entry->hash & (n_slots - 1)];
+            slots[entry->hash & (n_slots - 1)] = entry;
+        }
+    }
+    free(tally->slots);
+    tally->slots = slots;
+    tally->n_slots = n_slots;
+    return 0;
+}
+
+Entry *tally_entry(Tally *tally, const char *topic, int64_t window_start) {
+    uint64_t hash = hash_of(topic, window_start);
+    if (tally->n_slots) {
+        for (Entry *entry = tally->slots[hash & (tally->n_slots - 1)]; entry != NULL; entry = entry->next_in_slot)
+            if (entry->hash == hash && entry->window_start == window_start && strcmp(entry->topic, topic) == 0)
+                return entry;
+    }
+    if (tally->n_entries >= tally->n_slots / 2 && grow(tally) != 0) return NULL;
+    Entry *entry = calloc(1, sizeof *entry);
+    if (entry == NULL || (entry->topic = strdup(topic)) == NULL) {
+        free(entry);
+        return NULL;
+    }
+    entry->hash = hash;
+    entry->window_start = window_start;
+    entry->next_in_slot = tally->slots[hash & (tally->n_slots - 1)];
+    tally->slots[hash & (tally->n_slots - 1)] = entry;
+    tally->n_entries++;
+    return entry;
+}
+
+/* The index of the latency bucket holding `latency` (>= 1): the largest i with floors[i] <= latency. */
+int floor_index_of(int64_t latency) {
+    int low = 0, high = KAUDIT_N_FLOORS - 1;
+    while (low < high) {
+        int middle = (low + high + 1) / 2;
+        if (kaudit_floors[middle] <= latency) low = middle;
+        else high = middle - 1;
+    }
+    return low;
+}
+
+void entry_delivered(Entry *entry, int32_t partition, long long size, int64_t latency_ms, int usable) {
+    entry->count++;
+    entry->bytes += size;
+    if (!usable) entry->no_timestamp++;
+    if (partition >= 0 && partition >= entry->n_partitions) {
+        int32_t n = partition + 1 > entry->n_partitions * 2 ? partition + 1 : entry->n_partitions * 2;
+        long long *grown = realloc(entry->partitions, sizeof(long long) * (size_t)n);
+        if (grown != NULL) {
+            memset(grown + entry->n_partitions, 0, sizeof(long long) * (size_t)(n - entry->n_partitions));
+            entry->partitions = grown;
+            entry->n_partitions = n;
+        }
+    }
+    if (partition >= 0 && partition < entry->n_partitions) entry->partitions[partition]++;
+    if (latency_ms <= 0) {
+        entry->zero_latency++;
+        return;
+    }
+    if (entry->histogram == NULL) entry->histogram = calloc(KAUDIT_N_FLOORS, sizeof(uint32_t));
+    if (entry->histogram != NULL) entry->histogram[floor_index_of(latency_ms)]++;
+}
+
+Tally tally_take(Tally *tally) {
+    Tally taken = *tally;
+    *tally = (Tally){0};
+    return taken;
+}
+
+void tally_free(Tally *tally) {
+    for (size_t i = 0; i < tally->n_slots; i++) {
+        for (Entry *entry = tally->slots[i], *next; entry != NULL; entry = next) {
+            next = entry->next_in_slot;
+            free(entry->topic);
+            free(entry->partitions);
+            free(entry->histogram);
+            free(entry);
+        }
+    }
+    free(tally->slots);
+    *tally = (Tally){0};
+}
