@@ -95,6 +95,19 @@ $(MIRRORMAKER_JARS): | $(SPARK_JARS)
 	cd jvm/mirrormaker && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(JARS)/mirrormaker
 	touch $@
 
+# The Java producer interceptor (jvm/interceptor), built from source into $(JARS)/interceptor, with Kafka's kafka-tools
+# jar (ProducerPerformance, for its test and benchmark) in tools/ beside it. Its marker is named by a hash of the pom
+# and the sources, so only a change to them builds it again; after the other Maven steps, which share the repository.
+INTERCEPTOR_JAR := $(JARS)/interceptor/.done-$(shell cat jvm/interceptor/pom.xml $$(find jvm/interceptor/src -name '*.java' | LC_ALL=C sort) | sha256sum | cut -c1-16)
+$(INTERCEPTOR_JAR): | $(MIRRORMAKER_JARS)
+	rm -rf $(JARS)/interceptor
+	cd jvm/interceptor && $(MVN) package -Dkaudit.build.dir=$(JARS)/interceptor/build -Dkaudit.tools.dir=$(JARS)/interceptor/tools
+	mv $(JARS)/interceptor/build/kafka-audit-interceptor.jar $(JARS)/interceptor/ && rm -rf $(JARS)/interceptor/build
+	touch $@
+
+.PHONY: interceptor
+interceptor: $(INTERCEPTOR_JAR) ## build the Java producer interceptor jar io.kaudit.KafkaAuditInterceptor (part of setup; cached until its source changes)
+setup: $(INTERCEPTOR_JAR)
 
 $(SPARK_JARS): | $(VENV)/.installed $(KAFKA_JARS)
 	rm -rf $(JARS)/spark

@@ -22,7 +22,20 @@ default (three local clusters dc1, dc2 -> aggregate). `kaudit config show` print
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from audit.cli import alert, clusters, config, count, demo, mailbox, mirror, soak, spark_jobs, spark_submit, ui
+    from audit.cli import (
+        alert,
+        clusters,
+        config,
+        count,
+        demo,
+        mailbox,
+        mirror,
+        producer_config,
+        soak,
+        spark_jobs,
+        spark_submit,
+        ui,
+    )
     from audit.cli.maintain import add_command as add_maintain
     from producers import loadgen
 
@@ -37,7 +50,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-format", choices=["kv", "json"], default=None, help="log lines as key=value (default) or JSON"
     )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for module in (clusters, config, loadgen, count, mirror, spark_jobs, spark_submit, alert, ui, mailbox, demo, soak):
+    for module in (
+        clusters,
+        config,
+        loadgen,
+        producer_config,
+        count,
+        mirror,
+        spark_jobs,
+        spark_submit,
+        alert,
+        ui,
+        mailbox,
+        demo,
+        soak,
+    ):
         module.add_command(commands)
     add_maintain(commands)
     return parser

@@ -10,6 +10,7 @@
 typedef struct Group {
     struct Group *next;
     char *topic;
+    const char *topic_name; /* librdkafka's name of the topic handle, alive while the batch is handed over */
     int32_t partition;
     int64_t window_start, last_offset, last_time;
     long long count, bytes, no_timestamp, zero_latency;
@@ -23,16 +24,20 @@ typedef struct ConsumeState {
 
 static Group *group_of(ConsumeState *state, const char *topic, int32_t partition, int64_t window_start) {
     Group *last = state->last;
-    if (last != NULL && last->partition == partition && last->window_start == window_start && strcmp(last->topic, topic) == 0)
+    if (last != NULL && last->topic_name == topic && last->partition == partition && last->window_start == window_start)
         return last;
-    for (Group *group = state->groups; group != NULL; group = group->next)
-        if (group->partition == partition && group->window_start == window_start && strcmp(group->topic, topic) == 0)
+    for (Group *group = state->groups; group != NULL; group = group->next) {
+        if (group->partition == partition && group->window_start == window_start && strcmp(group->topic, topic) == 0) {
+            group->topic_name = topic;
             return state->last = group;
+        }
+    }
     Group *group = calloc(1, sizeof *group);
     if (group == NULL || (group->topic = strdup(topic)) == NULL) {
         free(group);
         return NULL;
     }
+    group->topic_name = topic;
     group->partition = partition;
     group->window_start = window_start;
     group->next = state->groups;
@@ -47,7 +52,7 @@ rd_kafka_resp_err_t on_consume(rd_kafka_t *rk, rd_kafka_message_t *message, void
     if (message->err) return 0; /* handed to the application as an error: the counter deals with it */
     const char *topic = rdk.topic_name(message->rkt);
     if (topic == NULL) return 0;
-    int64_t now = now_ms();
+    int64_t now = coarse_now_ms(); /* latencies of consumed messages are seconds: a clock tick of a few ms is fine */
     AuditTime when = message_audit_time(message, now);
     pthread_mutex_lock(&instance->lock);
     if (instance->consume == NULL) instance->consume = calloc(1, sizeof(ConsumeState));

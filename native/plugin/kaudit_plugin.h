@@ -57,6 +57,7 @@ typedef struct {
 
 rd_kafka_resp_err_t add_conf_interceptors(rd_kafka_conf_t *conf, Settings *settings);
 int64_t now_ms(void);
+int64_t coarse_now_ms(void); /* the clock's last tick (a few ms coarse), for a fraction of the cost */
 
 /* ---- tally.c: counts per (topic, window start) ---------------------------------------------------- */
 
@@ -74,6 +75,7 @@ typedef struct Entry {
 typedef struct {
     Entry **slots;
     size_t n_slots, n_entries;
+    Entry *last; /* the entry of the previous message: acknowledgements come in batches of one topic and window */
 } Tally;
 
 Entry *tally_entry(Tally *tally, const char *topic, int64_t window_start); /* NULL when out of memory */

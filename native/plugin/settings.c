@@ -10,6 +10,12 @@
 
 #include "kaudit_plugin.h"
 
+int64_t coarse_now_ms(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
 int64_t now_ms(void) {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);

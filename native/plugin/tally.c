@@ -67,11 +67,13 @@ static int grow(Tally *tally) {
 }
 
 Entry *tally_entry(Tally *tally, const char *topic, int64_t window_start) {
+    Entry *last = tally->last;
+    if (last != NULL && last->window_start == window_start && strcmp(last->topic, topic) == 0) return last;
     uint64_t hash = hash_of(topic, window_start);
     if (tally->n_slots) {
         for (Entry *entry = tally->slots[hash & (tally->n_slots - 1)]; entry != NULL; entry = entry->next_in_slot)
             if (entry->hash == hash && entry->window_start == window_start && strcmp(entry->topic, topic) == 0)
-                return entry;
+                return tally->last = entry;
     }
     if (tally->n_entries >= tally->n_slots / 2 && grow(tally) != 0) return NULL;
     Entry *entry = calloc(1, sizeof *entry);
@@ -84,12 +86,28 @@ Entry *tally_entry(Tally *tally, const char *topic, int64_t window_start) {
     entry->next_in_slot = tally->slots[hash & (tally->n_slots - 1)];
     tally->slots[hash & (tally->n_slots - 1)] = entry;
     tally->n_entries++;
-    return entry;
+    return tally->last = entry;
 }
 
-/* The index of the latency bucket holding `latency` (>= 1): the largest i with floors[i] <= latency. */
+/* The index of the latency bucket holding `latency` (>= 1): the largest i with floors[i] <= latency. The floors
+ * of each power of two are found first (octave_start, made once), so the search spans ~35 buckets, not all. */
+static int octave_start[65];
+static pthread_once_t octaves_once = PTHREAD_ONCE_INIT;
+
+static void make_octaves(void) {
+    int i = 0;
+    for (int octave = 0; octave < 65; octave++) {
+        int64_t from = octave < 63 ? (int64_t)1 << octave : INT64_MAX;
+        while (i < KAUDIT_N_FLOORS && kaudit_floors[i] < from) i++;
+        octave_start[octave] = i; /* the first floor >= 2**octave */
+    }
+}
+
 int floor_index_of(int64_t latency) {
-    int low = 0, high = KAUDIT_N_FLOORS - 1;
+    pthread_once(&octaves_once, make_octaves);
+    int octave = 63 - __builtin_clzll((unsigned long long)latency);
+    int low = octave_start[octave] > 0 ? octave_start[octave] - 1 : 0;
+    int high = octave_start[octave + 1] < KAUDIT_N_FLOORS ? octave_start[octave + 1] : KAUDIT_N_FLOORS - 1;
     while (low < high) {
         int middle = (low + high + 1) / 2;
         if (kaudit_floors[middle] <= latency) low = middle;

@@ -12,6 +12,7 @@ import pytest
 
 from audit.contract.errors import KafkaClientError
 from audit.hops.counter import ClusterCounter, CounterOptions
+from audit.io.plugin import plugin_path
 from audit.local.processes import free_port
 
 
@@ -28,12 +29,32 @@ def kaudit(*args: str, env: dict | None = None, timeout: float = 120) -> subproc
 
 
 @pytest.mark.parametrize(
-    "command", [[], ["clusters"], ["config"], ["produce"], ["count"], ["mirror"], ["alert"], ["ui"], ["demo"]]
+    "command",
+    [
+        [],
+        ["clusters"],
+        ["config"],
+        ["produce"],
+        ["producer-config"],
+        ["count"],
+        ["mirror"],
+        ["alert"],
+        ["ui"],
+        ["demo"],
+    ],
 )
 def test_every_command_explains_itself(command):
     result = kaudit(*command, "--help")
     assert result.returncode == 0, result.stderr
     assert "usage: kaudit" in result.stdout and len(result.stdout.splitlines()) > 5
+
+
+def test_producer_config_gives_the_plugin_first_and_the_configured_audit_settings():
+    result = kaudit("producer-config", "--cluster", "dc2", "--format", "kcat", "--service", "billing")
+    assert result.returncode == 0, result.stderr
+    args = result.stdout.split()
+    assert args[:2] == ["-X", f"plugin.library.paths={plugin_path()}"]
+    assert {"kaudit.cluster=dc2", "kaudit.audit.topic=_audit", "kaudit.service=billing"} <= set(args[1::2])
 
 
 def session_config(tmp_path, state_dir, local_clusters) -> str:
@@ -118,6 +139,7 @@ def test_counter_exports_prometheus_metrics(local_clusters, topic_factory, uniqu
             "not a valid regex",
         ),
         (["count", "--cluster", "nowhere"], "nowhere"),
+        (["producer-config", "--cluster", "nowhere"], "nowhere"),
     ],
 )
 def test_a_bad_flag_is_one_error_line_with_exit_2_never_a_traceback(args, names):

@@ -1,0 +1,118 @@
+package io.kaudit;
+
+import java.util.Map;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerInterceptor;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Audits any Java Kafka producer: the producer tier's counts of kafka-audit, from what the brokers acknowledged.
+ *
+ * <pre>
+ * interceptor.classes=io.kaudit.KafkaAuditInterceptor
+ * kaudit.cluster=dc1                  (required: the cluster this producer writes to)
+ * kaudit.audit.topic=_audit           kaudit.window.minutes=10      kaudit.flush.interval.ms=10000
+ * kaudit.service=java-app             kaudit.host=(this machine's name)
+ * </pre>
+ *
+ * Each acknowledged message counts once in the window of its timestamp (CreateTime, or the broker's
+ * LogAppendTime), with its key and value bytes and its partition; a failed send counts as {@code send_failed} in
+ * the window of now. Every flush interval, and at close, one count record per (topic, window) goes to the audit
+ * topic of the same cluster through the interceptor's own producer (acks=all, idempotent, no interceptor). The
+ * records sent never change: {@link #onSend} returns each one as it is.
+ */
+public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object> {
+    static final long MAX_AUDIT_TIME_MS = 253_402_300_799_999L; // 9999-12-31T23:59:59.999Z
+    static final long CLOSE_TIMEOUT_MS = 30_000;
+    private static final Logger log = LoggerFactory.getLogger(KafkaAuditInterceptor.class);
+
+    private AuditSettings settings;
+    private WindowTally tally;
+    private AuditEmitter emitter;
+    private ScheduledExecutorService scheduler;
+    private final AtomicLong unattributed = new AtomicLong();
+
+    @Override
+    public void configure(Map<String, ?> configs) {
+        settings = AuditSettings.from(configs);
+        tally = new WindowTally(settings.windowMs());
+        emitter = new AuditEmitter(settings, new KafkaProducer<>(settings.auditProducerConfig(configs)));
+        scheduler = Executors.newSingleThreadScheduledExecutor(task -> {
+            Thread thread = new Thread(task, "kaudit-emitter-" + settings.clientId());
+            thread.setDaemon(true);
+            return thread;
+        });
+        long interval = settings.flushIntervalMs();
+        scheduler.scheduleWithFixedDelay(this::emitQuietly, interval, interval, TimeUnit.MILLISECONDS);
+        log.info("kaudit: auditing producer: client_id={} cluster={} audit_topic={} window_minutes={} instance_id={}",
+                settings.clientId(), settings.cluster(), settings.auditTopic(), settings.windowMinutes(),
+                emitter.instanceId);
+    }
+
+    @Override
+    public ProducerRecord<Object, Object> onSend(ProducerRecord<Object, Object> record) {
+        return record;
+    }
+
+    @Override
+    public void onAcknowledgement(RecordMetadata metadata, Exception exception) {
+        if (metadata == null) {
+            long n = unattributed.incrementAndGet();
+            if (n == 1 || n % 10_000 == 0) {
+                log.warn("kaudit: an acknowledgement without metadata cannot be counted: unattributed={} error={}",
+                        n, String.valueOf(exception));
+            }
+            return;
+        }
+        String topic = metadata.topic();
+        if (topic.equals(settings.auditTopic())) {
+            return;
+        }
+        if (exception != null) {
+            tally.failed(topic, System.currentTimeMillis());
+            return;
+        }
+        long timestamp = metadata.timestamp();
+        boolean usable = timestamp > 0 && timestamp <= MAX_AUDIT_TIME_MS;
+        long bytes = Math.max(0, metadata.serializedKeySize()) + Math.max(0, metadata.serializedValueSize());
+        tally.acked(topic, usable ? timestamp : System.currentTimeMillis(), metadata.partition(), bytes, !usable);
+    }
+
+    /** The last counts sent and delivered (30 s at most), then the audit producer closed. The host producer
+     * closes its interceptors after its last acknowledgement, so nothing is counted after this. */
+    @Override
+    public void close() {
+        if (scheduler == null) {
+            return; // configure() failed
+        }
+        long deadline = System.currentTimeMillis() + CLOSE_TIMEOUT_MS;
+        scheduler.shutdown();
+        try {
+            scheduler.awaitTermination(CLOSE_TIMEOUT_MS / 3, TimeUnit.MILLISECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        emitQuietly();
+        emitter.close(deadline);
+        if (unattributed.get() > 0) {
+            log.warn("kaudit: acknowledgements without metadata were not counted: unattributed={} cluster={}",
+                    unattributed.get(), settings.cluster());
+        }
+    }
+
+    private void emitQuietly() {
+        try {
+            emitter.emit(tally.drain());
+        } catch (RuntimeException e) {
+            log.error("kaudit: emitting the counts failed: cluster={} audit_topic={}",
+                    settings.cluster(), settings.auditTopic(), e);
+        }
+    }
+}

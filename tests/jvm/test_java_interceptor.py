@@ -1,0 +1,204 @@
+"""The Java producer interceptor (jvm/interceptor) on Apache Kafka's own Java producer: its count records are the
+Python contract's byte for byte, and count per partition exactly what the cluster holds and what the cluster
+counter counts (ProducerPerformance); a message counts in the window of its timestamp, one without a usable
+timestamp in the window of now as no_timestamp, and the audit topic's own messages never (jvm/probe); a failed
+send counts as send_failed only; a missing kaudit.cluster stops the producer from starting."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from audit.contract.names import PRODUCER_TIER
+from audit.contract.record import AuditRecord, count_record, encode, now_ms, parse
+from audit.contract.windows import window_start
+from audit.io import jvm
+from audit.io.clients import watermarks
+from audit.io.interceptor_jar import INTERCEPTOR_CLASS, interceptor_jar, tools_jars
+from tests.audit.hops.test_counter import BASE_MS, WINDOW_MINUTES, WINDOW_MS, counter_for
+from tests.conftest import cache_dir
+
+pytestmark = pytest.mark.kafka
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Every character a JSON encoder may get wrong: quotes, backslash, beyond ASCII, beyond the BMP (a surrogate pair).
+SERVICE = 'java "perf" \\ é ☃ 😀'
+HOST = "host\twith\nline"  # control characters: allowed in a host, never in a service (the record id holds it)
+
+
+def producer_performance(
+    bootstrap: str, topic: str, records: int, size: int, **props: str
+) -> subprocess.CompletedProcess:
+    """Kafka's ProducerPerformance with the interceptor on its class path and `props` as producer configs."""
+    classpath = os.pathsep.join(
+        [
+            jvm.classpath(cache_dir(), jvm.KAFKA_JARS),
+            *map(str, tools_jars(cache_dir())),
+            str(interceptor_jar(cache_dir())),
+        ]
+    )
+    config = {"bootstrap.servers": bootstrap, "acks": "all", "interceptor.classes": INTERCEPTOR_CLASS, **props}
+    argv = [jvm.java_executable(), "-cp", classpath, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic]
+    argv += ["--num-records", str(records), "--record-size", str(size), "--throughput", "-1", "--producer-props"]
+    argv += [f"{key}={value}" for key, value in config.items()]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def raw_messages(bootstrap: str, topic: str, timeout_s: float = 30) -> list[bytes]:
+    """Every committed message of partition 0 of `topic`, as its bytes. Read up to the end offset by position, not
+    by number: the counter's transaction markers take offsets too."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    try:
+        low, high = watermarks(consumer, topic, 0)
+        consumer.assign([TopicPartition(topic, 0, low)])
+        values: list[bytes] = []
+        if high == low:
+            return values
+        deadline = time.monotonic() + timeout_s
+        while consumer.position([TopicPartition(topic, 0)])[0].offset < high:
+            assert time.monotonic() < deadline, f"{topic}: not read to offset {high} in {timeout_s} s"
+            values += [m.value() for m in consumer.consume(1000, timeout=0.5) if m.error() is None]
+        return values
+    finally:
+        consumer.close()
+
+
+def audit_records(bootstrap: str, audit_topic: str) -> list[AuditRecord]:
+    """The audit topic's records, each checked to be exactly what the Python contract writes for it."""
+    records = []
+    for raw in raw_messages(bootstrap, audit_topic):
+        record, reason = parse(raw)
+        assert record is not None, (reason, raw)
+        assert encode(record) == raw  # sorted keys, separators, escapes, time formats: byte for byte
+        records.append(record)
+    return records
+
+
+def by_window_and_partition(records: list[AuditRecord], tier: str, topic: str) -> Counter:
+    counts: Counter = Counter()
+    for record in records:
+        if record.tier == tier and record.topic == topic:
+            for partition, n in (record.by_partition or {}).items():
+                counts[(record.window_start_ms, partition)] += n
+    return counts
+
+
+def held_by_partition(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        return {p: high - low for p in range(partitions) for low, high in [watermarks(consumer, topic, p)]}
+    finally:
+        consumer.close()
+
+
+def test_a_java_producer_is_counted_per_partition_as_the_cluster_and_the_counter_count_it(
+    local_clusters, topic_factory, unique_name
+):
+    dc1 = local_clusters["dc1"].bootstrap_servers
+    topic = topic_factory("dc1", partitions=3)
+    audit_topic = topic_factory("dc1", name=unique_name("_audit"))
+    done = producer_performance(
+        dc1,
+        topic,
+        20_000,
+        100,
+        **{"kaudit.cluster": "dc1", "kaudit.audit.topic": audit_topic, "kaudit.service": SERVICE, "kaudit.host": HOST},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    records = audit_records(dc1, audit_topic)
+    ours = [r for r in records if r.tier == PRODUCER_TIER]
+    assert ours and all(r.topic == topic and r.cluster == "dc1" for r in ours)
+    assert {(r.service, r.host) for r in ours} == {(SERVICE, HOST)}
+    assert all(r.instance_id.startswith(SERVICE + "-") and r.record_id.startswith(r.instance_id + ":") for r in ours)
+    assert sum(r.count for r in ours) == 20_000 and sum(r.bytes for r in ours) == 20_000 * 100
+    assert sum(r.send_failed + r.no_timestamp for r in ours) == 0
+    produced = by_window_and_partition(ours, PRODUCER_TIER, topic)
+    held = held_by_partition(dc1, topic, 3)
+    per_partition = Counter()
+    for (_window, partition), n in produced.items():
+        per_partition[partition] += n
+    assert dict(per_partition) == held and len(held) == 3 and sum(held.values()) == 20_000
+
+    counter = counter_for(dc1, audit_topic, topic)
+    assert counter.run(until_caught_up=True, max_seconds=60).total_lag == 0
+    assert by_window_and_partition(audit_records(dc1, audit_topic), "dc1", topic) == produced
+
+
+def test_a_failed_send_counts_as_send_failed_and_nowhere_else(local_clusters, topic_factory, unique_name):
+    dc1 = local_clusters["dc1"].bootstrap_servers
+    topic = topic_factory("dc1", partitions=3)
+    audit_topic = topic_factory("dc1", name=unique_name("_audit"))
+    # 2,000-byte records over a 1,000-byte max.request.size: every send fails, the callback gets the exception.
+    done = producer_performance(
+        dc1, topic, 7, 2000, **{"kaudit.cluster": "dc1", "kaudit.audit.topic": audit_topic, "max.request.size": "1000"}
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RecordTooLargeException" in done.stdout + done.stderr
+
+    records = audit_records(dc1, audit_topic)
+    assert records and all(r.tier == PRODUCER_TIER and r.topic == topic for r in records)
+    assert sum(r.send_failed for r in records) == 7
+    assert sum(r.count + r.bytes + r.no_timestamp for r in records) == 0
+    assert all(r.by_partition is None for r in records)
+    assert held_by_partition(dc1, topic, 3) == {0: 0, 1: 0, 2: 0}
+
+
+def test_a_producer_without_kaudit_cluster_does_not_start(local_clusters, topic_factory):
+    dc1 = local_clusters["dc1"].bootstrap_servers
+    topic = topic_factory("dc1")
+    done = producer_performance(dc1, topic, 1, 10)
+    assert done.returncode != 0
+    assert 'Missing required configuration "kaudit.cluster"' in done.stdout + done.stderr
+    assert held_by_partition(dc1, topic, 1) == {0: 0}
+
+
+def test_a_message_counts_in_the_window_of_its_timestamp_and_without_one_in_the_window_of_now(
+    local_clusters, topic_factory, unique_name
+):
+    dc1 = local_clusters["dc1"].bootstrap_servers
+    topic = topic_factory("dc1", partitions=2)
+    audit_topic = topic_factory("dc1", name=unique_name("_audit"))
+    # The host application writes to the audit topic itself: the interceptor must not count that message.
+    foreign = encode(
+        count_record(record_id="other:1", tier=PRODUCER_TIER, cluster="other", topic=topic, window_start_ms=0, count=0)
+    )
+    timestamps = [BASE_MS - 1, BASE_MS, BASE_MS + WINDOW_MS - 1, 0]  # 0: no usable timestamp
+    began = now_ms()
+    done = subprocess.run(
+        [
+            jvm.java_executable(),
+            "-cp",
+            os.pathsep.join([jvm.classpath(cache_dir(), jvm.KAFKA_JARS), str(interceptor_jar(cache_dir()))]),
+            str(ROOT / "jvm" / "probe" / "InterceptedProduce.java"),
+            dc1,
+            topic,
+            audit_topic,
+            foreign.decode(),
+            *map(str, timestamps),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ended = now_ms()
+
+    ours = [r for r in audit_records(dc1, audit_topic) if r.cluster == "dc1"]
+    assert {r.topic for r in ours} == {topic}  # the audit topic's own message is not counted
+    windows = {r.window_start_ms: (r.count, r.no_timestamp, r.bytes, dict(r.by_partition or {})) for r in ours}
+    # The message without a usable timestamp counts in the window of the moment it was acknowledged.
+    now_window = next(start for start, (_n, no_timestamp, _b, _p) in windows.items() if no_timestamp)
+    assert now_window in (window_start(began, WINDOW_MINUTES), window_start(ended, WINDOW_MINUTES))
+    assert windows == {
+        BASE_MS - WINDOW_MS: (1, 0, 3, {0: 1}),
+        BASE_MS: (2, 0, 6, {0: 2}),
+        now_window: (1, 1, 3, {0: 1}),
+    }
