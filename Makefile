@@ -96,12 +96,14 @@ $(MIRRORMAKER_JARS): | $(SPARK_JARS)
 	touch $@
 
 # The Java producer interceptor (jvm/interceptor), built from source into $(JARS)/interceptor, with Kafka's kafka-tools
-# jar (ProducerPerformance, for its test and benchmark) in tools/ beside it. Its marker is named by a hash of the pom
-# and the sources, so only a change to them builds it again; after the other Maven steps, which share the repository.
-INTERCEPTOR_JAR := $(JARS)/interceptor/.done-$(shell cat jvm/interceptor/pom.xml $$(find jvm/interceptor/src -name '*.java' | LC_ALL=C sort) | sha256sum | cut -c1-16)
+# jar (ProducerPerformance, for its test and benchmark) in tools/ beside it, and an untested kafka-clients in
+# old-clients/ (for the test that it refuses to load there). Its marker is named by a hash of the pom and the sources
+# (resources too), so only a change to them builds it again; after the other Maven steps, which share the repository.
+INTERCEPTOR_JAR := $(JARS)/interceptor/.done-$(shell cat jvm/interceptor/pom.xml $$(find jvm/interceptor/src -type f | LC_ALL=C sort) | sha256sum | cut -c1-16)
 $(INTERCEPTOR_JAR): | $(MIRRORMAKER_JARS)
 	rm -rf $(JARS)/interceptor
-	cd jvm/interceptor && $(MVN) package -Dkaudit.build.dir=$(JARS)/interceptor/build -Dkaudit.tools.dir=$(JARS)/interceptor/tools
+	cd jvm/interceptor && $(MVN) package -Dkaudit.build.dir=$(JARS)/interceptor/build -Dkaudit.tools.dir=$(JARS)/interceptor/tools \
+		-Dkaudit.old.clients.dir=$(JARS)/interceptor/old-clients
 	mv $(JARS)/interceptor/build/kafka-audit-interceptor.jar $(JARS)/interceptor/ && rm -rf $(JARS)/interceptor/build
 	touch $@
 

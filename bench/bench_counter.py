@@ -1,29 +1,39 @@
-"""Counter throughput against a bare confluent-kafka consume loop, on the same topic, in one run.
+"""The whole `kaudit count` process against a truly bare consume-loop process over the same topic, one run.
 
-    .venv/bin/python -m bench.bench_counter [--messages 500000] [--size 100] [--rounds 3]
+    .venv/bin/python -m bench.bench_counter [--messages 3000000] [--size 100] [--rounds 3]
 
-Starts its own local cluster in a temporary folder, fills one topic once, runs one short round of
-each side as a warm-up (group and transaction coordinators, the cluster's first transaction), then
-alternates a bare consume loop (fresh group, reads every message, touches nothing) with the audit
-counter (fresh group, counts into a throw-away audit topic, one exactly-once flush at the end, inside
-the timing) and prints messages per second of each and the ratio counter / bare. Goal: at least 0.9.
-Last, one round of each side in its own process gives each side's peak RSS.
+Starts its own local cluster in a temporary folder and fills one topic once. Then it alternates two
+processes, each reading every message from a fresh consumer group: a bare loop (`consume()` and `len()` of
+each batch, nothing per message) and `kaudit count --until-caught-up` (its real loop: the plugin's counts per
+batch, a transaction with counts, status and offsets every --flush-interval-s, the last one at the end).
+Each process's CPU seconds come from the kernel (wait4's rusage: utime + stime, every thread), its wall time
+from start to exit. Start-up is measured apart, by the same process on an empty topic, and taken off both
+figures. Prints messages per second and per CPU-second of each and the ratios counter / bare. Goal: 0.9.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
-from audit.hops.counter import ClusterCounter, CounterOptions
 from audit.io.clients import ensure_topics
-from bench.harness import bench_cluster, compare, parse_args, peak_rss, report_side
+from bench.harness import Run, bench_cluster, compare, parse_args
 
 PARTITIONS = 6
 TOPIC = "bench"
+EMPTY_TOPIC = "bench-empty"
+AUDIT_TOPIC = "_bench_audit"
+FLUSH_INTERVAL_S = 10.0  # the default: a transaction every 10 s
 WINDOW_MS = 600_000
 
 
@@ -52,78 +62,83 @@ def fill(bootstrap: str, topic: str, messages: int, size: int) -> None:
     print(f"filled {messages:,} messages of {size} B in {time.monotonic() - began:.1f} s")
 
 
-def bare_loop(bootstrap: str, topic: str, messages: int) -> tuple[float, float]:
-    """(msg/s, CPU µs a message) from the first batch to the last message."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bare-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    seen = 0
-    began = None
-    while seen < messages:
-        batch = consumer.consume(5000, timeout=1)
-        if began is None and batch:
-            began, cpu_began = time.monotonic(), time.process_time()
-        for message in batch:
-            if message.error() is None:
-                seen += 1
-    elapsed, cpu = time.monotonic() - began, time.process_time() - cpu_began
-    consumer.close()
-    return messages / elapsed, cpu / messages * 1e6
+BARE_LOOP = """
+import sys, uuid
+from confluent_kafka import Consumer
+bootstrap, topic, expected = sys.argv[1], sys.argv[2], int(sys.argv[3])
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bare-{uuid.uuid4().hex}",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
+consumer.subscribe([topic])
+seen = 0
+while seen < expected or not consumer.assignment():
+    seen += len(consumer.consume(5000, timeout=0.1))
+consumer.close()
+"""
 
 
-def counter_loop(bootstrap: str, topic: str, messages: int) -> tuple[float, float]:
-    """(msg/s, CPU µs a message) from the first batch to the end of the final flush."""
-    audit_topic = f"_bench_audit_{uuid.uuid4().hex[:8]}"
-    ensure_topics({"bootstrap.servers": bootstrap}, {audit_topic: 1})
-    options = CounterOptions(
-        cluster="bench",
-        audit_topic=audit_topic,
-        flush_interval_s=3600,
-        group_id=f"counter-{uuid.uuid4().hex}",
-        topic_refresh_s=3600,
-    )
-    counter = ClusterCounter({"bootstrap.servers": bootstrap}, options, lambda name: name == topic)
-    counter.open()
-    counter.refresh_topics()
-    began = None
-    while counter.stats.counted < messages:
-        batch = counter._consumer.consume(options.batch_size, timeout=1)
-        if began is None and batch:
-            began, cpu_began = time.monotonic(), time.process_time()
-        counter.count_batch(batch)
-    counter.flush()
-    elapsed, cpu = time.monotonic() - began, time.process_time() - cpu_began
-    counter.close()
-    return messages / elapsed, cpu / messages * 1e6
+def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of a process from start to exit."""
+    began = time.monotonic()
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _pid, status, usage = os.wait4(process.pid, 0)
+    wall = time.monotonic() - began
+    if status != 0:
+        raise RuntimeError(f"{argv[:3]} exited with {status}: {process.stderr.read().decode()[-2000:]}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def bare_side(bootstrap: str) -> Callable[[str, int], tuple[float, float]]:
+    return lambda topic, expected: timed([sys.executable, "-c", BARE_LOOP, bootstrap, topic, str(expected)])
+
+
+def counter_side(bootstrap: str, folder: Path, flush_interval_s: float) -> Callable[[str, int], tuple[float, float]]:
+    def run(topic: str, expected: int) -> tuple[float, float]:
+        config = folder / f"{uuid.uuid4().hex}.toml"
+        config.write_text(
+            f'state_dir = "{folder}"\naudit_topic = "{AUDIT_TOPIC}"\n'
+            f'[topics]\ninclude = ["^{topic}$"]\n'
+            f'[[clusters]]\nname = "bench"\nbootstrap_servers = "{bootstrap}"\n'
+        )
+        argv = [str(Path(sys.executable).with_name("kaudit")), "count", "--cluster", "bench", "--until-caught-up"]
+        argv += ["--group-id", f"counter-{uuid.uuid4().hex}", "--flush-interval-s", str(flush_interval_s)]
+        return timed(argv, env={**os.environ, "KAUDIT_CONFIG": str(config)})
+
+    return run
+
+
+def steady(side: Callable[[str, int], tuple[float, float]], start_up: tuple[float, float], messages: int) -> Run:
+    """One round of `side` over TOPIC: (msg/s, CPU µs a message), its start-up taken off."""
+
+    def run() -> tuple[float, float]:
+        wall, cpu = side(TOPIC, messages)
+        return messages / (wall - start_up[0]), (cpu - start_up[1]) / messages * 1e6
+
+    return run
+
+
+def start_up(side: Callable[[str, int], tuple[float, float]]) -> tuple[float, float]:
+    """The median (wall, CPU) seconds of `side` on the empty topic, over 3 runs."""
+    runs = [side(EMPTY_TOPIC, 0) for _ in range(3)]
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
 def main() -> None:
-    args = parse_args(__doc__, messages=500_000)
-    if args.side:
-        side = bare_loop if args.side == "bare" else counter_loop
-        rate, cpu_us = side(args.bootstrap, TOPIC, args.messages)
-        report_side(rate, cpu_us=cpu_us)
-        return
-    with bench_cluster() as bootstrap:
-        topic = TOPIC
-        ensure_topics({"bootstrap.servers": bootstrap}, {topic: PARTITIONS})
-        fill(bootstrap, topic, args.messages, args.size)
-        warm_up = min(args.messages, 20_000)
-        bare_loop(bootstrap, topic, warm_up)
-        counter_loop(bootstrap, topic, warm_up)
+    parser_args = parse_args(__doc__, messages=3_000_000)
+    with bench_cluster() as bootstrap, tempfile.TemporaryDirectory() as folder:
+        ensure_topics({"bootstrap.servers": bootstrap}, {TOPIC: PARTITIONS, EMPTY_TOPIC: PARTITIONS, AUDIT_TOPIC: 1})
+        fill(bootstrap, TOPIC, parser_args.messages, parser_args.size)
+        bare, counter = bare_side(bootstrap), counter_side(bootstrap, Path(folder), FLUSH_INTERVAL_S)
+        bare_start, counter_start = start_up(bare), start_up(counter)
+        print(
+            f"start-up (empty topic, median of 3): bare {bare_start[0]:.1f} s wall, {bare_start[1]:.2f} s CPU; "
+            f"counter {counter_start[0]:.1f} s wall, {counter_start[1]:.2f} s CPU"
+        )
         compare(
-            ("bare", lambda: bare_loop(bootstrap, topic, args.messages)),
-            ("counter", lambda: counter_loop(bootstrap, topic, args.messages)),
-            rounds=args.rounds,
+            ("bare", steady(bare, bare_start, parser_args.messages)),
+            ("counter", steady(counter, counter_start, parser_args.messages)),
+            rounds=parser_args.rounds,
             goal=0.9,
         )
-        peak_rss("bench.bench_counter", ["bare", "counter"], bootstrap, args)
 
 
 if __name__ == "__main__":

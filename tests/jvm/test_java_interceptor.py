@@ -2,13 +2,15 @@
 Python contract's byte for byte, and count per partition exactly what the cluster holds and what the cluster
 counter counts (ProducerPerformance); a message counts in the window of its timestamp, one without a usable
 timestamp in the window of now as no_timestamp, and the audit topic's own messages never (jvm/probe); a failed
-send counts as send_failed only; a missing kaudit.cluster stops the producer from starting."""
+send counts as send_failed only; a missing kaudit.cluster stops the producer from starting, and so does a
+kafka-clients outside the versions the interceptor was tested with (jvm/interceptor/pom.xml)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import time
+import zipfile
 from collections import Counter
 from pathlib import Path
 
@@ -31,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Every character a JSON encoder may get wrong: quotes, backslash, beyond ASCII, beyond the BMP (a surrogate pair).
 SERVICE = 'java "perf" \\ é ☃ 😀'
 HOST = "host\twith\nline"  # control characters: allowed in a host, never in a service (the record id holds it)
+OLD_CLIENTS = "old-clients"  # beside the interceptor's jar: a kafka-clients it was not tested with, and slf4j-api
 
 
 def producer_performance(
@@ -88,6 +91,14 @@ def by_window_and_partition(records: list[AuditRecord], tier: str, topic: str) -
             for partition, n in (record.by_partition or {}).items():
                 counts[(record.window_start_ms, partition)] += n
     return counts
+
+
+def clients_range(jar: Path) -> dict[str, str]:
+    """The range of kafka-clients versions the build wrote into the interceptor's jar: {"lowest": .., "beyond": ..}."""
+    with zipfile.ZipFile(jar) as archive:
+        text = archive.read("io/kaudit/kaudit-interceptor.properties").decode()
+    pairs = (line.split("=", 1) for line in text.splitlines() if line.startswith("tested.clients."))
+    return {key.removeprefix("tested.clients."): value.strip() for key, value in pairs}
 
 
 def held_by_partition(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
@@ -157,6 +168,41 @@ def test_a_producer_without_kaudit_cluster_does_not_start(local_clusters, topic_
     done = producer_performance(dc1, topic, 1, 10)
     assert done.returncode != 0
     assert 'Missing required configuration "kaudit.cluster"' in done.stdout + done.stderr
+    assert held_by_partition(dc1, topic, 1) == {0: 0}
+
+
+def test_a_producer_on_an_untested_kafka_clients_does_not_start(local_clusters, topic_factory, unique_name):
+    dc1 = local_clusters["dc1"].bootstrap_servers
+    topic = topic_factory("dc1")
+    folder = interceptor_jar(cache_dir()).parent / OLD_CLIENTS
+    jars = sorted(folder.glob("*.jar"))
+    clients = [jar for jar in jars if jar.name.startswith("kafka-clients-")]
+    assert len(clients) == 1, f"no kafka-clients in {folder}: run `make interceptor`"
+    version = clients[0].name.removeprefix("kafka-clients-").removesuffix(".jar")
+    done = subprocess.run(
+        [
+            jvm.java_executable(),
+            "-cp",
+            os.pathsep.join([*map(str, jars), str(interceptor_jar(cache_dir()))]),
+            str(ROOT / "jvm" / "probe" / "InterceptedProduce.java"),
+            dc1,
+            topic,
+            unique_name("_audit"),
+            "unused",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "sent" not in done.stdout
+    refusal = (
+        f"ConfigException: io.kaudit.KafkaAuditInterceptor refuses to load: the running kafka-clients is {version},"
+    )
+    assert refusal in done.stderr, done.stderr[-3000:]
+    tested = clients_range(interceptor_jar(cache_dir()))
+    assert f"tested with kafka-clients {tested['lowest']} and later, before {tested['beyond']}." in done.stderr
     assert held_by_partition(dc1, topic, 1) == {0: 0}
 
 

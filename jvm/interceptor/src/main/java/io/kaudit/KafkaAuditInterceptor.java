@@ -1,5 +1,6 @@
 package io.kaudit;
 
+import java.time.Duration;
 import java.util.Map;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -26,7 +27,8 @@ import org.slf4j.LoggerFactory;
  * LogAppendTime), with its key and value bytes and its partition; a failed send counts as {@code send_failed} in
  * the window of now. Every flush interval, and at close, one count record per (topic, window) goes to the audit
  * topic of the same cluster through the interceptor's own producer (acks=all, idempotent, no interceptor). The
- * records sent never change: {@link #onSend} returns each one as it is.
+ * records sent never change: {@link #onSend} returns each one as it is. It refuses to load on a kafka-clients
+ * outside the versions it was tested with ({@link ClientVersions}).
  */
 public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object> {
     static final long MAX_AUDIT_TIME_MS = 253_402_300_799_999L; // 9999-12-31T23:59:59.999Z
@@ -43,7 +45,15 @@ public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object
     public void configure(Map<String, ?> configs) {
         settings = AuditSettings.from(configs);
         tally = new WindowTally(settings.windowMs());
-        emitter = new AuditEmitter(settings, new KafkaProducer<>(settings.auditProducerConfig(configs)));
+        KafkaProducer<byte[], byte[]> auditProducer = new KafkaProducer<>(settings.auditProducerConfig(configs));
+        String clientsVersion;
+        try {
+            clientsVersion = ClientVersions.requireTested(auditProducer.metrics());
+        } catch (RuntimeException refused) {
+            auditProducer.close(Duration.ZERO);
+            throw refused;
+        }
+        emitter = new AuditEmitter(settings, auditProducer);
         scheduler = Executors.newSingleThreadScheduledExecutor(task -> {
             Thread thread = new Thread(task, "kaudit-emitter-" + settings.clientId());
             thread.setDaemon(true);
@@ -51,9 +61,9 @@ public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object
         });
         long interval = settings.flushIntervalMs();
         scheduler.scheduleWithFixedDelay(this::emitQuietly, interval, interval, TimeUnit.MILLISECONDS);
-        log.info("kaudit: auditing producer: client_id={} cluster={} audit_topic={} window_minutes={} instance_id={}",
-                settings.clientId(), settings.cluster(), settings.auditTopic(), settings.windowMinutes(),
-                emitter.instanceId);
+        log.info("kaudit: auditing producer: client_id={} cluster={} audit_topic={} window_minutes={} instance_id={}"
+                + " kafka_clients={}", settings.clientId(), settings.cluster(), settings.auditTopic(),
+                settings.windowMinutes(), emitter.instanceId, clientsVersion);
     }
 
     @Override
