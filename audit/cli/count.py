@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 from typing import TYPE_CHECKING
 
 from prometheus_client import start_http_server
 
 from audit.hops.counter import ClusterCounter, CounterOptions
-from audit.hops.runloop import stop_on_signals
+from audit.hops.runloop import freeze_start_up, stop_on_signals
 from audit.hops.upkeep import audit_retention_ms
 from audit.io.clients import client_config
 
@@ -73,9 +72,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     counter = ClusterCounter(client_config(settings, args.cluster), options, select)
     stop_on_signals(counter.stop)
-    # The batches allocate a Python object per message, and each collection that follows walks every object alive:
-    # the modules and settings of a start-up are never garbage, so they are taken out of the collector's view.
-    gc.freeze()
+    freeze_start_up()
     log.info(
         "counter starting", extra={"cluster": options.cluster, "instance": options.instance, "group": options.group}
     )

@@ -14,7 +14,7 @@ from audit.contract.naming import naming_policy
 from audit.hops.faults import DropFault, PauseFault
 from audit.hops.mirror_eos import ExactlyOnceReplicator
 from audit.hops.replicator import MirrorOptions, Replicator
-from audit.hops.runloop import stop_on_signals
+from audit.hops.runloop import freeze_start_up, stop_on_signals
 from audit.hops.upkeep import audit_retention_ms
 from audit.io.clients import client_config
 
@@ -130,6 +130,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         pause=pause,
     )
     stop_on_signals(replicator.stop)
+    freeze_start_up()
     if pause is not None:
         signal.signal(signal.SIGUSR1, lambda *_: pause.end())
     stats = replicator.run(max_seconds=args.max_seconds, until_caught_up=args.until_caught_up)
