@@ -1,37 +1,46 @@
-"""Replicator throughput and CPU against Apache MirrorMaker 2, same machine, same data, one run.
+"""Replicator throughput and CPU against Apache MirrorMaker 2, stock and tuned, same machine, same data, one run.
 
-    .venv/bin/python -m bench.bench_mirror [--sizes 100,1000] [--messages 300000,100000] [--partitions 4]
+    .venv/bin/python -m bench.bench_mirror [--sizes 100,1000] [--messages 300000,100000] [--partitions 4] [--rounds 3]
     .venv/bin/python -m bench.bench_mirror --exactly-once [--sizes 100 --messages 300000]
 
 Starts two local clusters (src, dst) in a temporary folder and, per message size, fills one source
 topic once. Then each replicator runs as its own process against that topic, from the first
-offset, with acks=all to the target:
-  - MirrorMaker 2 4.3.1 (the brokers' Kafka version), dedicated mode, one task, heartbeats and
-    checkpoints off (offset syncs stay on: the source connector refuses to run without them),
-    IdentityReplicationPolicy (target topic `bench-<size>`);
-  - `kaudit mirror --from src --to dst` (target topic `src.bench-<size>`).
+offset, with acks=all to the target, the sides alternating, `--rounds` rounds of each (default 3):
+  - `ours`: `kaudit mirror --from <name> --to dst --naming prefix`;
+  - `mm2`: MirrorMaker 2 4.3.1 (the brokers' Kafka version), dedicated mode, stock client settings
+    but acks=all and idempotence, one task, heartbeats and checkpoints off (offset syncs stay on:
+    the source connector refuses to run without them);
+  - `mm2-tuned`: the same MirrorMaker 2 configuration plus the throughput settings its documentation
+    suggests (MM2_TUNING): `tasks.max` (--mm2-tasks, default the source partitions or the cores if
+    fewer), the target producer's `batch.size` and `linger.ms`, the source consumer's `fetch.min.bytes`.
+Each run names the source cluster afresh (`o1`, `m1`, `t1` in round 1, `o2`, ... in round 2), so it
+has its own consumer group, Connect topics and target topic `<name>.bench-<size>` (both replicators
+prefix the target topic with the source's name) and copies the whole topic from its first offset.
 With --exactly-once the sides are MM2 with `exactly.once.source.support = enabled` (dedicated mode,
-internal REST on, as KIP-618 asks), `kaudit mirror --exactly-once` (source named `srx` in its
-configuration: its own group and target topic `srx.bench-<size>`) and `kaudit mirror` at least once;
-the target is then counted by a read_committed consumer (committed messages only, not offsets,
-which include transaction markers), and the ratios printed are ours-eos / mm2-eos (goal >= 1.5)
-and ours-eos / ours (goal >= 0.7).
-Each is measured the same way: wall time from launch until the target topic holds every message,
-and the process's CPU seconds (utime + stime of /proc/<pid>/stat, all threads) at that moment.
-The copy phase alone (first message at the target to the last) is shown too, since a JVM and the
-Connect framework take seconds to start. Prints a table and ours / MM2 for messages per CPU-second
-(goal >= 1.0).
+internal REST on, as KIP-618 asks) (`mm2-eos`), `kaudit mirror --exactly-once` (`ours-eos`) and
+`kaudit mirror` at least once (`ours`); the target is then counted by a read_committed consumer
+(committed messages only, not offsets, which include transaction markers), and the ratios printed
+are ours-eos / mm2-eos (goal >= 1.5) and ours-eos / ours (goal >= 0.7), whole run.
+Each run is measured the same way: wall time from launch until the target topic holds every
+message, and the process's CPU seconds (utime + stime of /proc/<pid>/stat, all threads) then. The
+copy phase (first message at the target to the last) leaves out start-up (a JVM and the Connect
+framework take seconds), and its messages per CPU-second, median of the rounds, are the headline:
+ours / mm2 and ours / mm2-tuned (goal >= 1.0). The whole run's figures, start-up included, follow.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
@@ -55,6 +64,16 @@ appender.file.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = WARN
 rootLogger.appenderRef.file.ref = file
 """
+# What `mm2-tuned` adds to the stock MM2 configuration: the throughput settings MirrorMaker 2's documentation
+# suggests, in its dedicated mode's form (`<target>.producer.*` for the producer writing to the target,
+# `<source>.consumer.*` for the consumer reading the source). {source}, {target}, {tasks}: filled per run.
+MM2_TUNING = {
+    "tasks.max": "{tasks}",
+    "{target}.producer.batch.size": "262144",
+    "{target}.producer.linger.ms": "20",
+    "{source}.consumer.fetch.min.bytes": "65536",
+}
+SIDES = ("ours", "mm2", "mm2-tuned")
 
 
 @dataclass
@@ -66,6 +85,7 @@ class Result:
     copy_s: float  # first message at the target -> every message
     cpu_s: float  # process CPU at the end
     copy_cpu_s: float  # process CPU spent during the copy phase
+    round: int = 0
 
     @property
     def per_cpu_s(self) -> float:
@@ -75,6 +95,21 @@ class Result:
     def copy_per_cpu_s(self) -> float:
         return self.messages / self.copy_cpu_s
 
+    @property
+    def per_s(self) -> float:
+        return self.messages / self.wall_s
+
+    @property
+    def copy_per_s(self) -> float:
+        return self.messages / self.copy_s
+
+
+@dataclass(frozen=True)
+class Side:
+    name: str
+    prefix: str  # of the source cluster's name in each run: `<prefix><round>`
+    command: Callable[[str], list[str]]  # the source cluster's name -> the process's argv
+
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -83,7 +118,11 @@ def parse_args() -> argparse.Namespace:
         "--messages", default="300000,100000", help="messages per size, comma-separated (default 300000,100000)"
     )
     parser.add_argument("--partitions", type=int, default=4, help="partitions of each source topic (default 4)")
-    parser.add_argument("--only", choices=["ours", "mm2"], help="run one side only (while profiling)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each side, alternating (default 3)")
+    parser.add_argument(
+        "--mm2-tasks", type=int, help="tasks.max of mm2-tuned (default the partitions, or the cores if fewer)"
+    )
+    parser.add_argument("--only", help=f"run these sides only, comma-separated, of {', '.join(SIDES)} (profiling)")
     parser.add_argument(
         "--exactly-once",
         action="store_true",
@@ -94,6 +133,10 @@ def parse_args() -> argparse.Namespace:
     args.messages = [int(v) for v in args.messages.split(",")]
     if len(args.sizes) != len(args.messages):
         parser.error(f"--sizes {args.sizes} and --messages {args.messages} need as many entries")
+    args.only = args.only.split(",") if args.only else list(SIDES)
+    if unknown := set(args.only) - set(SIDES):
+        parser.error(f"--only: no side {', '.join(sorted(unknown))} (sides: {', '.join(SIDES)})")
+    args.mm2_tasks = args.mm2_tasks or min(args.partitions, len(os.sched_getaffinity(0)))
     return args
 
 
@@ -207,51 +250,51 @@ def measure(
     return Result(name, size, messages, wall_s=now - began, copy_s=copy_s, cpu_s=end_cpu, copy_cpu_s=copy_cpu_s)
 
 
-def mm2_command(folder: Path, src: str, dst: str, topic: str, *, exactly_once: bool = False) -> list[str]:
-    properties = folder / f"mm2-{topic}{'-eos' if exactly_once else ''}.properties"
-    eos = (
-        [
-            "dst.exactly.once.source.support = enabled",
-            "dedicated.mode.enable.internal.rest = true",
-            f"listeners = http://127.0.0.1:{free_port()}",
-            "src.consumer.isolation.level = read_committed",
-        ]
-        if exactly_once
-        else []
-    )
-    properties.write_text(
-        "\n".join(
-            [
-                "clusters = src, dst",
-                f"src.bootstrap.servers = {src}",
-                f"dst.bootstrap.servers = {dst}",
-                "src->dst.enabled = true",
-                "dst->src.enabled = false",
-                f"src->dst.topics = {topic}",
-                "tasks.max = 1",
-                "replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
-                "replication.factor = 1",
-                "offset-syncs.topic.replication.factor = 1",
-                "heartbeats.topic.replication.factor = 1",
-                "checkpoints.topic.replication.factor = 1",
-                "config.storage.replication.factor = 1",
-                "offset.storage.replication.factor = 1",
-                "status.storage.replication.factor = 1",
-                "emit.heartbeats.enabled = false",
-                "emit.checkpoints.enabled = false",
-                "sync.group.offsets.enabled = false",
-                "sync.topic.acls.enabled = false",
-                "refresh.topics.interval.seconds = 5",
-                "dst.producer.acks = all",
-                "dst.producer.enable.idempotence = true",
-                "src.consumer.auto.offset.reset = earliest",
-                *eos,
-                "",
-            ]
-        )
-    )
-    log4j = folder / "mm2-log4j2.properties"
-    log4j.write_text(MM2_LOG4J2.format(log=folder / "mm2.log"))
+def mm2_properties(src: str, dst: str, topic: str, source: str, *, exactly_once: bool, tuning: dict) -> dict:
+    """The MM2 configuration of one run from cluster `source` (at `src`) to `dst`, `tuning` laid over it."""
+    properties = {
+        "clusters": f"{source}, dst",
+        f"{source}.bootstrap.servers": src,
+        "dst.bootstrap.servers": dst,
+        f"{source}->dst.enabled": "true",
+        f"dst->{source}.enabled": "false",
+        f"{source}->dst.topics": topic,
+        "tasks.max": "1",
+        "replication.factor": "1",
+        "offset-syncs.topic.replication.factor": "1",
+        "heartbeats.topic.replication.factor": "1",
+        "checkpoints.topic.replication.factor": "1",
+        "config.storage.replication.factor": "1",
+        "offset.storage.replication.factor": "1",
+        "status.storage.replication.factor": "1",
+        "emit.heartbeats.enabled": "false",
+        "emit.checkpoints.enabled": "false",
+        "sync.group.offsets.enabled": "false",
+        "sync.topic.acls.enabled": "false",
+        "refresh.topics.interval.seconds": "5",
+        "dst.producer.acks": "all",
+        "dst.producer.enable.idempotence": "true",
+        f"{source}.consumer.auto.offset.reset": "earliest",
+    }
+    if exactly_once:
+        properties["dst.exactly.once.source.support"] = "enabled"
+        properties["dedicated.mode.enable.internal.rest"] = "true"
+        properties["listeners"] = f"http://127.0.0.1:{free_port()}"
+        properties[f"{source}.consumer.isolation.level"] = "read_committed"
+    return properties | tuning
+
+
+def mm2_command(
+    folder: Path, src: str, dst: str, topic: str, source: str, *, exactly_once: bool = False, tasks: int = 0
+) -> list[str]:
+    """MirrorMaker 2 from `source`, stock, or tuned with MM2_TUNING when `tasks` is given."""
+    fill_in = {"source": source, "target": "dst", "tasks": tasks}
+    tuning = {key.format(**fill_in): value.format(**fill_in) for key, value in MM2_TUNING.items()} if tasks else {}
+    properties = folder / f"mm2-{source}-{topic}.properties"
+    lines = mm2_properties(src, dst, topic, source, exactly_once=exactly_once, tuning=tuning)
+    properties.write_text("".join(f"{key} = {value}\n" for key, value in lines.items()))
+    log4j = folder / f"mm2-{source}-{topic}-log4j2.properties"
+    log4j.write_text(MM2_LOG4J2.format(log=folder / f"mm2-{source}-{topic}.log"))
     return [
         jvm.java_executable(),
         "-Xms256m",
@@ -267,8 +310,8 @@ def mm2_command(folder: Path, src: str, dst: str, topic: str, *, exactly_once: b
     ]
 
 
-def ours_command(folder: Path, src: str, dst: str, topic: str, *, exactly_once: bool = False) -> list[str]:
-    source = "srx" if exactly_once else "src"  # its own group and target topic, on the same source cluster
+def ours_command(folder: Path, src: str, dst: str, topic: str, source: str, *, exactly_once: bool = False) -> list[str]:
+    """`kaudit mirror` from `source` (its own group and target topic `<source>.<topic>`, on the source cluster)."""
     config = folder / f"kaudit-{topic}-{source}.toml"
     config.write_text(
         f'state_dir = "{folder}"\naudit_topic = "_audit"\n[topics]\ninclude = ["^{topic}$"]\n'
@@ -294,54 +337,108 @@ def ours_command(folder: Path, src: str, dst: str, topic: str, *, exactly_once: 
     ]
 
 
+def sides(folder: Path, src: str, dst: str, topic: str, args: argparse.Namespace) -> list[Side]:
+    """The sides of one message size, in the order each round runs them."""
+    mm2, ours = partial(mm2_command, folder, src, dst, topic), partial(ours_command, folder, src, dst, topic)
+    if args.exactly_once:
+        return [
+            Side("mm2-eos", "e", partial(mm2, exactly_once=True)),
+            Side("ours-eos", "x", partial(ours, exactly_once=True)),
+            Side("ours", "o", ours),
+        ]
+    every = [Side("ours", "o", ours), Side("mm2", "m", mm2), Side("mm2-tuned", "t", partial(mm2, tasks=args.mm2_tasks))]
+    return [side for side in every if side.name in args.only]
+
+
+def run_rounds(
+    folder: Path, src: str, dst: str, topic: str, size: int, messages: int, args: argparse.Namespace
+) -> list[Result]:
+    """`args.rounds` runs of each side over the filled `topic`, alternating; each run's result."""
+    results = []
+    for round_ in range(1, args.rounds + 1):
+        for side in sides(folder, src, dst, topic, args):
+            source = f"{side.prefix}{round_}"
+            log_path = folder / f"{side.name}-{size}-{round_}.out"
+            result = measure(
+                side.name,
+                size,
+                messages,
+                side.command(source),
+                dst,
+                f"{source}.{topic}",
+                args.partitions,
+                log_path,
+                committed=args.exactly_once,
+            )
+            results.append(dataclasses.replace(result, round=round_))
+            print(
+                f"round {round_} {side.name} {size} B: copy phase {result.copy_per_cpu_s:,.0f} msg/CPU-s "
+                f"({result.copy_s:.1f} s), whole run {result.per_cpu_s:,.0f} msg/CPU-s ({result.wall_s:.1f} s)",
+                flush=True,
+            )
+    return results
+
+
 def print_table(results: list[Result]) -> None:
     print()
     print(
-        f"{'replicator':<10} {'size':>6} {'messages':>9} {'wall s':>7} {'msg/s':>9} {'CPU s':>7} {'msg/CPU-s':>10} "
-        f"{'copy s':>7} {'copy msg/s':>10} {'copy CPU s':>10} {'copy msg/CPU-s':>14}"
+        f"{'replicator':<10} {'round':>5} {'size':>6} {'messages':>9} {'wall s':>7} {'msg/s':>9} {'CPU s':>7} "
+        f"{'msg/CPU-s':>10} {'copy s':>7} {'copy msg/s':>10} {'copy CPU s':>10} {'copy msg/CPU-s':>14}"
     )
     for r in results:
         print(
-            f"{r.name:<10} {r.size:>5}B {r.messages:>9,} {r.wall_s:>7.1f} {r.messages / r.wall_s:>9,.0f} {r.cpu_s:>7.1f} "
-            f"{r.per_cpu_s:>10,.0f} {r.copy_s:>7.1f} {r.messages / r.copy_s:>10,.0f} {r.copy_cpu_s:>10.1f} {r.copy_per_cpu_s:>14,.0f}"
+            f"{r.name:<10} {r.round:>5} {r.size:>5}B {r.messages:>9,} {r.wall_s:>7.1f} {r.per_s:>9,.0f} "
+            f"{r.cpu_s:>7.1f} {r.per_cpu_s:>10,.0f} {r.copy_s:>7.1f} {r.copy_per_s:>10,.0f} {r.copy_cpu_s:>10.1f} "
+            f"{r.copy_per_cpu_s:>14,.0f}"
         )
-    by = {(r.name, r.size): r for r in results}
-    for size in sorted({r.size for r in results}):
-        eos, mm2_eos, alo = by.get(("ours-eos", size)), by.get(("mm2-eos", size)), by.get(("ours", size))
-        if eos and mm2_eos:
+
+
+def medians(results: list[Result]) -> dict[tuple[str, int], dict[str, float]]:
+    """Per side and size, the median over the rounds of each rate."""
+    by: dict[tuple[str, int], list[Result]] = {}
+    for r in results:
+        by.setdefault((r.name, r.size), []).append(r)
+    rates = ("per_s", "per_cpu_s", "copy_per_s", "copy_per_cpu_s")
+    return {
+        key: {rate: statistics.median(getattr(r, rate) for r in runs) for rate in rates} for key, runs in by.items()
+    }
+
+
+def print_medians(results: list[Result], rounds: int) -> None:
+    table = medians(results)
+    print(f"\nmedians of {rounds} rounds, messages per CPU-second and per second:")
+    for (name, size), m in table.items():
+        print(
+            f"{name:<10} {size:>5}B  copy phase {m['copy_per_cpu_s']:>10,.0f} msg/CPU-s {m['copy_per_s']:>10,.0f} msg/s"
+            f"  whole run {m['per_cpu_s']:>10,.0f} msg/CPU-s {m['per_s']:>10,.0f} msg/s"
+        )
+    print()
+    for size in sorted({size for _, size in table}):
+        ours, eos = table.get(("ours", size)), table.get(("ours-eos", size))
+        if eos and (mm2_eos := table.get(("mm2-eos", size))):
             print(
-                f"{size} B: ours-eos/mm2-eos msg per CPU-s {eos.per_cpu_s / mm2_eos.per_cpu_s:.2f} (goal >= 1.50), "
-                f"copy phase {eos.copy_per_cpu_s / mm2_eos.copy_per_cpu_s:.2f}"
+                f"{size} B: ours-eos/mm2-eos msg per CPU-s, whole run {ratio(eos, mm2_eos, 'per_cpu_s')} (goal >= 1.50)"
             )
-        if eos and alo:
+        if eos and ours:
+            print(f"{size} B: ours-eos/ours msg per CPU-s, whole run {ratio(eos, ours, 'per_cpu_s')} (goal >= 0.70)")
+        baselines = [(name, table[(name, size)]) for name in ("mm2", "mm2-tuned") if (name, size) in table]
+        if ours and baselines and not eos:
             print(
-                f"{size} B: ours-eos/ours msg per CPU-s {eos.per_cpu_s / alo.per_cpu_s:.2f} (goal >= 0.70), "
-                f"copy phase {eos.copy_per_cpu_s / alo.copy_per_cpu_s:.2f}"
+                f"{size} B, copy phase: msg per CPU-s "
+                + ", ".join(f"ours/{name} {ratio(ours, base, 'copy_per_cpu_s')}" for name, base in baselines)
+                + " (goal >= 1.00); msg/s "
+                + ", ".join(f"ours/{name} {ratio(ours, base, 'copy_per_s')}" for name, base in baselines)
             )
-    for size in sorted({r.size for r in results}):
-        ours, mm2 = by.get(("ours", size)), by.get(("mm2", size))
-        if ours and mm2:
             print(
-                f"{size} B: ours/MM2 msg per CPU-s {ours.per_cpu_s / mm2.per_cpu_s:.2f} (goal >= 1.00), "
-                f"copy phase {ours.copy_per_cpu_s / mm2.copy_per_cpu_s:.2f}; "
-                f"msg/s {mm2.wall_s / ours.wall_s:.2f}, copy phase {mm2.copy_s / ours.copy_s:.2f}"
+                f"{size} B, whole run (start-up included): msg per CPU-s "
+                + ", ".join(f"ours/{name} {ratio(ours, base, 'per_cpu_s')}" for name, base in baselines)
+                + "; msg/s "
+                + ", ".join(f"ours/{name} {ratio(ours, base, 'per_s')}" for name, base in baselines)
             )
 
 
-def exactly_once_sides(
-    folder: Path, src: str, dst: str, topic: str, size: int, messages: int, partitions: int
-) -> list[Result]:
-    sides = [
-        ("mm2-eos", mm2_command(folder, src, dst, topic, exactly_once=True), topic),
-        ("ours-eos", ours_command(folder, src, dst, topic, exactly_once=True), f"srx.{topic}"),
-        ("ours", ours_command(folder, src, dst, topic), f"src.{topic}"),
-    ]
-    results = []
-    for name, command, target_topic in sides:
-        log_path = folder / f"{name}-{size}.out"
-        results.append(measure(name, size, messages, command, dst, target_topic, partitions, log_path, committed=True))
-        print(f"{name} {size} B done", flush=True)
-    return results
+def ratio(ours: dict[str, float], base: dict[str, float], rate: str) -> str:
+    return f"{ours[rate] / base[rate]:.2f}"
 
 
 def main() -> None:
@@ -353,46 +450,22 @@ def main() -> None:
             ["src", "dst"], state_dir=folder, cache_dir=load_settings().cache_dir, heap_mb=1024, quick_jit=False
         )
         print(f"clusters ready in {max(clusters.up().values()):.1f} s", flush=True)
+        if not args.exactly_once:
+            tuning = ", ".join(f"{key} = {value}" for key, value in MM2_TUNING.items()).format(
+                source="<source>", target="<target>", tasks=args.mm2_tasks
+            )
+            print(f"mm2-tuned: stock plus {tuning}", flush=True)
         try:
             src, dst = clusters["src"].bootstrap_servers, clusters["dst"].bootstrap_servers
             for size, messages in zip(args.sizes, args.messages):
                 topic = f"bench-{size}"
                 ensure_topics({"bootstrap.servers": src}, {topic: args.partitions})
                 fill(src, topic, messages, size, args.partitions)
-                if args.exactly_once:
-                    results += exactly_once_sides(folder, src, dst, topic, size, messages, args.partitions)
-                    continue
-                if args.only != "ours":
-                    results.append(
-                        measure(
-                            "mm2",
-                            size,
-                            messages,
-                            mm2_command(folder, src, dst, topic),
-                            dst,
-                            topic,
-                            args.partitions,
-                            folder / f"mm2-{size}.out",
-                        )
-                    )
-                    print(f"mm2 {size} B done", flush=True)
-                if args.only != "mm2":
-                    results.append(
-                        measure(
-                            "ours",
-                            size,
-                            messages,
-                            ours_command(folder, src, dst, topic),
-                            dst,
-                            f"src.{topic}",
-                            args.partitions,
-                            folder / f"ours-{size}.out",
-                        )
-                    )
-                    print(f"ours {size} B done", flush=True)
+                results += run_rounds(folder, src, dst, topic, size, messages, args)
         finally:
             clusters.down()
     print_table(results)
+    print_medians(results, args.rounds)
 
 
 if __name__ == "__main__":
