@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.alerts.loss_partitions import describe, partition_losses
+from audit.contract.flows import is_placeholder, silent_cause
 from audit.contract.names import DEFAULT_AUDIT_TOPIC
 from audit.contract.naming import data_topic_rows
 from audit.contract.watermarks import FIRST_REAL_WATERMARK as CONTRACT_FIRST_REAL_WATERMARK
@@ -305,19 +306,21 @@ def overview_data(
 
 def tier_health(tier_status: pd.DataFrame, now: pd.Timestamp | None = None) -> pd.DataFrame:
     """Per tier: the oldest watermark over its topics (NO_WATERMARK while none has reported one), how far
-    behind that is, total lag, stalled topics, and the topics with no watermark yet."""
-    columns = ["tier", "watermark", "behind_min", "lag", "stalled", "topics", "without_watermark"]
+    behind that is, total lag, stalled topics, the topics with no watermark yet, and the cause of those that
+    declared flows expect and nothing has reached (`silent_cause`, the first and how many more)."""
+    columns = ["tier", "watermark", "behind_min", "lag", "stalled", "topics", "without_watermark", "cause"]
     if tier_status.empty:
         return pd.DataFrame(columns=columns)
     now = now or tier_status["updated_at"].max()
     watermarks = pd.to_datetime(tier_status["watermark"], utc=True)
-    known = tier_status.assign(watermark=watermarks.where(watermarks >= FIRST_REAL_WATERMARK))
+    known = with_causes(tier_status.assign(watermark=watermarks.where(watermarks >= FIRST_REAL_WATERMARK)))
     health = known.groupby("tier", sort=False).agg(
         watermark=("watermark", "min"),
         lag=("lag", "sum"),
         stalled=("stalled", "sum"),
         topics=("topic", "nunique"),
         without_watermark=("watermark", lambda w: int(w.isna().sum())),
+        cause=("cause", _first_and_more),
     )
     health["behind_min"] = ((now - health["watermark"]) / pd.Timedelta(minutes=1)).round(1)
     health["stalled"] = health["stalled"].astype(int)
@@ -325,6 +328,24 @@ def tier_health(tier_status: pd.DataFrame, now: pd.Timestamp | None = None) -> p
         NO_WATERMARK if pd.isna(w) else w.strftime("%Y-%m-%d %H:%M:%S UTC") for w in health["watermark"]
     ]
     return health.reset_index()[columns]
+
+
+def with_causes(tier_status: pd.DataFrame) -> pd.DataFrame:
+    """`tier_status` rows with a `cause`: for the placeholder of a tier a declared flow expects and nothing has
+    reached, what the LAG alert says of it (`silent_cause`); empty otherwise."""
+    reporters = tier_status["reporters"] if "reporters" in tier_status else pd.Series(None, index=tier_status.index)
+    causes = [
+        silent_cause(tier, topic) if is_placeholder(who) else ""
+        for tier, topic, who in zip(tier_status["tier"], tier_status["logical_topic"], reporters, strict=True)
+    ]
+    return tier_status.assign(cause=causes)
+
+
+def _first_and_more(causes: pd.Series) -> str:
+    found = [cause for cause in causes if cause]
+    if len(found) > 1:
+        return f"{found[0]} (and {len(found) - 1} more topics)"
+    return found[0] if found else ""
 
 
 def topic_rows(frame: pd.DataFrame, logical_topic: str | None, window: TimeRange) -> pd.DataFrame:

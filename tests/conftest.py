@@ -265,5 +265,8 @@ def write_config(settings, path: Path) -> Path:
             f'bootstrap_servers = "{cluster.bootstrap_servers}"',
             "local = false",
         ]
+    for flow in settings.flows:
+        topics = ", ".join(f"'{pattern}'" for pattern in flow.topics)
+        lines += ["[[flows]]", f'from = "{flow.source}"', f'to = "{flow.target}"', f"topics = [{topics}]"]
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -13,6 +13,7 @@ from datetime import datetime
 import pandas as pd
 
 from audit.alerts.loss_partitions import describe, partition_losses
+from audit.contract.flows import is_placeholder, silent_cause
 from audit.contract.names import LAKE_TIER
 from audit.contract.retention import union_skipped
 from audit.contract.watermarks import is_real_watermark
@@ -224,7 +225,9 @@ def lag_alerts(
     for row in behind.itertuples(index=False):
         minutes = (pd.Timestamp(now) - row.watermark) / pd.Timedelta(minutes=1)
         real = is_real_watermark(row.watermark)
-        if not real:  # the epoch: a reporter with lag that has not delivered anything yet, no time to show
+        if is_placeholder(row.reporters):  # a declared flow's target that nothing has reached
+            parts = [silent_cause(row.tier, row.logical_topic)]
+        elif not real:  # the epoch: a reporter with lag that has not delivered anything yet, no time to show
             parts = [f"{row.tier} has received nothing yet of what is waiting for it"]
         else:
             parts = [f"{row.tier} is {minutes:.0f} min behind (watermark {row.watermark.strftime(WINDOW_FORMAT)})"]

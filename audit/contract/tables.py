@@ -160,7 +160,12 @@ TIER_STATUS = Table(
         ),
         _c("lag", "BIGINT", "messages behind, over every reporter and partition of the tier"),
         _c("stalled", "BOOLEAN", "a replicator into this tier reports a stall"),
-        _c("reporters", "STRING", "who reported, e.g. `kaudit-counter@aggregate, kaudit-mirror@dc1`"),
+        _c(
+            "reporters",
+            "STRING",
+            "who reported, e.g. `kaudit-counter@aggregate, kaudit-mirror@dc1`; empty while a declared flow has"
+            " brought nothing of the topic to the tier (its watermark is then the epoch, and the tier lags)",
+        ),
         _c("last_status_at", "TIMESTAMP", "newest status record behind this row"),
         UPDATED_AT,
     ),

@@ -252,6 +252,22 @@ def insert_new_from_driver(lake: Lake | str, table: Table, rows) -> None:
         _merge_from_driver(lake, table, rows).when_not_matched_insert_all().execute()
 
 
+def delete_from_driver(lake: Lake | str, table: Table, keys, *, when: str | None = None) -> None:
+    """Delete the rows of `table` whose key is one of `keys` (dicts of the key columns) and, if given, that
+    satisfy `when` (deltalake's SQL over the target `t`), by deltalake's MERGE; nothing to delete: no commit."""
+    if len(keys):
+        import pyarrow as pa
+
+        columns = {name: [key[name] for key in keys] for name in table.key}
+        rows = pa.table(columns, schema=pa.schema([arrow_schema(table).field(name) for name in table.key]))
+        Lake.of(lake).delta_table(table.name).merge(
+            rows,
+            predicate=" AND ".join(f't."{name}" = s."{name}"' for name in table.key),
+            source_alias="s",
+            target_alias="t",
+        ).when_matched_delete(predicate=when).execute()
+
+
 def _merge_from_driver(lake: Lake | str, table: Table, rows):
     """deltalake's MERGE of `rows` on the table's key. Keys are matched with `=`, not `<=>`: the table's key
     columns must never be null. A partition column that follows from the key is matched too, which lets

@@ -23,6 +23,7 @@ from audit.settings.alerts import SMTP_SECURITY, AlertRoute, AlertSettings, Smtp
 from audit.settings.clusters import DEFAULT_CLUSTERS, ClusterSettings, Secret
 from audit.settings.environment import CONFIG_ENV, ENV_PREFIX, OTHER_ENV
 from audit.settings.errors import SECRET_KEY_PATTERN
+from audit.settings.flows import FlowSettings
 from audit.settings.loading import EXAMPLE_CONFIG, describe, from_dict, load_settings
 from audit.settings.root import (
     DEFAULT_CACHE_DIR,
@@ -57,6 +58,7 @@ __all__ = [
     "AlertRoute",
     "AlertSettings",
     "ClusterSettings",
+    "FlowSettings",
     "Secret",
     "Settings",
     "SmtpSettings",

@@ -20,6 +20,7 @@ from audit.settings.alerts import AlertRoute
 from audit.settings.clusters import ClusterSettings
 from audit.settings.environment import CONFIG_ENV, EnvironmentSource
 from audit.settings.errors import config_error, from_validation_error, show
+from audit.settings.flows import FlowSettings
 from audit.settings.root import SECTIONS, Settings
 from audit.settings.topics import TopicSelection
 
@@ -124,9 +125,10 @@ def describe() -> list[tuple[str, str, str]]:
         (ClusterSettings.key_prefix, ClusterSettings),
         *((f"{name}.", model) for name, model in SECTIONS.items()),
         (AlertRoute.key_prefix, AlertRoute),
+        (FlowSettings.key_prefix, FlowSettings),
     )
     return [
-        (prefix + name, _shown_default(field), field.description or "")
+        (prefix + (field.alias or name), _shown_default(field), field.description or "")
         for prefix, model in tables
         for name, field in model.model_fields.items()
     ]

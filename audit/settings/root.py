@@ -11,6 +11,7 @@ from pydantic import AfterValidator, StrictBool, StrictFloat, StrictInt, StrictS
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from audit.contract.errors import ConfigError
+from audit.contract.flows import Flow
 from audit.contract.names import DEFAULT_AUDIT_TOPIC, LAKE_TIER, PRODUCER_TIER, is_topic_name
 from audit.contract.naming import is_audit_topic, naming_policy
 from audit.contract.windows import DEFAULT_WINDOW_MINUTES, MINUTES_PER_DAY, validate_window_minutes
@@ -26,6 +27,7 @@ from audit.settings.fields import (
     Strings,
     setting,
 )
+from audit.settings.flows import FlowSettings, check_flows, default_flows
 from audit.settings.maintenance import MaintenanceSettings, check_retention
 from audit.settings.storage import SparkSettings, StorageSettings
 from audit.settings.topics import (
@@ -169,6 +171,13 @@ class Settings(FrozenValues, BaseSettings):
         "duplicates for read_committed readers; --exactly-once/--no-exactly-once override it",
         False,
     )
+    flows: tuple[FlowSettings, ...] = setting(
+        "where data must go, one [[flows]] table each {from, to, topics}: a topic counted at `from` is expected at "
+        "`to` from its first window, so a hop that never started is lagging, never complete; none: paths are what "
+        "was observed",
+        factory=default_flows,
+        shown="dc1 and dc2 to aggregate, aggregate to lake (with the default clusters; else none)",
+    )
     topics: TopicSelection = setting(
         "which topics are audited ([topics] table)", factory=TopicSelection, shown="see topics.*"
     )
@@ -221,6 +230,7 @@ class Settings(FrozenValues, BaseSettings):
     @model_validator(mode="after")
     def _tiers(self) -> Settings:
         check_tiers(self.tiers, self.cluster_names, self.reference_tier)
+        check_flows(self.flows, self.cluster_names, self.tiers)
         return self
 
     @model_validator(mode="after")
@@ -243,6 +253,10 @@ class Settings(FrozenValues, BaseSettings):
             if cluster.name == name:
                 return cluster
         raise ConfigError(f"cluster {name!r} is not configured (known: {', '.join(self.cluster_names)})")
+
+    def declared_flows(self) -> tuple[Flow, ...]:
+        """The [[flows]] as the books apply them (audit/contract/flows.py)."""
+        return tuple(flow.flow() for flow in self.flows)
 
     def threshold_patterns(self) -> list[tuple[re.Pattern[str], float]]:
         """(compiled regex, percent) in the order of the configuration."""
@@ -268,6 +282,9 @@ def _check_built(values: dict[str, Any]) -> None:
         for index, cluster in enumerate(clusters):
             if not isinstance(cluster, ClusterSettings):
                 raise config_error(f"clusters[{index}]", f"expected a cluster table, got {show(cluster)}")
+    for index, flow in enumerate(values.get("flows", ())):
+        if not isinstance(flow, FlowSettings):
+            raise config_error(f"flows[{index}]", f"expected a flow table, got {show(flow)}")
     for name, cls in _BUILT.items():
         if name in values and not isinstance(values[name], cls):
             raise config_error(name, f"expected a table, got {show(values[name])}")

@@ -7,10 +7,10 @@ from dash import dcc, html
 
 from dashboards import figures, ids
 from dashboards.context import context
-from dashboards.data import data_topics, status_history, time_range
+from dashboards.data import data_topics, status_history, time_range, with_causes
 from dashboards.pages.controls import range_and_search, table
 
-STATUS_COLUMNS = ["tier", "logical_topic", "watermark", "lag", "stalled", "reporters", "last_status_at"]
+STATUS_COLUMNS = ["tier", "logical_topic", "watermark", "lag", "stalled", "reporters", "last_status_at", "cause"]
 HISTORY_COLUMNS = [
     "kind",
     "tier",
@@ -30,7 +30,7 @@ def layout(range: str | None = None, q: str | None = None, end: str | None = Non
     records = data_topics(lake.frame("audit_records", HISTORY_COLUMNS), settings)
     latest = records["emitted_at"].max() if not records.empty else None
     history = status_history(records, time_range(latest, range, end), q)
-    status = data_topics(lake.frame("tier_status"), settings)
+    status = with_causes(data_topics(lake.frame("tier_status"), settings))
     unreachable = lake.frame("cluster_reads")
     unreachable = unreachable[~unreachable["reachable"].astype(bool)] if not unreachable.empty else unreachable
     if q and not status.empty:

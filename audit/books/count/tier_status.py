@@ -1,6 +1,7 @@
 """Where each tier stands (`tier_status`): each reporter partition's newest status (`_partition_status`), the
 watermark points kept per tier (`_tier_points`, audit/contract/watermark_points.py) and their sums per tier and
-logical topic, for the (tier, topic) pairs that received status records."""
+logical topic, for the (tier, topic) pairs that received status records; and a placeholder row for each tier a
+declared flow expects that nothing has reached yet (`declare_silent_tiers`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.books.read.run_records import held_by_driver, of_kind
+from audit.contract.flows import PLACEHOLDER_REPORTERS
 from audit.contract.names import DEFAULT_AUDIT_TOPIC
 from audit.contract.naming import is_audit_origin
 from audit.contract.tables import PARTITION_STATUS, TIER_POINTS, TIER_STATUS
@@ -192,3 +194,30 @@ def _tier_status(pair: tuple, rows: list[dict], cluster_names: tuple[str, ...], 
 
 def _highest(moments):
     return max((m for m in moments if m is not None), default=None)
+
+
+def declare_silent_tiers(lake: Lake, silent: frozenset[tuple], placeholders: frozenset[tuple]) -> None:
+    """A `tier_status` placeholder (the epoch for a watermark, no reporter) for each (origin_cluster, topic, tier)
+    of `silent` (declared, and nothing has reached it) without one, so that the lag alerts and the UI list the
+    tier with its cause; the stored `placeholders` no longer silent are deleted (the tier reported since, and its
+    own row replaced it, or the flow is no longer declared)."""
+    now = datetime.now(UTC)
+    epoch = datetime.fromtimestamp(0, UTC)
+    new = [
+        {
+            "tier": tier,
+            "origin_cluster": origin,
+            "topic": topic,
+            "logical_topic": f"{origin}.{topic}",
+            "watermark": epoch,
+            "lag": None,
+            "stalled": None,
+            "reporters": PLACEHOLDER_REPORTERS,
+            "last_status_at": None,
+            "updated_at": now,
+        }
+        for origin, topic, tier in sorted(silent - placeholders)
+    ]
+    delta_io.insert_new_from_driver(lake, TIER_STATUS, new)
+    gone = [dict(zip(("origin_cluster", "topic", "tier"), pair)) for pair in sorted(placeholders - silent)]
+    delta_io.delete_from_driver(lake, TIER_STATUS, gone, when=f"t.\"reporters\" = '{PLACEHOLDER_REPORTERS}'")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from audit.books.count.tier_counts import WINDOW_KEY, Resummed
+from audit.books.count.tier_status import declare_silent_tiers
 from audit.books.judge.complete_through import refresh_watermarks
 from audit.books.judge.in_driver import due_and_windows, found_restatements, judged_frame, left_open, restatement_rows
 from audit.books.judge.in_spark import (
@@ -109,7 +110,8 @@ def update_completeness(
     found = tier_paths(lake, rules, counted)
     if found is None:
         return Judgement(windows=0, next_due_ms=None)
-    path_rows, path_tiers = found
+    path_rows, path_tiers = found.rows, found.tiers
+    declare_silent_tiers(lake, found.silent, found.placeholders)
     done("tier paths")
     # A table with no verdict yet (a new lake) holds no open window and restates none: it is not read.
     first_verdicts = delta_io.is_empty(lake, COMPLETENESS)

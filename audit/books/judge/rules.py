@@ -1,11 +1,14 @@
 """What the judge step reads of the settings: the tiers in data-flow order, the reference tier, the window size,
-the grace and the completeness thresholds. Built once per run (`JudgeRules.from_settings`)."""
+the grace, the completeness thresholds, the declared flows and the naming policy they are matched with. Built once per run (`JudgeRules.from_settings`)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from audit.contract.flows import Flow
+from audit.contract.naming import IdentityNaming, NamingPolicy
 
 if TYPE_CHECKING:
     from audit.settings import Settings
@@ -18,6 +21,8 @@ class JudgeRules:
     window_minutes: int
     grace_s: float
     thresholds: tuple[tuple[re.Pattern[str], float], ...] = ()  # (regex, percent), the first match wins
+    flows: tuple[Flow, ...] = ()
+    naming: NamingPolicy = IdentityNaming()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> JudgeRules:
@@ -27,6 +32,8 @@ class JudgeRules:
             window_minutes=settings.window_minutes,
             grace_s=settings.grace_s,
             thresholds=tuple(settings.threshold_patterns()),
+            flows=settings.declared_flows(),
+            naming=settings.naming_policy(),
         )
 
     @property

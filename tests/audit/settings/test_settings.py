@@ -71,9 +71,17 @@ def test_the_shipped_example_has_every_key_with_a_comment_above():
     lines = EXAMPLE_CONFIG.read_text().splitlines()
     for key, _default, text in describe():
         assert text, f"{key} has no description"
-        if key in ("clusters", "topics", "smtp", "alerts", "ui", "storage", "spark", "maintenance") or key.startswith(
-            "alerts.routes[]."
-        ):
+        if key in (
+            "clusters",
+            "topics",
+            "flows",
+            "smtp",
+            "alerts",
+            "ui",
+            "storage",
+            "spark",
+            "maintenance",
+        ) or key.startswith("alerts.routes[]."):
             continue  # tables; a route's keys are shown in a comment example
         name = key.rsplit(".", 1)[-1]
         at = [i for i, line in enumerate(lines) if re.match(rf"{re.escape(name)}\s*=", line)]
