@@ -77,7 +77,7 @@ lock: ## resolve pyproject.toml's ranges afresh in a scratch venv and pin the re
 
 # The librdkafka plugin (native/plugin/) the audited producers and the counter count with, compiled against Debian's
 # librdkafka-dev headers with the system C compiler; rebuilt only when its source changes.
-$(NATIVE): $(wildcard native/plugin/*.c native/plugin/*.h) native/audit_window.h native/build.py audit/contract/tally.py | $(VENV)/.installed debian-packages
+$(NATIVE): $(wildcard native/plugin/*.c native/plugin/*.h) native/audit_window.h native/build.py audit/contract/tally.py audit/contract/digest.py | $(VENV)/.installed debian-packages
 	$(PY) native/build.py
 	mkdir -p $(dir $@) && touch $@
 
@@ -150,13 +150,14 @@ kafka-class-archive: $(VENV)/.installed $(KAFKA_JARS)
 spark-class-archive: $(VENV)/.installed $(SPARK_JARS)
 	$(PY) -m audit.local.class_archives --cache-dir $(KAUDIT_CACHE_DIR) spark
 
-# Debian packages, installed only when missing: librdkafka's headers the plugin is built against, Chromium and its
-# chromedriver for the UI's browser tests and screenshots, kcat as a Kafka client kafka-audit did not write.
+# Debian packages, installed only when missing: librdkafka's headers the plugin is built against, xxHash's header
+# it compiles in (the content digest), Chromium and its chromedriver for the UI's browser tests and screenshots,
+# kcat as a Kafka client kafka-audit did not write.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: debian-packages
-debian-packages: ## librdkafka-dev (the plugin's headers), headless Chromium + chromedriver and kcat (Debian packages)
-	@test -f /usr/include/librdkafka/rdkafka.h && command -v chromium >/dev/null && command -v chromedriver >/dev/null && command -v kcat >/dev/null || \
-	  ($(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq librdkafka-dev chromium chromium-driver kcat)
+debian-packages: ## librdkafka-dev and libxxhash-dev (the plugin's headers), headless Chromium + chromedriver and kcat (Debian packages)
+	@test -f /usr/include/librdkafka/rdkafka.h && test -f /usr/include/xxhash.h && command -v chromium >/dev/null && command -v chromedriver >/dev/null && command -v kcat >/dev/null || \
+	  ($(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq librdkafka-dev libxxhash-dev chromium chromium-driver kcat)
 
 .PHONY: lint
 lint: $(VENV)/.installed ## ruff (lint + format check) over the tree, mypy on the contract and the hops

@@ -1,8 +1,9 @@
 """Build the librdkafka plugin in place (`make native`, run by `make setup`): `python native/build.py`.
 
 `audit/io/kaudit_plugin.so` (native/plugin/) is compiled against librdkafka's public rdkafka.h (Debian's
-librdkafka-dev, installed by `make setup`) and linked to no librdkafka. Its constants come from the Python
-contract, written into a generated header, so each rule is stated once.
+librdkafka-dev, installed by `make setup`) and linked to no librdkafka; xxHash (Debian's libxxhash-dev) is
+compiled in from its header. Its constants come from the Python contract, written into a generated header,
+so each rule is stated once.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ BUILD = ROOT / "build" / "native"
 PLUGIN = ROOT / "audit" / "io" / "kaudit_plugin.so"
 PLUGIN_SOURCES = sorted((ROOT / "native" / "plugin").glob("*.c"))
 RDKAFKA_HEADER = Path("/usr/include/librdkafka/rdkafka.h")
+XXHASH_HEADER = Path("/usr/include/xxhash.h")  # compiled in (XXH_INLINE_ALL): no libxxhash to link
 # The librdkafka versions the plugin is tested with: from the one its header comes from (Debian's, kcat's) up to,
 # not including, the next minor release after the one the pinned confluent-kafka bundles. It refuses any other.
 RDKAFKA_TESTED_BEYOND = (2, 17)
@@ -25,6 +27,7 @@ RDKAFKA_TESTED_BEYOND = (2, 17)
 def contract_header() -> str:
     """The C constants of the contract, from the Python modules that state them."""
     from audit.contract.audit_time import AUDIT_TIME_HEADER_MAX_DIGITS
+    from audit.contract.digest import DIGEST_SEED, KEY_NULL, VALUE_NULL
     from audit.contract.names import DEFAULT_AUDIT_TOPIC, PRODUCER_TIER
     from audit.contract.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS, SCHEMA_VERSION
     from audit.contract.tally import latency_floor_values
@@ -47,6 +50,9 @@ def contract_header() -> str:
             f"#define KAUDIT_SCHEMA_VERSION {SCHEMA_VERSION}",
             f"#define KAUDIT_DEFAULT_WINDOW_MINUTES {DEFAULT_WINDOW_MINUTES}",
             f"#define KAUDIT_DEFAULT_FLUSH_INTERVAL_MS {DEFAULT_FLUSH_INTERVAL_MS}",
+            f"#define KAUDIT_DIGEST_SEED {DIGEST_SEED}ULL",
+            f"#define KAUDIT_DIGEST_KEY_NULL {KEY_NULL}U",
+            f"#define KAUDIT_DIGEST_VALUE_NULL {VALUE_NULL}U",
             "#ifndef KAUDIT_RDKAFKA_LOWEST",
             "#define KAUDIT_RDKAFKA_LOWEST RD_KAFKA_VERSION",
             "#endif",
@@ -80,6 +86,8 @@ def plugin_command(output: Path, defines: tuple[str, ...] = ()) -> list[str]:
 def build_plugin() -> None:
     if not RDKAFKA_HEADER.exists():
         raise RuntimeError(f"{RDKAFKA_HEADER} is missing: install Debian's librdkafka-dev (make setup does)")
+    if not XXHASH_HEADER.exists():
+        raise RuntimeError(f"{XXHASH_HEADER} is missing: install Debian's libxxhash-dev (make setup does)")
     include = BUILD / "include"
     include.mkdir(parents=True, exist_ok=True)
     (include / "kaudit_contract.h").write_text(contract_header())

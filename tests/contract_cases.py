@@ -1,10 +1,12 @@
-"""The table of cases every implementation of the audit contract's two rules must pass.
+"""The table of cases every implementation of the audit contract's per-message rules must pass.
 
-The rules are stated once, in `audit.contract.audit_time` (which time a message is counted at) and
-`audit.contract.windows` (which window holds a time). Others state them again where a Python call per
-message would cost too much or cannot run: the librdkafka plugin (`native/plugin/`, which the audited
-producer and the counter count with), the counter's Python loop, and the lake's Spark columns (`audit/hops/lake_columns.py`). `tests/test_contract_parity.py`
-runs every one of them over these cases; the Spark ones in the Spark tier.
+The rules are stated once, in `audit.contract.audit_time` (which time a message is counted at),
+`audit.contract.windows` (which window holds a time) and `audit.contract.digest` (the content digest of a
+window's keys and values). Others state them again where a Python call per message would cost too much or
+cannot run: the librdkafka plugin (`native/plugin/`, which the audited producer and the counter count
+with), the counter's Python loop, and the lake's Spark columns (`audit/hops/lake_columns.py`).
+`tests/test_contract_parity.py` and `tests/test_digest_parity.py` run every one of them over these cases;
+the Spark ones in the Spark tier.
 
 The expected values are written out, not computed: the table is the specification the contract is held to
 as well. Times stay within what Spark's Kafka source can hold (milliseconds times 1000 in 64 bits).
@@ -156,3 +158,73 @@ WINDOW_CASES = [
     WindowCase("2**53 ms", 2**53, 10, 9_007_199_254_200_000),
     WindowCase("2**62 ms", 2**62, 1, 4_611_686_018_427_360_000),
 ]
+
+
+# -- the content digest (audit/contract/digest.py) --------------------------------------------------
+
+MIB = bytes(range(256)) * 4096  # 1 MiB, every byte value 4096 times
+
+
+@dataclass(frozen=True)
+class DigestCase:
+    """A message's key and value (None: null), and the hash every tier must give it."""
+
+    why: str
+    key: bytes | None
+    value: bytes | None
+    hash: int
+
+    def __str__(self) -> str:
+        return self.why
+
+
+AB_C = DigestCase("key ab + value c", b"ab", b"c", 9_011_611_272_326_642_010)
+A_BC = DigestCase("key a + value bc", b"a", b"bc", -8_470_012_599_991_523_025)
+NULL_A = DigestCase("a null key + value a", None, b"a", -4_810_547_614_043_336_770)
+A_NULL = DigestCase("key a + a null value", b"a", None, -8_209_314_916_407_280_043)
+K_NULL = DigestCase("a null value (a tombstone)", b"k", None, -873_462_038_697_366_752)
+K_EMPTY = DigestCase("an empty value", b"k", b"", 360_462_641_179_304_129)
+NULL_V = DigestCase("a null key", None, b"v", 7_981_329_072_555_524_639)
+EMPTY_V = DigestCase("an empty key", b"", b"v", 5_149_761_701_657_753_396)
+# Each pair must hash apart: the fields are framed, and a null is not an empty one.
+FRAMING_PAIRS = [(AB_C, A_BC), (NULL_A, A_NULL), (K_NULL, K_EMPTY), (NULL_V, EMPTY_V)]
+
+DIGEST_CASES = [
+    DigestCase("an empty key and an empty value", b"", b"", 5_797_484_349_436_202_336),
+    DigestCase("a null key, a value", None, b"value", 3_329_110_183_366_156_297),
+    DigestCase("a key, a null value", b"key", None, 6_616_002_922_550_507_364),
+    DigestCase("a null key and a null value", None, None, 6_258_084_186_791_473_711),
+    DigestCase("every byte value, in the key and (reversed) the value", bytes(range(256)), bytes(range(255, -1, -1)), 4_561_848_916_616_392_528),
+    DigestCase("a 1 MiB value", b"key", MIB, -392_758_530_597_681_817),
+    DigestCase("a 1 MiB key, a null value", MIB, None, 5_412_281_610_126_126_659),
+    DigestCase("a key of one 32-byte XXH64 stripe, a value one byte past it", b"k" * 32, b"v" * 33, 4_749_577_741_113_543_980),
+    DigestCase("UTF-8 bytes of non-ASCII text", "clé".encode(), "naïve 日本語 🙂".encode(), -8_322_794_555_323_694_844),
+    *(case for pair in FRAMING_PAIRS for case in pair),
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DigestSetCase:
+    """A window's messages, (key, value) each, and the digest every tier must give them."""
+
+    why: str
+    messages: tuple[tuple[bytes | None, bytes | None], ...]
+    digest: int
+    wraps: bool = False  # the unsigned sum of the hashes passes 2**64
+
+    def __str__(self) -> str:
+        return self.why
+
+
+WINDOW_20 = tuple((f"k{i}".encode(), f"v{i}".encode()) for i in range(20))
+
+DIGEST_SET_CASES = [
+    DigestSetCase("no message: 0", (), 0),
+    DigestSetCase("one message: its hash", ((b"ab", b"c"),), 9_011_611_272_326_642_010),
+    DigestSetCase("two hashes whose unsigned sum passes 2**64", ((None, b"a"), (b"a", None)), 5_426_881_543_258_934_803, True),
+    DigestSetCase("a message twice: its hash doubled, wrapped", ((None, b"a"), (None, b"a")), 8_825_648_845_622_878_076, True),
+    DigestSetCase("every case of the table", tuple((c.key, c.value) for c in DIGEST_CASES), -8_744_823_804_760_359_434, True),
+    DigestSetCase("20 messages", WINDOW_20, 784_699_507_944_559_755, True),
+    DigestSetCase("the 20 with 5 lost and 5 others duplicated: the same count", WINDOW_20[5:] + WINDOW_20[5:10], 3_231_887_984_812_059_298, True),
+    DigestSetCase("1,000 messages", tuple((f"key-{i}".encode(), f"value-{i}".encode()) for i in range(1000)), 637_782_717_912_298_935, True),
+]  # fmt: skip

@@ -1,16 +1,21 @@
 """The audit contract's rules as Spark columns, for the lake job's micro-batches: they run on the executors.
 
-`audit_time_columns` states `audit.contract.audit_time.audit_time` and `window_start_column`
-`audit.contract.windows.window_start`; the table of cases in tests/contract_cases.py holds both to them.
+`audit_time_columns` states `audit.contract.audit_time.audit_time`, `window_start_column`
+`audit.contract.windows.window_start`, and `message_hash_column` and `digest_sum` the content digest of
+`audit.contract.digest`; the table of cases in tests/contract_cases.py holds them to those.
 """
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from audit.contract.audit_time import AUDIT_TIME_HEADER_MAX_DIGITS
+from audit.contract.digest import KEY_NULL, VALUE_NULL
 from audit.contract.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS
 from audit.contract.windows import MS_PER_MINUTE
 
 SPARK_CREATE_TIME = 0  # the Kafka source's timestampType (Java's TimestampType ids): 1 is LogAppendTime
+_UNSIGNED_SUM = "decimal(38,0)"  # the sum of over 5 * 10**18 hashes below 2**64 before it could overflow
 
 
 def window_start_column(time_ms, window_minutes: int):
@@ -55,3 +60,25 @@ def with_audit_window(frame, window_minutes: int, now_ms: int):
         .withColumn("window_start", F.timestamp_millis(window_start_column(F.col("audit_ms"), window_minutes)))
         .withColumn("date", F.to_date("window_start"))
     )
+
+
+def message_hash_column(key, value):
+    """`audit.contract.digest.message_hash` of a row's key and value (BINARY columns, or strings as UTF-8) as
+    a BIGINT column: Spark's own xxhash64 (seed 42, nulls skipped) over the two and the null flags."""
+    from pyspark.sql import functions as F
+
+    key, value = (F.col(c) if isinstance(c, str) else c for c in (key, value))
+    flags = F.when(key.isNull(), KEY_NULL).otherwise(0) + F.when(value.isNull(), VALUE_NULL).otherwise(0)
+    return F.xxhash64(key.cast("binary"), value.cast("binary"), flags.cast("int"))
+
+
+def digest_sum(hashes):
+    """The aggregate digest of a BIGINT column of message hashes (or of digests): their sum modulo 2**64 as a
+    signed BIGINT, 0 for no rows. Summed as unsigned decimals, so ANSI mode sees no overflow."""
+    from pyspark.sql import functions as F
+
+    hashes = F.col(hashes) if isinstance(hashes, str) else hashes
+    modulus = F.lit(Decimal(2**64)).cast(_UNSIGNED_SUM)
+    unsigned = F.when(hashes < 0, hashes.cast(_UNSIGNED_SUM) + modulus).otherwise(hashes.cast(_UNSIGNED_SUM))
+    total = F.pmod(F.coalesce(F.sum(unsigned), F.lit(0).cast(_UNSIGNED_SUM)), modulus)
+    return F.when(total >= F.lit(Decimal(2**63)), total - modulus).otherwise(total).cast("bigint")

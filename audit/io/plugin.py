@@ -86,6 +86,10 @@ def library() -> ctypes.CDLL:
             loaded.kaudit_free.argtypes = [ctypes.c_void_p]
             loaded.kaudit_window_start.argtypes = [ctypes.c_longlong, ctypes.c_longlong]
             loaded.kaudit_window_start.restype = ctypes.c_longlong
+            loaded.kaudit_hash_of.argtypes = [ctypes.c_char_p, ctypes.c_longlong, ctypes.c_char_p, ctypes.c_longlong]
+            loaded.kaudit_hash_of.restype = ctypes.c_longlong
+            loaded.kaudit_digest_of.argtypes = [*[ctypes.c_void_p] * 4, ctypes.c_longlong]
+            loaded.kaudit_digest_of.restype = ctypes.c_longlong
             _library = loaded
         return _library
 
@@ -130,3 +134,18 @@ def take_consumed(instance_id: str) -> dict[str, Any]:
     if text is None:
         raise KafkaClientError(f"no consumer with kaudit.instance.id {instance_id!r} in this process")
     return json.loads(text)
+
+
+def message_hash(key: bytes | None, value: bytes | None) -> int:
+    """The content digest's hash of one message as the plugin computes it (`audit.contract.digest`)."""
+    return int(library().kaudit_hash_of(key, len(key or b""), value, len(value or b"")))
+
+
+def digest_of(messages: list[tuple[bytes | None, bytes | None]]) -> int:
+    """The content digest of (key, value) messages as the plugin computes and merges it."""
+    n = len(messages)
+    keys = (ctypes.c_char_p * n)(*(key for key, _ in messages))
+    values = (ctypes.c_char_p * n)(*(value for _, value in messages))
+    key_lens = (ctypes.c_longlong * n)(*(len(key or b"") for key, _ in messages))
+    value_lens = (ctypes.c_longlong * n)(*(len(value or b"") for _, value in messages))
+    return int(library().kaudit_digest_of(keys, key_lens, values, value_lens, n))

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "digest.h"
 #include "kaudit_plugin.h"
 
 /* Emits the counts so far and waits up to timeout_ms for the audit topic to take them: the records still
@@ -52,6 +53,21 @@ EXPORTED void kaudit_free(void *text) { free(text); }
 /* ---- the contract's rules as this build compiled them, for the table of cases (tests/contract_cases.py) ---- */
 
 EXPORTED long long kaudit_window_start(long long time_ms, long long window_ms) { return window_start_ms(time_ms, window_ms); }
+
+/* The content digest's hash of one message; a NULL key or value is null. */
+EXPORTED long long kaudit_hash_of(const void *key, long long key_len, const void *value, long long value_len) {
+    return kaudit_message_hash(key, (size_t)key_len, value, (size_t)value_len);
+}
+
+/* The digest of n messages, merged one by one. */
+EXPORTED long long kaudit_digest_of(const void *const *keys, const long long *key_lens, const void *const *values,
+                                    const long long *value_lens, long long n) {
+    int64_t digest = 0;
+    for (long long i = 0; i < n; i++)
+        digest = kaudit_digest_merge(digest, kaudit_message_hash(keys[i], (size_t)key_lens[i], values[i],
+                                                                 (size_t)value_lens[i]));
+    return digest;
+}
 
 /* The audit time; header_size < 0: no header. Returns whether it is usable. */
 EXPORTED int kaudit_audit_time(int create_time, long long timestamp, const char *header_value, long long header_size,
