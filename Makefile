@@ -76,8 +76,8 @@ lock: ## resolve pyproject.toml's ranges afresh in a scratch venv and pin the re
 	@echo "$(LOCK): $$(grep -c '==' $(LOCK)) packages pinned; the next make installs them"
 
 # The librdkafka plugin (native/plugin/) the audited producers and the counter count with, compiled against Debian's
-# librdkafka-dev headers with the system C compiler; rebuilt only when its source changes.
-$(NATIVE): $(wildcard native/plugin/*.c native/plugin/*.h) native/audit_window.h native/build.py audit/contract/tally.py audit/contract/digest.py | $(VENV)/.installed debian-packages
+# librdkafka-dev headers with the system C compiler; rebuilt when its source or a module its constants come from changes.
+$(NATIVE): $(wildcard native/plugin/*.c native/plugin/*.h) native/audit_window.h native/build.py $(addprefix audit/contract/,audit_time.py digest.py names.py record.py tally.py windows.py) audit/io/plugin.py | $(VENV)/.installed debian-packages
 	$(PY) native/build.py
 	mkdir -p $(dir $@) && touch $@
 

@@ -75,4 +75,12 @@ def bulk_completeness(
         "updated_at": pa.array(np.full(topic_index.shape, now_us), type=utc),
         "date": pa.array((start_us // 86_400_000_000).astype("int32"), type=pa.int32()).cast(pa.date32()),
     }
-    return pa.Table.from_pydict(columns, schema=arrow_schema(table))
+    return _table_of(columns, arrow_schema(table), len(topic_index))
+
+
+def _table_of(columns: dict, schema, rows: int):
+    """`columns` as a table of `schema`; the columns the benchmark has no values for (no mismatch here) null."""
+    import pyarrow as pa
+
+    absent = {f.name: pa.nulls(rows, f.type) for f in schema if f.name not in columns}
+    return pa.Table.from_pydict({**columns, **absent}, schema=schema)

@@ -26,7 +26,9 @@ from audit.contract.watermarks import FIRST_REAL_WATERMARK as CONTRACT_FIRST_REA
 from audit.io.lake import Lake
 from audit.io.lake_read import read_arrow, table_version
 
-STATUS_RANK = {"complete": 1, "pending": 2, "lagging": 3, "over": 4, "incomplete": 5}
+# Worse last, as the books rank them (audit/contract/completeness.py): the counts balance in a mismatch, but its
+# content differs, which may be a loss hidden by a duplicate.
+STATUS_RANK = {"complete": 1, "pending": 2, "lagging": 3, "over": 4, "mismatch": 5, "incomplete": 6}
 RANK_STATUS = {rank: status for status, rank in STATUS_RANK.items()}
 RANGES = {
     "1h": timedelta(hours=1),
@@ -228,16 +230,17 @@ def overview_cells(completeness: pa.Table, window: TimeRange, search: str | None
 
 
 def worst_topics(cells: pd.DataFrame, limit: int = HEATMAP_TOPICS) -> pd.DataFrame:
-    """Topics ordered worst first: most incomplete windows, then over, then the lowest completeness.
+    """Topics ordered worst first: most incomplete windows, then mismatch, then over, then the lowest completeness.
 
     Only final windows count: missing and the worst % of a window still in flight (not final for every
     tier) are not a verdict, so those windows are only counted apart, as `in_flight`."""
-    columns = ["logical_topic", "incomplete", "over", "missing", "worst_pct", "in_flight", "latest_status"]
+    columns = ["logical_topic", "incomplete", "mismatch", "over", "missing", "worst_pct", "in_flight", "latest_status"]
     if cells.empty:
         return pd.DataFrame(columns=columns)
     final = cells["final"].fillna(False).astype(bool)
     judged = cells.assign(
         incomplete=(cells["status"] == "incomplete") & final,
+        mismatch=(cells["status"] == "mismatch") & final,
         over=(cells["status"] == "over") & final,
         missing=cells["missing"].where(final, 0),
         worst_pct=cells["completeness_pct"].where(final),
@@ -245,6 +248,7 @@ def worst_topics(cells: pd.DataFrame, limit: int = HEATMAP_TOPICS) -> pd.DataFra
     )
     summary = judged.groupby("logical_topic", observed=True).agg(
         incomplete=("incomplete", "sum"),
+        mismatch=("mismatch", "sum"),
         over=("over", "sum"),
         missing=("missing", "sum"),
         worst_pct=("worst_pct", "min"),
@@ -254,24 +258,26 @@ def worst_topics(cells: pd.DataFrame, limit: int = HEATMAP_TOPICS) -> pd.DataFra
         cells.sort_values("window_start").groupby("logical_topic", observed=True)["status"].last()
     )
     summary = summary.reset_index().sort_values(
-        ["incomplete", "over", "worst_pct", "logical_topic"], ascending=[False, False, True, True]
+        ["incomplete", "mismatch", "over", "worst_pct", "logical_topic"], ascending=[False, False, False, True, True]
     )
     return summary[columns].head(limit).reset_index(drop=True)
 
 
 def fast_worst_topic_names(cells: pd.DataFrame, limit: int = HEATMAP_TOPICS) -> list[str]:
-    """The `limit` worst topics by (incomplete windows, over windows, lowest final pct): vectorized, for 1,000s."""
+    """The `limit` worst topics by (incomplete, mismatch and over windows, lowest final pct): vectorized, for
+    1,000s."""
     if cells.empty:
         return []
     flags = cells.assign(
         incomplete=(cells["rank"] == STATUS_RANK["incomplete"]).astype(int),
+        mismatch=(cells["rank"] == STATUS_RANK["mismatch"]).astype(int),
         over=(cells["rank"] == STATUS_RANK["over"]).astype(int),
         final_pct=cells["completeness_pct"].where(cells["final"].fillna(False).astype(bool)),
     )
     summary = flags.groupby("logical_topic", sort=False, observed=True).agg(
-        incomplete=("incomplete", "sum"), over=("over", "sum"), worst=("final_pct", "min")
+        incomplete=("incomplete", "sum"), mismatch=("mismatch", "sum"), over=("over", "sum"), worst=("final_pct", "min")
     )
-    summary = summary.sort_values(["incomplete", "over", "worst"], ascending=[False, False, True])
+    summary = summary.sort_values(["incomplete", "mismatch", "over", "worst"], ascending=[False, False, False, True])
     return [str(name) for name in summary.index[:limit]]
 
 

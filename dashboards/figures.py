@@ -14,6 +14,7 @@ STATUS_COLORS = {
     "pending": "#c7c7c7",
     "lagging": "#f2c14e",
     "over": "#ff7f0e",
+    "mismatch": "#e377c2",
     "incomplete": "#d62728",
 }
 # An axis of minutes or messages: plain numbers from 0 (plotly's default SI suffixes read 80µ for 0.00008
@@ -33,7 +34,7 @@ def _empty(title: str) -> go.Figure:
 
 
 def _discrete_scale() -> list[list]:
-    """A colorscale with one flat band per status rank (1..5)."""
+    """A colorscale with one flat band per status rank (1..6)."""
     scale, count = [], len(STATUS_RANK)
     for rank in range(1, count + 1):
         color = STATUS_COLORS[RANK_STATUS[rank]]
@@ -142,11 +143,48 @@ def completeness_figure(
     rows: pd.DataFrame, selected: pd.Timestamp | None = None, restated: pd.DataFrame | None = None
 ) -> go.Figure:
     """Completeness % per tier and window; windows not final for every tier yet are shaded (in flight),
-    restated windows (`restated_changes`) marked with a star on their tier's line."""
+    restated windows (`restated_changes`) marked with a star on their tier's line, mismatch windows with a
+    diamond of the mismatch colour."""
     figure = _by_tier(rows, "completeness_pct", "Completeness per tier (%)", "% of expected", selected=selected)
     shade_windows_in_flight(figure, rows)
     mark_restated(figure, rows, restated)
+    mark_mismatches(figure, rows)
     return figure
+
+
+def mark_mismatches(figure: go.Figure, rows: pd.DataFrame) -> None:
+    """A trace `mismatch`: a diamond on each mismatch window's tier (100 % counted, content differs), the
+    partitions whose content differs in the hover text."""
+    if rows.empty or "status" not in rows:
+        return
+    points = rows[rows["status"] == "mismatch"]
+    if points.empty:
+        return
+    partitions = points["mismatched_partitions"] if "mismatched_partitions" in points else None
+    where = [partition_list(value) for value in partitions] if partitions is not None else [""] * len(points)
+    figure.add_trace(
+        go.Scatter(
+            x=points["window_start"],
+            y=points["completeness_pct"],
+            name="mismatch",
+            mode="markers",
+            marker=dict(
+                symbol="diamond", size=13, color=STATUS_COLORS["mismatch"], line=dict(width=1, color="#333333")
+            ),
+            customdata=[
+                f"{tier}: content differs in partition{'s' if ',' in text else ''} {text}"
+                for tier, text in zip(points["tier"], where, strict=True)
+            ],
+            hovertemplate="%{x|%Y-%m-%d %H:%M} UTC<br>%{customdata}<extra></extra>",
+        )
+    )
+
+
+def partition_list(partitions) -> str:
+    """`0, 2` of a list of partition numbers (as completeness.mismatched_partitions holds); '' of none."""
+    if partitions is None or (not hasattr(partitions, "__len__") and pd.isna(partitions)):
+        return ""
+    return ", ".join(str(int(p)) for p in sorted(partitions))
 
 
 def mark_restated(figure: go.Figure, rows: pd.DataFrame, restated: pd.DataFrame | None) -> None:

@@ -3,7 +3,7 @@
 Used by the alert and UI tests, the screenshots and `kaudit ui --sample` for a look without a
 pipeline (the UI benchmark's large table is dashboards/bulk_sample.py). Nothing here decides what the
 real tables hold: the columns and types come from audit/contract/tables.py, the statuses follow its
-rules (complete | incomplete | over | lagging | pending).
+rules (complete | incomplete | over | mismatch | lagging | pending).
 
     frames = sample_frames(now=..., topics=["orders"], faults=[Loss("orders", "aggregate", 3, 40)])
     write_frames(lake, frames)
@@ -20,6 +20,7 @@ import pandas as pd
 
 from audit.contract.arrow import arrow_table
 from audit.contract.complete_through import watermark_frame
+from audit.contract.digest import merge
 from audit.contract.restatements import restatements
 from audit.contract.tables import TABLES
 from audit.contract.windows import DEFAULT_WINDOW_MINUTES
@@ -48,6 +49,17 @@ class Duplicate:
     tier: str
     window: int
     count: int
+    partition: int = 0
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One message of window `window` changed on the way into `tier` (and so at the tiers after it), in
+    `partition`: every count balances, the partition's content digest differs from the reference tier's."""
+
+    topic: str
+    tier: str
+    window: int
     partition: int = 0
 
 
@@ -178,11 +190,24 @@ def _produced(spec: SampleSpec, topic: str, index: int) -> tuple[list[int], int]
     return parts, send_failed
 
 
-def _apply_hop_faults(spec: SampleSpec, topic: str, tier: str, index: int, parts: list[int]) -> None:
-    """Take the messages lost on the way into `tier` from `parts`, and add those it got twice."""
-    for fault in spec.faults:
-        if isinstance(fault, (Loss, Duplicate)) and (fault.topic, fault.tier, fault.window) == (topic, tier, index):
+def _apply_hop_faults(
+    spec: SampleSpec, topic: str, tier: str, index: int, parts: list[int], digests: list[int]
+) -> None:
+    """Take the messages lost on the way into `tier` from `parts`, add those it got twice, and change the
+    digests of the partitions whose content changed on the way."""
+    hop_faults = (Loss, Duplicate, Mismatch)
+    for fault in (f for f in spec.faults if isinstance(f, hop_faults)):
+        if (fault.topic, fault.tier, fault.window) != (topic, tier, index):
+            continue
+        if isinstance(fault, Mismatch):
+            digests[fault.partition] = merge(digests[fault.partition], 0x9E3779B97F4A7C15)
+        else:
             parts[fault.partition] += fault.count if isinstance(fault, Duplicate) else -fault.count
+
+
+def _sample_digests(spec: SampleSpec, topic: str, index: int) -> list[int]:
+    """A content digest per partition of what the producers of `topic` sent in window `index`."""
+    return [merge(zlib.crc32(f"{topic}/{index}/{p}".encode()) * 0x100000001B3) for p in range(spec.partitions)]
 
 
 def _window_rows(
@@ -190,12 +215,13 @@ def _window_rows(
 ) -> tuple[list[dict], list[dict]]:
     """The tier_counts and completeness rows of window `index` of `topic`, one per tier in data-flow order."""
     parts, send_failed = _produced(spec, topic, index)
+    digests = _sample_digests(spec, topic, index)
     size = timedelta(minutes=spec.window_minutes)
     end = start + size
     counts, completeness = [], []
-    expected = 0
+    expected, reference_digests = 0, list(digests)
     for order, tier in enumerate(spec.tiers):
-        _apply_hop_faults(spec, topic, tier, index, parts)
+        _apply_hop_faults(spec, topic, tier, index, parts, digests)
         seen, watermark = sum(parts), watermarks[tier]
         final = watermark >= end + timedelta(seconds=spec.grace_s)
         observed = seen
@@ -210,6 +236,7 @@ def _window_rows(
                 send_failed=send_failed if order == 0 else 0,
                 no_timestamp=0,
                 by_partition=dict(enumerate(parts)) if observed == seen else None,
+                digest_by_partition=dict(enumerate(digests)) if observed == seen else None,
                 records=3,
                 latency_p99_ms=float(40 + 25 * order + (index % 3) * 5),
                 latency_max_ms=float(90 + 40 * order),
@@ -219,9 +246,11 @@ def _window_rows(
         )
         if order == 0:  # the reference tier comes first
             expected = observed
-        completeness.append(
-            _completeness_row(spec, topic, start, tier, order, expected, observed, final=final, watermark=watermark)
-        )
+        differing = [p for p, (a, b) in enumerate(zip(reference_digests, digests, strict=True)) if a != b]
+        row = _completeness_row(spec, topic, start, tier, order, expected, observed, final=final, watermark=watermark)
+        if row["status"] == "complete" and differing:
+            row.update(status="mismatch", mismatched_partitions=differing)
+        completeness.append(row)
     return counts, completeness
 
 
@@ -431,6 +460,7 @@ DEMO_FAULTS = (
     SendFailed("orders", 8, 3),
     NoWatermark("refunds", "lake"),
     Restated("payments", "aggregate", 6, 5),
+    Mismatch("shipments", "aggregate", 16, partition=1),
 )
 
 

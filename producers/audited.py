@@ -3,7 +3,8 @@
 Nothing is added to the send path: `produce` is confluent-kafka's own, and the plugin (native/plugin/),
 configured through `plugin.library.paths` and the kaudit.* keys, counts each message in librdkafka once the
 broker acknowledged it (or it failed for good: `send_failed`) and writes one count record per topic and
-window into the audit topic of the same cluster every `flush_interval_s`, and once more when the client is
+window into the audit topic of the same cluster every `flush_interval_s` (with the content digest of each
+partition's keys and values, unless the topic matches `digest_exclude`), and once more when the client is
 destroyed. What this class adds is the configuration, forced acks=all and idempotence (so a count never
 claims a message the cluster could still lose), and `flush()`/`close()` that also hand over the counts so
 far; any other librdkafka client is audited by the same two settings (audit/io/plugin.py).
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Producer
@@ -51,6 +52,7 @@ class AuditedProducer(Producer):
         service: str = "app",
         host: str | None = None,
         extra_config: Mapping[str, Any] | None = None,
+        digest_exclude: Sequence[str] = (),
     ) -> None:
         self.cluster = cluster
         self.audit_topic = audit_topic
@@ -69,6 +71,7 @@ class AuditedProducer(Producer):
                 service=service,
                 host=self.host,
                 instance_id=self.instance_id,
+                digest_exclude=digest_exclude,
             )
         )
 

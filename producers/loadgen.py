@@ -180,6 +180,7 @@ def audited_producer(
         window_minutes=settings.window_minutes,
         flush_interval_s=settings.flush_interval_s,
         service=service,
+        digest_exclude=settings.topics.digest_exclude,
     )
 
 

@@ -20,6 +20,7 @@ from confluent_kafka import (
 )
 
 from audit.contract.audit_time import audit_time, header_value
+from audit.contract.digest import message_hash
 from audit.contract.record import AUDIT_TIME_HEADER, parse
 from audit.contract.tally import Tally
 from audit.contract.windows import MS_PER_MINUTE, window_start
@@ -92,8 +93,9 @@ def test_the_python_tally(case):
 
 def assert_counted_as_the_case_says(groups: dict, case: AuditTimeCase) -> None:
     assert list(groups) == [("t", 0, case.window_start_ms)]
-    count, size, no_timestamp, _latencies, offset, when = groups[("t", 0, case.window_start_ms)]
+    count, size, no_timestamp, _latencies, offset, when, digest = groups[("t", 0, case.window_start_ms)]
     assert (count, size, no_timestamp, offset, when) == (1, 2, 0 if case.usable else 1, 0, case.audit_ms)
+    assert digest == message_hash(b"k", b"v")
 
 
 @pytest.mark.parametrize("case", AUDIT_TIME_CASES, ids=str)

@@ -53,11 +53,14 @@ def _worst(alerts: Sequence[Alert]) -> Alert:
 
 
 def subject(alerts: Sequence[Alert]) -> str:
-    """`[kaudit] LOSS dc1.orders at aggregate: 96.00% in 2025-03-04 10:40 UTC (+2 more)`."""
+    """`[kaudit] LOSS dc1.orders at aggregate: 96.00% in 2025-03-04 10:40 UTC (+2 more)`; a mismatch says
+    `counts balance, content differs in ...` in place of its 100 %."""
     worst = _worst(alerts)
     where = f"{worst.logical_topic} at {worst.tier}"
     if worst.kind == "lag":
         text = f"{where}: {worst.cause.split(';')[0]}"
+    elif worst.kind == "mismatch":  # 100 % counted: the partitions are named in the email
+        text = f"{where}: counts balance, content differs in {pd.Timestamp(worst.window_start).strftime(WINDOW_FORMAT)}"
     else:
         pct = f"{worst.completeness_pct:.2f}%" if worst.completeness_pct is not None else "n/a"
         if worst.kind == "drop":
@@ -92,6 +95,8 @@ INTROS = {
     "loss": "These windows are final (the tier has seen everything up to their end plus the grace period) "
     "and below their completeness threshold:",
     "over": "These windows are final and hold more messages than the reference tier (duplicates):",
+    "mismatch": "These windows are final and their counts balance, but the content digest of the partitions named "
+    "differs from the reference tier's: a message changed on the way, or a loss hidden by a duplicate:",
     "recovery": "These windows, alerted on before, are complete now:",
     "lag": "These tiers are behind (their windows are not final yet, so no loss is reported for them):",
     "restated": "These windows, alerted on before, changed again after they were final (late counts, a replay "

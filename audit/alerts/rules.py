@@ -1,8 +1,8 @@
 """Which alerts a state of the books calls for: pure functions of the completeness, status and log frames.
 
-Loss and over only for windows FINAL for the tier, recovery for a window alerted on that is now
+Loss, over and mismatch only for windows FINAL for the tier, recovery for a window alerted on that is now
 complete, lag for a tier whose watermark is too old, restated for a window that flips between complete
-and incomplete (or over) again after its alert was sent; each with the likely cause."""
+and incomplete (or over, or mismatch) again after its alert was sent; each with the likely cause."""
 
 from __future__ import annotations
 
@@ -12,16 +12,19 @@ from datetime import datetime
 
 import pandas as pd
 
-from audit.alerts.loss_partitions import describe, partition_losses
+from audit.alerts.loss_partitions import NAMED_PARTITIONS, describe, partition_losses
 from audit.contract.flows import is_placeholder, silent_cause
 from audit.contract.names import LAKE_TIER
 from audit.contract.retention import union_skipped
 from audit.contract.watermarks import is_real_watermark
 
-ALERTING_STATUS = {"incomplete": "loss", "over": "over"}
+ALERTING_STATUS = {"incomplete": "loss", "over": "over", "mismatch": "mismatch"}
+# The kinds about a final window's verdict: a recovery follows each once the window is complete.
+WINDOW_KINDS = tuple(ALERTING_STATUS.values())
 KIND_TITLES = {
     "loss": "LOSS",
     "over": "DUPLICATES",
+    "mismatch": "MISMATCH",
     "recovery": "RECOVERED",
     "lag": "LAG",
     "drop": "DROP",
@@ -29,6 +32,7 @@ KIND_TITLES = {
 }
 RESTATED = "restated"
 WINDOW_FORMAT = "%Y-%m-%d %H:%M UTC"
+MISMATCH_CAUSE = "counts balance, content differs: a changed message, or a loss hidden by a duplicate"
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,7 @@ def window_alerts(
     lag_minutes: float,
     retention_gaps: pd.DataFrame | None = None,
 ) -> list[Alert]:
-    """Loss and over alerts: rows FINAL for their tier whose status is incomplete or over."""
+    """Loss, over and mismatch alerts: rows FINAL for their tier whose status is incomplete, over or mismatch."""
     if completeness.empty:
         return []
     rows = completeness[
@@ -146,10 +150,10 @@ def window_alerts(
 
 
 def recovery_alerts(completeness: pd.DataFrame, log_frame: pd.DataFrame) -> list[Alert]:
-    """A recovery for every window and tier with a SENT loss or over alert that is now complete."""
+    """A recovery for every window and tier with a SENT loss, over or mismatch alert that is now complete."""
     if completeness.empty or log_frame.empty:
         return []
-    alerted = log_frame[log_frame["kind"].isin(["loss", "over"]) & (log_frame["state"] == "sent")]
+    alerted = log_frame[log_frame["kind"].isin(WINDOW_KINDS) & (log_frame["state"] == "sent")]
     complete = completeness[completeness["status"] == "complete"]
     if alerted.empty or complete.empty:
         return []
@@ -290,9 +294,12 @@ def likely_cause(
     lag_minutes: float,
     retention_gaps: pd.DataFrame | None = None,
 ) -> str:
-    """The evidence for one incomplete or over window, as a sentence: where it went wrong and why it may have."""
+    """The evidence for one incomplete, over or mismatch window, as a sentence: where it went wrong and why it may
+    have."""
     previous, first_bad = first_bad_hop(row, completeness)
     hop = f"{previous} -> {first_bad}"
+    if row.status == "mismatch":
+        return _mismatch_cause(row, previous, first_bad)
     if row.status == "incomplete":
         causes = retention_causes(row, (first_bad, row.tier), retention_gaps)
         causes.append(_loss_cause(row, previous, first_bad, tier_counts))
@@ -315,27 +322,57 @@ def first_bad_hop(row, completeness: pd.DataFrame) -> tuple[str, str]:
     ].sort_values("tier_order")
     previous = row.reference_tier
     for other in same[same["tier_order"] < row.tier_order].itertuples(index=False):
-        if (row.status == "incomplete" and as_int(other.missing)) or (
-            row.status == "over" and as_int(other.duplicated)
+        if (
+            (row.status == "incomplete" and as_int(other.missing))
+            or (row.status == "over" and as_int(other.duplicated))
+            or (row.status == "mismatch" and other.status == "mismatch")
         ):
             return previous, other.tier
         previous = other.tier
     return previous, row.tier
 
 
+def _hop_name(row, previous: str, first_bad: str) -> str:
+    """What moves messages from `previous` into `first_bad`: the counter, the replicator or the lake job."""
+    if first_bad == LAKE_TIER:
+        return "the lake job"
+    if previous == row.reference_tier and first_bad == row.origin_cluster:
+        return "the counter"
+    return "the replicator"
+
+
 def _loss_cause(row, previous: str, first_bad: str, tier_counts: pd.DataFrame) -> str:
     """Which hop lost messages (the counter, the replicator or the lake job), and in which partitions."""
-    if first_bad == LAKE_TIER:
-        what = "the lake job"
-    elif previous == row.reference_tier and first_bad == row.origin_cluster:
-        what = "the counter"
-    else:
-        what = "the replicator"
+    what = _hop_name(row, previous, first_bad)
     where = describe(partition_losses(tier_counts, row))
     return (
         f"lost between {previous} -> {first_bad} ({what}): {previous} counted {as_int(row.expected) or 0:,}, "
         f"{first_bad} is short" + (f"; {row.tier} misses {where}" if where else "")
     )
+
+
+def _mismatch_cause(row, previous: str, first_bad: str) -> str:
+    """The content digest of some partitions differs though the counts balance: where, and from which hop on."""
+    cause = f"{MISMATCH_CAUSE}; first between {previous} -> {first_bad} ({_hop_name(row, previous, first_bad)})"
+    where = describe_partitions(mismatched_partitions(row))
+    return f"{cause}; {row.tier} differs from {row.reference_tier} in {where}" if where else cause
+
+
+def mismatched_partitions(row) -> list[int]:
+    """The row's `mismatched_partitions` (completeness), in order; none when the row does not name them."""
+    partitions = getattr(row, "mismatched_partitions", None)
+    if partitions is None or (not hasattr(partitions, "__len__") and pd.isna(partitions)):
+        return []
+    return sorted(int(p) for p in partitions)
+
+
+def describe_partitions(partitions: list[int]) -> str:
+    """`partition 2`, `partitions 0, 2`; past NAMED_PARTITIONS the rest as `and 5 more`."""
+    if not partitions:
+        return ""
+    named = ", ".join(map(str, partitions[:NAMED_PARTITIONS]))
+    more = f" and {len(partitions) - NAMED_PARTITIONS} more" if len(partitions) > NAMED_PARTITIONS else ""
+    return f"partition{'s' if len(partitions) > 1 else ''} {named}{more}"
 
 
 def _status_causes(

@@ -1,8 +1,9 @@
-"""Email alerts: a final window below its threshold or over, its recovery, a tier falling behind, a drop.
+"""Email alerts: a final window below its threshold, over or with content that differs, its recovery, a tier falling
+behind, a drop.
 
 One run (`run_alerts`, `kaudit alert`, or the reconciliation's continuous mode after each pass):
   1. read completeness, tier_status and tier_counts (deltalake, no JVM) and the `alerts` log;
-  2. decide the alerts (rules.py): loss/over for windows FINAL for the tier, recovery for a window
+  2. decide the alerts (rules.py): loss/over/mismatch for windows FINAL for the tier, recovery for a window
      alerted on that is now complete, lag for a tier whose watermark is too old, drop for a final window
      whose reference count fell far below that time of day's usual (drops.py), restated for a window
      that flips between complete and incomplete again after its alert (`restatements`);
@@ -11,7 +12,7 @@ One run (`run_alerts`, `kaudit alert`, or the reconciliation's continuous mode a
   4. send one email per (kind, recipients) holding all its pending alerts (mail.py), retried with
      backoff; accepted: `sent`; refused for good: `failed`; SMTP unreachable: stays `pending` for the
      next run.
-A pending loss whose window became complete before it could be sent is `resolved`, not sent.
+A pending loss (over, mismatch) whose window became complete before it could be sent is `resolved`, not sent.
 
 Delivery is at least once between "the server accepted" and "the log says sent": a crash exactly
 there resends that one email on the next run.
@@ -32,7 +33,15 @@ import pandas as pd
 from audit.alerts.drops import COLUMNS as DROP_COLUMNS
 from audit.alerts.drops import DropRule, drop_alerts
 from audit.alerts.mail import AlertDeliveryError, Mailer, compose
-from audit.alerts.rules import Alert, lag_alerts, recovery_alerts, restatement_alerts, window_alerts, window_key
+from audit.alerts.rules import (
+    WINDOW_KINDS,
+    Alert,
+    lag_alerts,
+    recovery_alerts,
+    restatement_alerts,
+    window_alerts,
+    window_key,
+)
 from audit.contract.arrow import arrow_table
 from audit.contract.names import DEFAULT_AUDIT_TOPIC
 from audit.contract.naming import data_topic_rows
@@ -311,9 +320,10 @@ def _pending(alerts_log: pd.DataFrame, new_rows: list[dict]) -> pd.DataFrame:
 def resolve_recovered(
     lake: Lake, pending: pd.DataFrame, completeness: pd.DataFrame, report: AlertReport
 ) -> pd.DataFrame:
-    """Log as resolved the pending losses and overs whose window is complete now; the rest of `pending`."""
+    """Log as resolved the pending losses, overs and mismatches whose window is complete now; the rest of
+    `pending`."""
     complete = completeness[completeness["status"] == "complete"] if not completeness.empty else completeness
-    resolved_mask = pending["kind"].isin(["loss", "over"]) & (
+    resolved_mask = pending["kind"].isin(WINDOW_KINDS) & (
         window_key(pending).isin(set(window_key(complete))) if not complete.empty else False
     )
     resolved = pending[resolved_mask]

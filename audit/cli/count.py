@@ -61,6 +61,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         instance=args.instance,
         group_id=args.group_id,
         by_partition=args.by_partition,
+        digest_exclude=settings.topics.digest_exclude,
         topic_refresh_s=args.topic_refresh_s,
         audit_retention_ms=audit_retention_ms(settings),
     )

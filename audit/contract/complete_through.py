@@ -3,7 +3,7 @@
 Pure (pandas, no Spark): `watermark_of` is the one definition of the rule. The reconciliation computes
 it with Spark aggregates (`watermarks` in audit/books/judge/complete_through.py), which
 tests/audit/books/judge/test_complete_through_spark.py holds to `watermark_of`'s answers on the same windows:
-- a window is closed when it is final and its status is complete;
+- a window is closed when it is final and its status is complete (over and mismatch are not);
 - `complete_through` is the end of the last window before the first window that is not closed (the
   end of the last window when every one is closed; None when the first one is not);
 - the first window that is not closed is the first open problem, named with its status.

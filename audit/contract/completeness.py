@@ -12,6 +12,11 @@ The rules, in order (see docs/tables.md):
   every tier upstream of it): not final, so never a loss.
 - incomplete: final, missing > 0 and (expected - missing) / expected below the threshold.
 - over: final and duplicated > 0 (at-least-once hops repeat messages): never shown as complete.
+- mismatch: final, nothing missing and nothing duplicated, but in some partition both the tier's and the
+  reference tier's content digests (audit/contract/digest.py) are known and differ: the counts balance, the
+  content differs (a changed message, or a loss hidden by a duplicate). Never complete; before the window
+  is final such a row is pending or lagging like any other that does not balance. An unknown digest on
+  either side leaves the window to its counts.
 - complete: otherwise.
 """
 
@@ -24,7 +29,10 @@ import numpy as np
 import pandas as pd
 
 COMPLETE, INCOMPLETE, OVER, LAGGING, PENDING = "complete", "incomplete", "over", "lagging", "pending"
+MISMATCH = "mismatch"
 DEFAULT_THRESHOLD_PCT = 100.0
+# Every status, the worst last: a loss, then content that differs though the counts balance, then duplicates.
+STATUSES_BY_SEVERITY = (COMPLETE, PENDING, LAGGING, OVER, MISMATCH, INCOMPLETE)
 
 
 def partition_differences(expected: Mapping[int, int], observed: Mapping[int, int]) -> dict[int, int]:
@@ -54,6 +62,26 @@ def partition_map(value) -> Mapping[int, int] | None:
     return dict(value)
 
 
+def differing_digests(expected: Mapping[int, int] | None, observed: Mapping[int, int] | None) -> list[int] | None:
+    """The partitions, in order, whose digests differ (a partition one side lacks has the digest of no message,
+    0), or None when either side's digests are unknown."""
+    if expected is None or observed is None:
+        return None
+    return [p for p in sorted(set(expected) | set(observed)) if expected.get(p, 0) != observed.get(p, 0)]
+
+
+def mismatched_partitions(frame: pd.DataFrame) -> list[list[int] | None]:
+    """Per row, `differing_digests` of its `expected_digest_by_partition` and `observed_digest_by_partition`
+    (None where either is unknown, or the frame has no such columns)."""
+    differing: list[list[int] | None] = [None] * len(frame)
+    if "expected_digest_by_partition" not in frame or "observed_digest_by_partition" not in frame:
+        return differing
+    expected, observed = frame["expected_digest_by_partition"], frame["observed_digest_by_partition"]
+    for row in np.flatnonzero((expected.notna() & observed.notna()).to_numpy()):
+        differing[row] = differing_digests(partition_map(expected.iat[row]), partition_map(observed.iat[row]))
+    return differing
+
+
 def gaps(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Missing and duplicated per row: by partition where both sides have it, else from the totals."""
     expected = frame["expected"].to_numpy(dtype=np.int64)
@@ -72,9 +100,11 @@ def gaps(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def classify(frame: pd.DataFrame, *, now_ms: int, grace_ms: int) -> pd.DataFrame:
-    """`frame` with missing, duplicated, completeness_pct, final and status added (see the module doc).
+    """`frame` with missing, duplicated, completeness_pct, final, status and mismatched_partitions added (see the
+    module doc).
 
     `tier_watermark_ms` may be missing (NaN): nothing is known of the tier's progress, so it is not final.
+    `expected_digest_by_partition` and `observed_digest_by_partition` may be absent: no digest is known.
     """
     out = frame.copy()
     missing, duplicated = gaps(frame)
@@ -93,18 +123,25 @@ def classify(frame: pd.DataFrame, *, now_ms: int, grace_ms: int) -> pd.DataFrame
     with np.errstate(divide="ignore", invalid="ignore"):
         delivered_pct = np.where(expected > 0, 100.0 * (expected - missing) / expected, 0.0)
     below = (missing > 0) & ~(delivered_pct >= threshold)
-    exact = (missing == 0) & (duplicated == 0)
+    differing = mismatched_partitions(frame)
+    content_differs = np.array([bool(partitions) for partitions in differing], dtype=bool)
+    exact = (missing == 0) & (duplicated == 0) & ~content_differs
 
     status = np.full(len(frame), COMPLETE, dtype=object)
     status[~exact & ~final & ~still_open] = LAGGING
     status[~exact & ~final & still_open] = PENDING
     status[final & (duplicated > 0)] = OVER
+    mismatch = final & (missing == 0) & (duplicated == 0) & content_differs
+    status[mismatch] = MISMATCH
     status[final & below] = INCOMPLETE  # a loss outranks duplicates shown in the same row
     out["missing"] = missing
     out["duplicated"] = duplicated
     out["completeness_pct"] = pct
     out["final"] = final
     out["status"] = status
+    out["mismatched_partitions"] = [
+        partitions if is_mismatch else None for partitions, is_mismatch in zip(differing, mismatch, strict=True)
+    ]
     return out
 
 

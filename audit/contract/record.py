@@ -22,7 +22,7 @@ from audit.contract.names import CONTROL_CHARACTERS, NAME_PATTERN, is_topic_name
 from audit.contract.retention import RetentionGap
 from audit.contract.windows import DEFAULT_WINDOW_MINUTES, is_aligned, to_datetime, to_ms, validate_window_minutes
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: count records may carry digest_by_partition; readers accept any >= 1
 AUDIT_TIME_HEADER = "kaudit-time"  # ASCII decimal epoch ms, set by the audited producer
 PROVENANCE_HEADER = "kaudit-path"  # comma-separated clusters a message has been in
 MAX_COUNT = 10**15
@@ -31,6 +31,7 @@ MAX_RECORD_ID_CHARS = 200
 MAX_AUDIT_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 MAX_PARTITION = 2**31 - 1  # Kafka partitions are int32
 MAX_OFFSET = 2**63 - 1  # Kafka offsets are int64
+DIGEST_RANGE = range(-(2**63), 2**63)  # a digest is a signed 64-bit integer (audit.contract.digest)
 COUNT_FIELDS = ("count", "bytes", "send_failed", "no_timestamp")
 
 
@@ -78,6 +79,9 @@ class AuditRecord:
     send_failed: int = 0
     no_timestamp: int = 0
     by_partition: Mapping[int, int] | None = None
+    # The content digest (audit.contract.digest) of each partition's messages counted here: only when every
+    # one of them was hashed, with by_partition's partitions.
+    digest_by_partition: Mapping[int, int] | None = None
     latency_ms: Latency | None = None
     emitted_at_ms: int
     partitions: tuple[PartitionStatus, ...] = field(default_factory=tuple)
@@ -157,6 +161,8 @@ def to_json(record: AuditRecord) -> dict[str, Any]:
         data.update({name: getattr(record, name) for name in COUNT_FIELDS})
         if record.by_partition is not None:
             data["by_partition"] = {str(p): c for p, c in sorted(record.by_partition.items())}
+        if record.digest_by_partition is not None:
+            data["digest_by_partition"] = {str(p): d for p, d in sorted(record.digest_by_partition.items())}
         if record.latency_ms is not None:
             data["latency_ms"] = vars(record.latency_ms).copy()
     else:
@@ -219,7 +225,8 @@ def _from_json(data: Any) -> AuditRecord:
         fields["count"] = field_value(data, "count", int)
         for name in COUNT_FIELDS[1:]:
             fields[name] = field_value(data, name, int, required=False, default=0)
-        fields["by_partition"] = _by_partition(data)
+        fields["by_partition"] = _by_partition(data, "by_partition")
+        fields["digest_by_partition"] = _by_partition(data, "digest_by_partition")
         fields["latency_ms"] = _latency_from_json(data)
     else:
         fields["partitions"] = tuple(
@@ -234,19 +241,21 @@ def _from_json(data: Any) -> AuditRecord:
     return AuditRecord(**fields)
 
 
-def _by_partition(data: Mapping[str, Any]) -> dict[int, int] | None:
-    raw = field_value(data, "by_partition", dict, required=False)
+def _by_partition(data: Mapping[str, Any], name: str) -> dict[int, int] | None:
+    """The object `name` of integers by partition number (a decimal string), or None when it is missing."""
+    raw = field_value(data, name, dict, required=False)
     if raw is None:
         return None
     result = {}
     for key in raw:
         if not (isinstance(key, str) and key.isdigit() and key.isascii()):
-            raise InvalidField(f"by_partition: key {short_repr(key)} is not a partition number")
+            raise InvalidField(f"{name}: key {short_repr(key)} is not a partition number")
         if len(key) > len(str(MAX_PARTITION)) or int(key) > MAX_PARTITION:
-            raise InvalidField(
-                f"by_partition: key {short_repr(key)} is over the largest partition number {MAX_PARTITION}"
-            )
-        result[int(key)] = field_value(raw, key, int)
+            raise InvalidField(f"{name}: key {short_repr(key)} is over the largest partition number {MAX_PARTITION}")
+        try:
+            result[int(key)] = field_value(raw, key, int)
+        except InvalidField as exc:
+            raise InvalidField(f"{name}.{exc}") from None
     return result
 
 
@@ -299,7 +308,7 @@ def _retention_gap(item: Any, index: int) -> RetentionGap:
 
 def validate(record: AuditRecord) -> str | None:
     """The first thing wrong with `record` (naming the field), or None when it follows the contract."""
-    checks = (_check_identity, _check_window, _check_counts, _check_latency, _check_status)
+    checks = (_check_identity, _check_window, _check_counts, _check_digest, _check_latency, _check_status)
     for check in checks:
         reason = check(record)
         if reason:
@@ -352,6 +361,25 @@ def _check_counts(record: AuditRecord) -> str | None:
         total = sum(record.by_partition.values())
         if total != record.count:
             return f"by_partition: sums to {total}, but count is {record.count}"
+    return None
+
+
+def _check_digest(record: AuditRecord) -> str | None:
+    digests = record.digest_by_partition
+    if digests is None:
+        return None
+    if record.kind != Kind.COUNT:
+        return "digest_by_partition: only a count record carries one"
+    if record.by_partition is None:
+        return "digest_by_partition: present without by_partition"
+    if set(digests) != set(record.by_partition):
+        return (
+            f"digest_by_partition: partitions {sorted(digests)[:10]} are not by_partition's "
+            f"{sorted(record.by_partition)[:10]}"
+        )
+    for partition, digest in digests.items():
+        if digest not in DIGEST_RANGE:
+            return f"digest_by_partition[{partition}]: {digest} is not a signed 64-bit integer"
     return None
 
 

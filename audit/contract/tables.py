@@ -86,6 +86,13 @@ AUDIT_RECORDS = Table(
         _c("send_failed", "BIGINT", "messages the producer could not deliver (producer tier only)"),
         _c("no_timestamp", "BIGINT", "messages without a usable audit time, bucketed by arrival"),
         _c("by_partition", "MAP<INT,BIGINT>", "count per partition, when the writer reports it"),
+        _c(
+            "digest_by_partition",
+            "MAP<INT,BIGINT>",
+            "content digest per partition of the messages counted (wrapping sum of each message's key and value "
+            "hash, see audit/contract/digest.py), same partitions as by_partition; null when the writer did not "
+            "hash every message it counted",
+        ),
         _c("latency_p50_ms", "DOUBLE", "median ms from audit time to being counted"),
         _c("latency_p95_ms", "DOUBLE", "p95 latency, ms"),
         _c("latency_p99_ms", "DOUBLE", "p99 latency, ms"),
@@ -136,6 +143,12 @@ TIER_COUNTS = Table(
         _c("send_failed", "BIGINT", "producer send failures"),
         _c("no_timestamp", "BIGINT", "messages without a usable audit time"),
         _c("by_partition", "MAP<INT,BIGINT>", "count per partition; null unless every record reported it"),
+        _c(
+            "digest_by_partition",
+            "MAP<INT,BIGINT>",
+            "content digest per partition: the records' digests added with wraparound (mod 2^64, as a signed "
+            "BIGINT); null unless every record reported it. Equal digests at two tiers: the same messages",
+        ),
         _c("records", "BIGINT", "count records summed"),
         _c("latency_p99_ms", "DOUBLE", "largest p99 latency among the records (an upper bound)"),
         _c("latency_max_ms", "DOUBLE", "largest latency"),
@@ -193,9 +206,21 @@ COMPLETENESS = Table(
             "duplicate elsewhere cannot hide a loss",
         ),
         _c("duplicated", "BIGINT", "messages over (duplicates of an at-least-once hop), same rule"),
+        _c(
+            "mismatched_partitions",
+            "ARRAY<INT>",
+            "status mismatch: the partitions whose content digest differs from the reference tier's though the "
+            "counts balance; null for every other status",
+        ),
         _c("completeness_pct", "DOUBLE", "100 * observed / expected; null when nothing was expected"),
         _c("threshold_pct", "DOUBLE", "completeness below which the window is incomplete (per topic pattern)"),
-        _c("status", "STRING", "complete | incomplete | over | lagging | pending"),
+        _c(
+            "status",
+            "STRING",
+            "complete | incomplete | over | mismatch | lagging | pending. mismatch: final, nothing missing or "
+            "duplicated, but in some partition both tiers' content digests are known and differ (counts balance, "
+            "content differs: a changed message, or a loss hidden by a duplicate); not complete",
+        ),
         _c("final", "BOOLEAN", "the tier's watermark has passed window end + grace"),
         _c("tier_watermark", "TIMESTAMP", "the tier's watermark when this row was computed"),
         _c("latency_p99_ms", "DOUBLE", "the tier's p99 latency in the window"),
@@ -241,7 +266,7 @@ ALERTS = Table(
             "sha256 of kind, origin_cluster, topic, window_start, tier and status (restated alerts: and "
             "the cause, which names the restatement): a rerun finds the same id and sends nothing new",
         ),
-        _c("kind", "STRING", "loss | over | recovery | lag | drop | restated"),
+        _c("kind", "STRING", "loss | over | mismatch | recovery | lag | drop | restated"),
         *LOGICAL_TOPIC,
         _c(
             "window_start",
@@ -333,7 +358,7 @@ COMPLETENESS_WATERMARKS = Table(
             "TIMESTAMP",
             "start of the first window after complete_through that is not final or not complete (null: none)",
         ),
-        _c("first_open_status", "STRING", "that window's status: incomplete | over | lagging | pending"),
+        _c("first_open_status", "STRING", "that window's status: incomplete | over | mismatch | lagging | pending"),
         _c("updated_at", "TIMESTAMP", "when a reconciliation run last changed this row"),
     ),
 )
@@ -356,7 +381,7 @@ RESTATEMENTS = Table(
         _c("tier", "STRING", "counting point"),
         _c("before_expected", "BIGINT", "the reference tier's count before"),
         _c("before_observed", "BIGINT", "this tier's count before"),
-        _c("before_status", "STRING", "status before (final: complete, incomplete or over)"),
+        _c("before_status", "STRING", "status before (final: complete, incomplete, over or mismatch)"),
         _c("before_updated_at", "TIMESTAMP", "when the verdict before was written"),
         _c("after_expected", "BIGINT", "the reference tier's count after"),
         _c("after_observed", "BIGINT", "this tier's count after"),

@@ -2,7 +2,8 @@
 
 A pure object with no Kafka client inside: the audited producer feeds it from delivery callbacks,
 the cluster counter from consumed batches, and both drain it into count records on each flush.
-Latencies are kept as a histogram of whole milliseconds and turned into percentiles by a DDSketch
+Each partition's content digest (audit.contract.digest) is kept beside its count while every message added
+came with its hash; one added without makes the window's digest unknown until the drain. Latencies are kept as a histogram of whole milliseconds and turned into percentiles by a DDSketch
 (mergeable, 1 % relative accuracy) at drain. Each latency is first rounded down to the first whole
 millisecond of its sketch bucket (`latency_floor`): the sketch cannot tell the values of one bucket
 apart, so the percentiles are exactly those of the unrounded latencies, while a window's histogram
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from ddsketch import DDSketch
 from ddsketch.mapping import LogarithmicMapping
 
+from audit.contract.digest import merge
 from audit.contract.windows import MS_PER_MINUTE, window_start_ms
 
 SKETCH_RELATIVE_ACCURACY = 0.01
@@ -70,6 +72,22 @@ class WindowTally:
     no_timestamp: int = 0
     by_partition: dict[int, int] = field(default_factory=dict)
     latency_histogram: dict[int, int] = field(default_factory=dict)  # latency_floor(ms) -> messages
+    digest_by_partition: dict[int, int] = field(default_factory=dict)
+    all_hashed: bool = True  # every message counted came with its hash
+
+    def add_digest(self, partition: int | None, digest: int | None) -> None:
+        """Merge the digest (or hash) of messages just counted on `partition`; None: they were not hashed."""
+        if digest is None:
+            self.all_hashed = False
+        elif partition is not None:
+            self.digest_by_partition[partition] = merge(self.digest_by_partition.get(partition, 0), digest)
+
+    def digests(self) -> dict[int, int] | None:
+        """The content digest of each partition counted, or None when a message counted was not hashed (or no
+        partition was counted): the count record's digest_by_partition."""
+        if not (self.all_hashed and self.by_partition):
+            return None
+        return {partition: self.digest_by_partition.get(partition, 0) for partition in self.by_partition}
 
     def latency_sketch(self) -> DDSketch | None:
         if not self.latency_histogram:
@@ -122,8 +140,9 @@ class Tally:
         partition: int | None = None,
         latency_ms: float | None = None,
         usable_time: bool = True,
+        message_hash: int | None = None,
     ) -> None:
-        """Count one message delivered (producer) or seen (cluster, lake)."""
+        """Count one message delivered (producer) or seen (cluster, lake), with its content hash when known."""
         key = (topic, window_start_ms(audit_time_ms, self._window_ms))
         with self._lock:
             tally = self._windows.get(key)
@@ -135,6 +154,7 @@ class Tally:
                 tally.no_timestamp += 1
             if partition is not None:
                 tally.by_partition[partition] = tally.by_partition.get(partition, 0) + 1
+            tally.add_digest(partition, message_hash)
             if latency_ms is not None:
                 histogram = tally.latency_histogram
                 bucket = latency_floor(int(latency_ms))
@@ -150,9 +170,11 @@ class Tally:
         partition: int | None = None,
         no_timestamp: int = 0,
         latencies_ms: dict[int, int] | None = None,
+        digest: int | None = None,
     ) -> None:
         """Count `count` messages of one already-bucketed window at once (the counter's hot path).
-        `latencies_ms` maps latencies already rounded by `latency_floor` to their number of messages."""
+        `latencies_ms` maps latencies already rounded by `latency_floor` to their number of messages; `digest`
+        is the content digest of the `count` messages, None when they were not all hashed."""
         with self._lock:
             key = (topic, window_start_ms)
             tally = self._windows.get(key)
@@ -163,6 +185,7 @@ class Tally:
             tally.no_timestamp += no_timestamp
             if partition is not None:
                 tally.by_partition[partition] = tally.by_partition.get(partition, 0) + count
+            tally.add_digest(partition, digest)
             if latencies_ms:
                 histogram = tally.latency_histogram
                 for latency, count_ in latencies_ms.items():

@@ -125,7 +125,10 @@ class ClusterCounter:
             "session.timeout.ms": SESSION_TIMEOUT_MS,
         }
         plugged, self._plugin_id = with_counting_plugin(
-            self._consumer_config, self.options.window_minutes, native=self.native
+            self._consumer_config,
+            self.options.window_minutes,
+            native=self.native,
+            digest_exclude=self.options.digest_exclude,
         )
         self._consumer = Consumer(plugged)
         self._admin = Admin(self.config)
@@ -227,7 +230,8 @@ class ClusterCounter:
         if now_ms is None:
             now_ms = time.time_ns() // 1_000_000
         on_error = functools.partial(message_error, cluster=self.options.cluster)
-        groups = fastcount.count_in_python(messages, now_ms, self.options.window_minutes * 60_000, on_error)
+        window_ms = self.options.window_minutes * 60_000
+        groups = fastcount.count_in_python(messages, now_ms, window_ms, on_error, self.options.digest_off)
         return self._add_groups(groups)
 
     def count_consumed(self, messages: list) -> int:

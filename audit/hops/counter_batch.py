@@ -36,10 +36,10 @@ def add_groups(
     by_partition: bool,
 ) -> BatchAdded:
     """Add `groups` ((topic, partition, window start) -> [count, bytes, no timestamp, latencies, last offset,
-    audit time of the last offset]) to `tally`, and move the positions of the assigned partitions in `progress`."""
+    audit time of the last offset, content digest or None]) to `tally`, and move the positions of the assigned partitions in `progress`."""
     added = BatchAdded()
     batch: dict[tuple[str, int], list] = {}  # partition -> [position before, counted, last offset, time before]
-    for (topic, partition, start), (count, size, no_ts, latencies, offset, when) in groups.items():
+    for (topic, partition, start), (count, size, no_ts, latencies, offset, when, digest) in groups.items():
         tally.add_many(
             topic,
             start,
@@ -48,6 +48,7 @@ def add_groups(
             partition=partition if by_partition else None,
             no_timestamp=no_ts,
             latencies_ms=latencies,
+            digest=digest,
         )
         added.by_topic[topic] = added.by_topic.get(topic, 0) + count
         added.counted += count
@@ -80,14 +81,16 @@ def message_error(message, *, cluster: str) -> None:
 
 
 def with_counting_plugin(
-    config: dict[str, Any], window_minutes: int, *, native: bool
+    config: dict[str, Any], window_minutes: int, *, native: bool, digest_exclude: tuple[str, ...] = ()
 ) -> tuple[dict[str, Any], str | None]:
-    """The consumer's configuration with the plugin counting what librdkafka hands over, and the instance id to
-    take its counts by; unchanged and None when the plugin is not built or not wanted (`native`)."""
+    """The consumer's configuration with the plugin counting what librdkafka hands over (no digest for topics
+    `digest_exclude` matches), and the instance id to take its counts by; unchanged and None when the plugin is
+    not built or not wanted (`native`)."""
     if not (native and fastcount.plugin_available()):
         return config, None
     instance_id = f"{config['client.id']}-{uuid.uuid4().hex[:8]}"
-    return with_plugin(config, window_minutes=window_minutes, instance_id=instance_id), instance_id
+    plugged = with_plugin(config, window_minutes=window_minutes, instance_id=instance_id, digest_exclude=digest_exclude)
+    return plugged, instance_id
 
 
 def plugin_batch_groups(instance_id: str, messages: list, *, cluster: str) -> dict[tuple[str, int, int], list] | None:

@@ -34,6 +34,7 @@ class CounterRecords:
                 bytes=tally.bytes,
                 no_timestamp=tally.no_timestamp,
                 by_partition=dict(tally.by_partition) or None,
+                digest_by_partition=tally.digests(),
                 latency_ms=tally.latency_ms(),
             )
             for (topic, start), tally in sorted(deltas.items())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from prometheus_client import Counter, Gauge
@@ -42,6 +43,8 @@ class CounterOptions:
     instance: str = "0"  # slot name: stable across restarts of the same slot
     group_id: str | None = None  # default kaudit-counter-<cluster>
     by_partition: bool = True  # per-partition counts let the reconciliation see a loss hidden by duplicates
+    # Regexes (POSIX extended, `topics.digest_exclude`) of topics counted without a content digest.
+    digest_exclude: tuple[str, ...] = ()
     batch_size: int = DEFAULT_BATCH
     topic_refresh_s: float = DEFAULT_TOPIC_REFRESH_S
     client_timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S  # how long a broker call may take before it is an error
@@ -51,6 +54,10 @@ class CounterOptions:
     # How long the audit topic must keep its records (`upkeep.audit_retention_ms` of the configuration): checked
     # at start, a warning when it keeps them shorter.
     audit_retention_ms: int = DEFAULT_AUDIT_RETENTION_MS
+
+    def digest_off(self, topic: str) -> bool:
+        """Whether `topic` is counted without a content digest."""
+        return any(re.search(pattern, topic) for pattern in self.digest_exclude)
 
     @property
     def group(self) -> str:

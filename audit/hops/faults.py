@@ -2,8 +2,12 @@
 
 A `DropFault` makes the replicator lose a known number of messages (optionally in chosen windows only,
 that number in each),
-so the reconciliation can be checked to report exactly that loss; a `PauseFault` makes it stop
-copying for a while, so a stall must show as lag and never as loss.
+so the reconciliation can be checked to report exactly that loss; a `FlipFault` makes it change one byte of
+one message it copies, so the counts balance and only the content digest can tell; a `PauseFault` makes it
+stop copying for a while, so a stall must show as lag and never as loss.
+
+The replicator asks its drop or flip fault `should_drop(topic, timestamp_ms)` of every message it reads, then
+copies `changed_value(topic, partition, timestamp_ms, value)` in place of the value of each one it copies.
 """
 
 from __future__ import annotations
@@ -59,6 +63,10 @@ class DropFault:
         self.dropped += drop
         return drop
 
+    def changed_value(self, topic: str, partition: int, timestamp_ms: int, value: bytes | None) -> bytes | None:
+        """A drop fault copies what it does not drop unchanged."""
+        return value
+
     def _window_of(self, timestamp_ms: int) -> int | None:
         """The chosen window holding `timestamp_ms`, or None."""
         width = self.window_minutes * 60_000
@@ -73,6 +81,60 @@ class DropFault:
                 f" in each of {len(self.windows_ms)} windows starting at {', '.join(map(str, self.windows_ms))} ms"
             )
         return f"drop {amount} of the messages of topics matching {self.topics!r}"
+
+
+@dataclass
+class FlipFault:
+    """Flip every bit of one byte (`byte_index`, counted from the end when negative) of one message of the topics
+    matching `topics`: the first with a value that long, of `partition` and in the window starting at
+    `window_ms` when given. Nothing is dropped, so every count balances; the message's copy differs from it.
+    `flipped_at` says which message it was: (source topic, partition, timestamp ms)."""
+
+    topics: str  # regex on source topic names
+    partition: int | None = None
+    window_ms: int | None = None  # a window start; None: any window
+    window_minutes: int = DEFAULT_WINDOW_MINUTES
+    byte_index: int = 0
+    flipped: int = 0
+    flipped_at: tuple[str, int, int] | None = None
+    _pattern: re.Pattern = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.partition is not None and self.partition < 0:
+            raise ConfigError(f"flip fault: partition {self.partition} is negative")
+        try:
+            self._pattern = re.compile(self.topics)
+        except re.error as exc:
+            raise ConfigError(f"flip fault: topics {self.topics!r} is not a valid regex: {exc}") from None
+
+    def should_drop(self, topic: str, timestamp_ms: int = 0) -> bool:
+        return False
+
+    def changed_value(self, topic: str, partition: int, timestamp_ms: int, value: bytes | None) -> bytes | None:
+        """`value` with its chosen byte flipped when this is the chosen message; else `value` as it is."""
+        if self.flipped or value is None or not self._chosen(topic, partition, timestamp_ms, len(value)):
+            return value
+        changed = bytearray(value)
+        changed[self.byte_index] ^= 0xFF
+        self.flipped, self.flipped_at = 1, (topic, partition, timestamp_ms)
+        return bytes(changed)
+
+    def _chosen(self, topic: str, partition: int, timestamp_ms: int, length: int) -> bool:
+        width = self.window_minutes * 60_000
+        in_window = self.window_ms is None or self.window_ms <= timestamp_ms < self.window_ms + width
+        long_enough = -length <= self.byte_index < length
+        return (
+            in_window
+            and long_enough
+            and self.partition in (None, partition)
+            and self._pattern.search(topic) is not None
+        )
+
+    def describe(self) -> str:
+        where = f" of partition {self.partition}" if self.partition is not None else ""
+        if self.window_ms is not None:
+            where += f" in the window starting at {self.window_ms} ms"
+        return f"flip byte {self.byte_index} of one message{where} of the topics matching {self.topics!r}"
 
 
 @dataclass

@@ -6,7 +6,8 @@ Exactly once, across crashes, per micro-batch:
 - the lake tier's counts of the batch go to the cluster's audit topic as count records whose ids
   are derived from the query id and the batch id, so a replayed batch repeats the same ids and the
   reconciliation counts them once. Spark replays a batch over the offsets it logged before running
-  it, so the replay holds exactly the same messages.
+  it, so the replay holds exactly the same messages, and its records the same counts and content digests
+  (`digest_by_partition`, summed with Spark's built-in xxhash64: `audit.hops.lake_columns`).
 A thread reports the job's position, lag and watermark as `status` records, like the counters.
 """
 
@@ -28,7 +29,7 @@ from audit.contract.names import LAKE_TIER
 from audit.contract.record import count_record, encode, status_record
 from audit.contract.tables import BRONZE
 from audit.contract.watermarks import topic_statuses, watermark_ms
-from audit.hops.lake_columns import with_audit_window
+from audit.hops.lake_columns import digest_sum, message_hash_column, with_audit_window
 from audit.hops.retention import RetentionGaps, Skip
 from audit.io import delta_io
 from audit.io.clients import Admin, client_config, ensure_topics, spark_kafka_options
@@ -94,6 +95,7 @@ class WindowCounts:
     bytes: int = 0
     no_timestamp: int = 0
     partitions: dict[int, int] = field(default_factory=dict)
+    digests: dict[int, int] = field(default_factory=dict)  # the content digest of each partition's messages
     latency: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("p50", "p95", "p99", "max"), 0.0))
 
     def add(self, group) -> None:
@@ -101,6 +103,7 @@ class WindowCounts:
         self.bytes += group["bytes"]
         self.no_timestamp += group["no_timestamp"]
         self.partitions[group.partition] = group["count"]
+        self.digests[group.partition] = group["digest"]
         # Per-partition percentiles folded by their maximum: an upper bound, cheap and monotone.
         for name, value in zip(("p50", "p95", "p99"), group.latency, strict=True):
             self.latency[name] = max(self.latency[name], value)
@@ -179,32 +182,10 @@ class LakeJob:
                 .option("txnVersion", batch_id)
                 .save(self.bronze)
             )
-            counts = self._batch_counts(rows, now_ms)
+            counts = batch_groups(rows, now_ms).collect()
         finally:
             rows.unpersist()
         self._emit_counts(counts, batch_id)
-
-    def _batch_counts(self, rows, now_ms: int) -> list:
-        from pyspark.sql import functions as F
-
-        size = F.coalesce(F.length("value"), F.lit(0)) + F.coalesce(F.length("key"), F.lit(0))  # a tombstone: 0
-        latency = F.greatest(F.lit(now_ms) - F.col("audit_ms"), F.lit(0)).cast("double")
-        return (
-            rows.groupBy("topic", "window_start", "partition")
-            .agg(
-                F.count("*").alias("count"),
-                F.sum(size).alias("bytes"),
-                F.sum(F.col("no_timestamp").cast("int")).alias("no_timestamp"),
-                F.max("offset").alias("last_offset"),
-                F.min("offset").alias("first_offset"),
-                F.min("audit_ms").alias("first_audit_ms"),
-                F.max("audit_ms").alias("last_audit_ms"),
-                F.percentile_approx(latency, [0.5, 0.95, 0.99], 1000).alias("latency"),
-                F.max(latency).alias("latency_max"),
-            )
-            .orderBy("topic", "window_start", "partition")
-            .collect()
-        )
 
     def _emit_counts(self, groups: list, batch_id: int) -> None:
         """Send the batch's counts, one record per (topic, window), under ids of (query id, batch id)."""
@@ -225,6 +206,7 @@ class LakeJob:
                 bytes=entry.bytes,
                 no_timestamp=entry.no_timestamp,
                 by_partition=entry.partitions,
+                digest_by_partition=record_digests(self.settings, topic, entry),
                 latency_ms=entry.latency,
             )
             self._producer.produce(
@@ -448,6 +430,37 @@ class LakeJob:
             )
         self.emit_status(query)
         return self.stats
+
+
+def record_digests(settings: Settings, topic: str, entry: WindowCounts) -> dict[int, int] | None:
+    """The content digests a count record of `topic` carries: none for a topic counted without them
+    (`topics.digest_exclude`, matched against the name as the lake reads it, as the counters match it)."""
+    return None if settings.topics.digest_off(topic) else entry.digests
+
+
+def batch_groups(rows, now_ms: int):
+    """A landed micro-batch (`with_audit_window`'s columns) grouped by (topic, window, partition): counts, bytes,
+    offsets, audit times, latency and the content digest of the group's messages, ordered; a Spark DataFrame."""
+    from pyspark.sql import functions as F
+
+    size = F.coalesce(F.length("value"), F.lit(0)) + F.coalesce(F.length("key"), F.lit(0))  # a tombstone: 0
+    latency = F.greatest(F.lit(now_ms) - F.col("audit_ms"), F.lit(0)).cast("double")
+    return (
+        rows.groupBy("topic", "window_start", "partition")
+        .agg(
+            F.count("*").alias("count"),
+            F.sum(size).alias("bytes"),
+            F.sum(F.col("no_timestamp").cast("int")).alias("no_timestamp"),
+            F.max("offset").alias("last_offset"),
+            F.min("offset").alias("first_offset"),
+            F.min("audit_ms").alias("first_audit_ms"),
+            F.max("audit_ms").alias("last_audit_ms"),
+            F.percentile_approx(latency, [0.5, 0.95, 0.99], 1000).alias("latency"),
+            F.max(latency).alias("latency_max"),
+            digest_sum(message_hash_column("key", "value")).alias("digest"),
+        )
+        .orderBy("topic", "window_start", "partition")
+    )
 
 
 def _json(value) -> dict:

@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from audit.contract.naming import NamingPolicy, is_audit_topic
 from audit.contract.record import encode, new_instance_id
-from audit.hops.faults import DropFault, PauseFault
+from audit.hops.faults import DropFault, FlipFault, PauseFault
 from audit.hops.mirror_positions import SourcePositions
 from audit.hops.mirror_state import (
     LAST_COMMIT,
@@ -76,7 +76,7 @@ class Replicator:
         naming: NamingPolicy,
         select_topic: Callable[[str], bool],
         *,
-        fault: DropFault | None = None,
+        fault: DropFault | FlipFault | None = None,
         pause: PauseFault | None = None,
     ) -> None:
         self.source_config = dict(source_config)
@@ -283,9 +283,14 @@ class Replicator:
             if target in path or (self.fault is not None and self.fault.should_drop(topic, timestamp_ms)):
                 self._not_sent(message, dropped=target not in path)
                 continue
+            value = (
+                message.value()
+                if self.fault is None
+                else self.fault.changed_value(topic, partition, timestamp_ms, message.value())
+            )
             copy = TargetMessage(
                 self.naming.target_topic(source, topic),
-                message.value(),
+                value,
                 message.key(),
                 copy_headers(headers, path, source, kind, timestamp_ms),
                 timestamp_ms,

@@ -53,7 +53,8 @@ def ensure_table(lake: Lake | str, table: Table) -> str:
     Created by `deltalake` in this process, which takes milliseconds where Spark's CREATE costs a new driver
     most of a second a table, with the checksum Spark reads (`write_first_checksum`). A creation killed before
     its commit leaves a `_delta_log` folder with no commit in it, which is no table: the next call creates it
-    there."""
+    there. A table created before some of its declared columns gains them, null in its rows so far
+    (`add_missing_columns`), so every engine's next write finds them."""
     from deltalake import DeltaTable
 
     lake = Lake.of(lake)
@@ -72,9 +73,27 @@ def ensure_table(lake: Lake | str, table: Table) -> str:
     except Exception:
         if lake.version(table.name) is None:  # else another process created it first
             raise
+    add_missing_columns(lake, table)
     write_first_checksum(path)
     _ENSURED.add(path)
     return path
+
+
+def add_missing_columns(lake: Lake | str, table: Table) -> list[str]:
+    """Add to the stored `table` the declared columns it lacks (a table written by an older kafka-audit), as
+    nullable columns at its end (writes match columns by name); returns their names, none when it has them all."""
+    from deltalake.schema import Schema
+
+    lake = Lake.of(lake)
+    stored = lake.delta_table(table.name)
+    present = {field.name for field in stored.schema().fields}
+    missing = [field for field in arrow_schema(table) if field.name not in present]
+    if missing:
+        import pyarrow as pa
+
+        stored.alter.add_columns(list(Schema.from_arrow(pa.schema(missing)).fields))
+        log.info("table gained columns", extra={"table": table.name, "columns": [f.name for f in missing]})
+    return [field.name for field in missing]
 
 
 def ensure_tables(lake: Lake | str, names: tuple[str, ...] | None = None) -> dict[str, str]:

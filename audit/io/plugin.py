@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ def plugin_config(
     service: str | None = None,
     host: str | None = None,
     instance_id: str | None = None,
+    digest_exclude: Sequence[str] = (),
 ) -> dict[str, str]:
     """The librdkafka settings that load the plugin with these kaudit.* keys (those given), path first."""
     keys = {
@@ -49,11 +50,19 @@ def plugin_config(
         "kaudit.service": service,
         "kaudit.host": host,
         "kaudit.instance.id": instance_id,
+        "kaudit.digest.exclude": digest_exclude_regex(digest_exclude),
     }
     return {
         "plugin.library.paths": plugin_path(),
         **{key: str(value) for key, value in keys.items() if value is not None},
     }
+
+
+def digest_exclude_regex(patterns: Sequence[str]) -> str | None:
+    """The one regex `kaudit.digest.exclude` takes for `patterns` (any may match), or None for none: the plugin
+    counts a topic it matches without a content digest. The patterns are POSIX extended regexes (the settings
+    check them: audit.settings.topics), which Python's `re` reads the same."""
+    return "|".join(f"({pattern})" for pattern in patterns) or None
 
 
 def with_plugin(config: Mapping[str, Any], **keys: Any) -> dict[str, Any]:
@@ -82,6 +91,15 @@ def library() -> ctypes.CDLL:
                 ]
             loaded.kaudit_take_consumed.argtypes = [ctypes.c_char_p]
             loaded.kaudit_take_consumed.restype = ctypes.c_void_p
+            loaded.kaudit_sample_record.argtypes = [
+                ctypes.c_char_p,
+                ctypes.c_longlong,
+                ctypes.POINTER(ctypes.c_longlong),
+                ctypes.POINTER(ctypes.c_int),
+                ctypes.POINTER(ctypes.c_longlong),
+                ctypes.c_int,
+                ctypes.c_longlong,
+            ]
             loaded.kaudit_sample_record.restype = ctypes.c_void_p
             loaded.kaudit_free.argtypes = [ctypes.c_void_p]
             loaded.kaudit_window_start.argtypes = [ctypes.c_longlong, ctypes.c_longlong]

@@ -5,14 +5,16 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import PrivateAttr, model_validator
+from pydantic import AfterValidator, PrivateAttr, model_validator
 
 from audit.contract.names import DEFAULT_AUDIT_TOPIC, RESERVED_TIERS
 from audit.settings.errors import invalid, show
 from audit.settings.fields import Regexes, SettingsModel, compiled, setting
 
+# The longest kaudit.digest.exclude the librdkafka plugin takes (native/plugin/kaudit_plugin.h), all regexes joined.
+MAX_DIGEST_EXCLUDE_CHARS = 2047
 DEFAULT_NAMING = "prefix"
 NAMING_POLICIES = ("prefix", "identity")
 DEFAULT_INCLUDE = (".*",)
@@ -21,6 +23,30 @@ DEFAULT_EXCLUDE = (
     rf"^{DEFAULT_AUDIT_TOPIC}$",
     r"^_kaudit.*",
 )  # Kafka's internal topics, the audit topic, ours
+
+
+def posix_regexes(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """Regexes that POSIX extended regex (the plugin's, in C) and Python's `re` read alike: no `(?...)` group,
+    no lazy quantifier, no backslash class such as \\d (escape punctuation only)."""
+    for index, pattern in enumerate(patterns):
+        escaped = False
+        for at, char in enumerate(pattern):
+            if escaped:
+                escaped = False
+                if char.isalnum() or not char.isascii():
+                    raise invalid(
+                        f"{pattern!r}: \\{char} is not POSIX (write [0-9] for \\d, escape punctuation only)", index
+                    )
+            elif char == "\\":
+                escaped = True
+            elif char == "?" and at and pattern[at - 1] in "(*+?}":
+                raise invalid(
+                    f"{pattern!r}: {pattern[at - 1]}? is not POSIX (no (?...) group, no lazy quantifier)", index
+                )
+    return patterns
+
+
+PosixRegexes = Annotated[Regexes, AfterValidator(posix_regexes)]
 
 
 class TopicSelection(SettingsModel):
@@ -35,9 +61,15 @@ class TopicSelection(SettingsModel):
         "regexes of topics never audited, even when included: Kafka's internal topics and the audit topic",
         DEFAULT_EXCLUDE,
     )
+    digest_exclude: PosixRegexes = setting(
+        "regexes of audited topics counted without a content digest of keys and values (their count records carry "
+        "none, so their windows are judged by counts only): POSIX extended regexes, searched anywhere in the name",
+        (),
+    )
 
     _include: tuple[re.Pattern[str], ...] = PrivateAttr(default=())
     _exclude: tuple[re.Pattern[str], ...] = PrivateAttr(default=())
+    _digest_exclude: tuple[re.Pattern[str], ...] = PrivateAttr(default=())
 
     @model_validator(mode="after")
     def _compile(self) -> TopicSelection:
@@ -45,11 +77,21 @@ class TopicSelection(SettingsModel):
             raise invalid("[] is empty, so no topic would be audited", "include")
         self._include = tuple(map(re.compile, self.include))
         self._exclude = tuple(map(re.compile, self.exclude))
+        self._digest_exclude = tuple(map(re.compile, self.digest_exclude))
+        joined = sum(len(pattern) + 3 for pattern in self.digest_exclude)
+        if joined > MAX_DIGEST_EXCLUDE_CHARS + 1:
+            raise invalid(
+                f"the regexes are {joined - 1} characters joined, over {MAX_DIGEST_EXCLUDE_CHARS}", "digest_exclude"
+            )
         return self
 
     def matches(self, topic: str) -> bool:
         """Whether `topic` is audited."""
         return any(p.search(topic) for p in self._include) and not any(p.search(topic) for p in self._exclude)
+
+    def digest_off(self, topic: str) -> bool:
+        """Whether `topic` is counted without a content digest."""
+        return any(p.search(topic) for p in self._digest_exclude)
 
 
 def check_naming(naming: str) -> str:

@@ -10,6 +10,7 @@ from dash import Input, Output, State, callback, dcc, html
 from audit.contract.watermarks import FIRST_REAL_WATERMARK
 from dashboards import ids
 from dashboards.data import DEFAULT_RANGE, NO_WATERMARK, RANGES
+from dashboards.figures import STATUS_COLORS
 from dashboards.links import href
 
 # Columns of free text (an alert's cause, a delivery error): given room, and wrapped within it.
@@ -40,6 +41,20 @@ def range_and_search(range_key: str | None, search: str | None, *, with_search: 
             ),
         ]
     return html.Div(children, style={"display": "flex", "alignItems": "center", "margin": "8px 0"})
+
+
+def status_styles(shown: pd.DataFrame) -> list[dict]:
+    """A `status` cell is drawn in its status's colour, as the heatmap draws it."""
+    if "status" not in shown:
+        return []
+    return [
+        {
+            "if": {"column_id": "status", "filter_query": f'{{status}} = "{status}"'},
+            "backgroundColor": color,
+            "color": "#ffffff" if status in ("incomplete", "mismatch", "complete", "over") else "#000000",
+        }
+        for status, color in STATUS_COLORS.items()
+    ]
 
 
 def table(frame, columns: list[str] | None = None, *, table_id: str | None = None, page_size: int = 15):
@@ -73,6 +88,7 @@ def table(frame, columns: list[str] | None = None, *, table_id: str | None = Non
             "textAlign": "left",
         },
         style_cell_conditional=[{"if": {"column_id": c}, "minWidth": "160px"} for c in WIDE_COLUMNS if c in shown],
+        style_data_conditional=status_styles(shown),
         style_header={"fontWeight": "bold"},
         **kwargs,
     )

@@ -22,6 +22,7 @@ WINDOW_COLUMNS = [
     "missing",
     "missing_by_partition",
     "duplicated",
+    "mismatched_partitions",
     "completeness_pct",
     "tier_watermark",
     "latency_p99_ms",
@@ -61,6 +62,10 @@ def layout(
     topic, topics, selected, rows, counts, restated = load(topic, range, window)
     in_window = rows[rows["window_start"] == selected] if selected is not None and not rows.empty else rows.iloc[0:0]
     in_window = with_partition_losses(in_window, counts)
+    if "mismatched_partitions" in in_window:
+        in_window = in_window.assign(
+            mismatched_partitions=[figures.partition_list(p) for p in in_window["mismatched_partitions"]]
+        )
     in_window = in_window.merge(restated, on=["window_start", "tier"], how="left")
     return html.Div(
         [

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "digest.h"
 #include "kaudit_plugin.h"
 
 typedef struct Group {
@@ -14,6 +15,8 @@ typedef struct Group {
     int32_t partition;
     int64_t window_start, last_offset, last_time;
     long long count, bytes, no_timestamp, zero_latency;
+    int64_t digest; /* of the messages counted, unless the topic's digest is off */
+    int digest_off;
     uint32_t *histogram;
 } Group;
 
@@ -22,7 +25,8 @@ typedef struct ConsumeState {
     long long messages;
 } ConsumeState;
 
-static Group *group_of(ConsumeState *state, const char *topic, int32_t partition, int64_t window_start) {
+static Group *group_of(Instance *instance, ConsumeState *state, const char *topic, int32_t partition,
+                       int64_t window_start) {
     Group *last = state->last;
     if (last != NULL && last->topic_name == topic && last->partition == partition && last->window_start == window_start)
         return last;
@@ -40,6 +44,7 @@ static Group *group_of(ConsumeState *state, const char *topic, int32_t partition
     group->topic_name = topic;
     group->partition = partition;
     group->window_start = window_start;
+    group->digest_off = !digest_is_on(instance, topic);
     group->next = state->groups;
     state->groups = group;
     return state->last = group;
@@ -57,7 +62,9 @@ rd_kafka_resp_err_t on_consume(rd_kafka_t *rk, rd_kafka_message_t *message, void
     pthread_mutex_lock(&instance->lock);
     if (instance->consume == NULL) instance->consume = calloc(1, sizeof(ConsumeState));
     ConsumeState *state = instance->consume;
-    Group *group = state ? group_of(state, topic, message->partition, window_start_ms(when.time_ms, instance->settings.window_ms)) : NULL;
+    Group *group = state ? group_of(instance, state, topic, message->partition,
+                                    window_start_ms(when.time_ms, instance->settings.window_ms))
+                         : NULL;
     if (group != NULL) {
         state->messages++;
         group->count++;
@@ -65,6 +72,9 @@ rd_kafka_resp_err_t on_consume(rd_kafka_t *rk, rd_kafka_message_t *message, void
         group->no_timestamp += !when.usable;
         group->last_offset = message->offset;
         group->last_time = when.time_ms;
+        if (!group->digest_off)
+            group->digest = kaudit_digest_merge(group->digest, kaudit_message_hash(message->key, message->key_len,
+                                                                                   message->payload, message->len));
         int64_t latency = now - when.time_ms;
         if (latency <= 0) group->zero_latency++;
         else if (group->histogram != NULL || (group->histogram = calloc(KAUDIT_N_FLOORS, sizeof(uint32_t))) != NULL)
@@ -90,7 +100,7 @@ void consume_free(Instance *instance) {
 }
 
 /* The groups taken, as one JSON document: {"messages": n, "groups": [[topic, partition, window start, count, bytes,
- * no_timestamp, last offset, its audit time, {latency floor: messages}], ...]}; malloc'd. */
+ * no_timestamp, last offset, its audit time, {latency floor: messages}, content digest or null], ...]}; malloc'd. */
 char *consumed_json(ConsumeState *state, size_t *length);
 
 EXPORTED char *kaudit_take_consumed(const char *instance_id) {
@@ -116,7 +126,7 @@ EXPORTED char *kaudit_take_consumed(const char *instance_id) {
 char *consumed_json(ConsumeState *state, size_t *length) {
     size_t capacity = 256;
     for (Group *group = state->groups; group != NULL; group = group->next) {
-        capacity += 240 + strlen(group->topic);
+        capacity += 280 + strlen(group->topic);
         for (int i = 0; group->histogram != NULL && i < KAUDIT_N_FLOORS; i++) capacity += group->histogram[i] ? 40 : 0;
     }
     char *text = malloc(capacity);
@@ -138,7 +148,8 @@ char *consumed_json(ConsumeState *state, size_t *length) {
                                    group->histogram[i]);
             comma = ",";
         }
-        if (at < capacity) at += (size_t)snprintf(text + at, capacity - at, "}]");
+        if (at < capacity && group->digest_off) at += (size_t)snprintf(text + at, capacity - at, "},null]");
+        else if (at < capacity) at += (size_t)snprintf(text + at, capacity - at, "},%lld]", (long long)group->digest);
     }
     if (at < capacity) at += (size_t)snprintf(text + at, capacity - at, "]}");
     if (at >= capacity) {

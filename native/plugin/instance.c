@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "digest.h"
 #include "kaudit_plugin.h"
 
 pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -43,6 +44,10 @@ void plugin_log(const char *level, const Instance *instance, const char *message
             level, instance ? instance->settings.instance_id : "", text);
 }
 
+int digest_is_on(Instance *instance, const char *topic) {
+    return !instance->has_digest_exclude || regexec(&instance->digest_exclude, topic, 0, NULL, 0) == REG_NOMATCH;
+}
+
 static rd_kafka_resp_err_t on_acknowledgement(rd_kafka_t *rk, rd_kafka_message_t *message, void *ic_opaque) {
     Instance *instance = ic_opaque;
     const char *topic = rdk.topic_name(message->rkt);
@@ -55,8 +60,14 @@ static rd_kafka_resp_err_t on_acknowledgement(rd_kafka_t *rk, rd_kafka_message_t
         entry->send_failed++;
         instance->failed_total++;
     } else if (entry != NULL) {
+        if (!entry->digest_checked) {
+            entry->digest_off = !digest_is_on(instance, topic);
+            entry->digest_checked = 1;
+        }
+        /* The key and value the application produced: librdkafka keeps them until the delivery report. */
+        int64_t hash = entry->digest_off ? 0 : kaudit_message_hash(message->key, message->key_len, message->payload, message->len);
         entry_delivered(entry, message->partition, (long long)(message->len + message->key_len), now - when.time_ms,
-                        when.usable);
+                        when.usable, hash);
         instance->delivered_total++;
     }
     pthread_mutex_unlock(&instance->lock);
@@ -108,6 +119,9 @@ rd_kafka_resp_err_t instance_start(rd_kafka_t *rk, const rd_kafka_conf_t *conf, 
     instance->settings = *settings;
     instance->rk = rk;
     instance->is_producer = is_producer;
+    /* settings.c compiled it once already: it compiles here too. */
+    instance->has_digest_exclude =
+        settings->digest_exclude[0] && regcomp(&instance->digest_exclude, settings->digest_exclude, REG_EXTENDED | REG_NOSUB) == 0;
     pthread_mutex_init(&instance->lock, NULL);
     pthread_mutex_init(&instance->emit_lock, NULL);
     pthread_cond_init(&instance->wake, NULL);
@@ -131,6 +145,7 @@ void instance_free(Instance *instance) {
     if (instance->is_producer) emitter_stop(instance);
     tally_free(&instance->tally);
     consume_free(instance);
+    if (instance->has_digest_exclude) regfree(&instance->digest_exclude);
     pthread_mutex_destroy(&instance->lock);
     pthread_mutex_destroy(&instance->emit_lock);
     pthread_cond_destroy(&instance->wake);

@@ -78,10 +78,11 @@ EXPORTED int kaudit_audit_time(int create_time, long long timestamp, const char 
     return when.usable;
 }
 
-/* The count record of one entry with the given latencies (ms) delivered on `partitions`, for the record's
- * parity with audit/contract/record.py; malloc'd (kaudit_free). */
+/* The count record of one entry with the given latencies (ms) and message hashes delivered on `partitions`
+ * (hashes NULL: the topic's digest is off), for the record's parity with audit/contract/record.py; malloc'd
+ * (kaudit_free). */
 EXPORTED char *kaudit_sample_record(const char *topic, long long window_start, const long long *latencies,
-                                    const int *partitions, int n, long long failed) {
+                                    const int *partitions, const long long *hashes, int n, long long failed) {
     Settings settings = {.window_ms = 600000};
     strcpy(settings.cluster, "dc1");
     strcpy(settings.service, "svc \"quoted\"\n");
@@ -89,7 +90,9 @@ EXPORTED char *kaudit_sample_record(const char *topic, long long window_start, c
     strcpy(settings.instance_id, "svc-0123456789ab");
     Tally tally = {0};
     Entry *entry = tally_entry(&tally, topic, window_start);
-    for (int i = 0; entry != NULL && i < n; i++) entry_delivered(entry, partitions[i], 10, latencies[i], 1);
+    if (entry != NULL) entry->digest_off = hashes == NULL;
+    for (int i = 0; entry != NULL && i < n; i++)
+        entry_delivered(entry, partitions[i], 10, latencies[i], 1, hashes != NULL ? hashes[i] : 0);
     if (entry != NULL) entry->send_failed = failed;
     size_t length = 0;
     char *text = entry != NULL ? entry_record(entry, &settings, 7, 1764936000123LL, &length) : NULL;

@@ -19,6 +19,7 @@
 
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
+#include <regex.h>
 #include <stdint.h>
 
 #include "audit_window.h"
@@ -52,6 +53,7 @@ int rdk_ready(char *problem, size_t problem_size);
 typedef struct {
     char cluster[65], audit_topic[250], service[128], host[256], instance_id[160];
     int64_t window_ms, flush_interval_ms, close_timeout_ms;
+    char digest_exclude[2048]; /* a POSIX extended regex: topics counted without a content digest; "" for none */
     struct Instance *instance; /* made by on_new for the client of this conf; freed with the conf */
 } Settings;
 
@@ -68,7 +70,10 @@ typedef struct Entry {
     int64_t window_start;
     long long count, bytes, send_failed, no_timestamp, zero_latency;
     long long *partitions;
+    int64_t *digests; /* per partition, beside `partitions` */
     int32_t n_partitions;
+    int digest_checked, digest_off; /* whether the topic's digest is off (kaudit.digest.exclude), once known */
+    int unhashed;                   /* a message counted without its hash: the record leaves the digest out */
     uint32_t *histogram; /* KAUDIT_N_FLOORS counters, made on the first latency */
 } Entry;
 
@@ -79,7 +84,8 @@ typedef struct {
 } Tally;
 
 Entry *tally_entry(Tally *tally, const char *topic, int64_t window_start); /* NULL when out of memory */
-void entry_delivered(Entry *entry, int32_t partition, long long size, int64_t latency_ms, int usable);
+/* One message counted; `hash` is its content hash (digest.h), ignored when the entry's digest is off. */
+void entry_delivered(Entry *entry, int32_t partition, long long size, int64_t latency_ms, int usable, int64_t hash);
 Tally tally_take(Tally *tally); /* hands the entries over; `tally` starts empty */
 void tally_free(Tally *tally);
 /* The count record of `entry` as compact JSON with sorted keys (audit/contract/record.py encode); malloc'd. */
@@ -98,6 +104,8 @@ typedef struct Instance {
     Settings settings;
     rd_kafka_t *rk;
     int is_producer;
+    regex_t digest_exclude; /* compiled from settings.digest_exclude when has_digest_exclude */
+    int has_digest_exclude;
     pthread_mutex_t lock; /* the tally and the totals */
     Tally tally;
     long long delivered_total, failed_total;
@@ -120,6 +128,7 @@ void instance_free(Instance *instance);
 Instance *instance_find(const char *instance_id); /* NULL unless registered; caller holds registry_lock */
 extern pthread_mutex_t registry_lock;
 void plugin_log(const char *level, const Instance *instance, const char *message);
+int digest_is_on(Instance *instance, const char *topic); /* not excluded by kaudit.digest.exclude */
 
 /* ---- emitter.c -------------------------------------------------------------------------------- */
 

@@ -115,6 +115,18 @@ static void append_partitions(Buffer *buffer, const Entry *entry) {
     if (!first) append(buffer, "},");
 }
 
+/* Beside by_partition, when every message counted was hashed (audit/contract/record.py digest_by_partition). */
+static void append_digests(Buffer *buffer, const Entry *entry) {
+    if (entry->digest_off || entry->unhashed) return;
+    int first = 1;
+    for (int32_t p = 0; p < entry->n_partitions; p++) {
+        if (!entry->partitions[p]) continue;
+        append(buffer, "%s\"%d\":%lld", first ? "\"digest_by_partition\":{" : ",", p, (long long)entry->digests[p]);
+        first = 0;
+    }
+    if (!first) append(buffer, "},");
+}
+
 char *entry_record(const Entry *entry, const Settings *settings, long long sequence, int64_t emitted_at_ms,
                    size_t *length) {
     Buffer buffer = {.text = NULL, .length = 0, .capacity = 0};
@@ -122,7 +134,9 @@ char *entry_record(const Entry *entry, const Settings *settings, long long seque
     append_partitions(&buffer, entry);
     append(&buffer, "\"bytes\":%lld,\"cluster\":", entry->bytes);
     append_string(&buffer, settings->cluster);
-    append(&buffer, ",\"count\":%lld,\"emitted_at\":", entry->count);
+    append(&buffer, ",\"count\":%lld,", entry->count);
+    append_digests(&buffer, entry);
+    append(&buffer, "\"emitted_at\":");
     append_time(&buffer, emitted_at_ms, 1);
     append(&buffer, ",\"host\":");
     append_string(&buffer, settings->host);

@@ -58,6 +58,15 @@ static rd_kafka_conf_res_t invalid(char *errstr, size_t errstr_size, const char 
     return RD_KAFKA_CONF_INVALID;
 }
 
+/* A POSIX extended regex that compiles, or "" for none. */
+static int is_regex(const char *value, size_t longest) {
+    if (!*value) return 1;
+    regex_t compiled;
+    if (!is_text(value, longest) || regcomp(&compiled, value, REG_EXTENDED | REG_NOSUB) != 0) return 0;
+    regfree(&compiled);
+    return 1;
+}
+
 static rd_kafka_conf_res_t on_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, char *errstr,
                                        size_t errstr_size, void *ic_opaque) {
     Settings *settings = ic_opaque;
@@ -84,13 +93,17 @@ static rd_kafka_conf_res_t on_conf_set(rd_kafka_conf_t *conf, const char *name, 
     } else if (strcmp(key, "flush.interval.ms") == 0) {
         if (!parse_number(value, 10, 3600000, &number)) return invalid(errstr, errstr_size, name, value, "10 to 3600000");
         settings->flush_interval_ms = number;
+    } else if (strcmp(key, "digest.exclude") == 0) {
+        if (!is_regex(value, sizeof settings->digest_exclude - 1))
+            return invalid(errstr, errstr_size, name, value, "a POSIX extended regex of topics, short enough");
+        snprintf(settings->digest_exclude, sizeof settings->digest_exclude, "%s", value);
     } else if (strcmp(key, "close.timeout.ms") == 0) {
         if (!parse_number(value, 0, 3600000, &number)) return invalid(errstr, errstr_size, name, value, "0 to 3600000");
         settings->close_timeout_ms = number;
     } else {
         snprintf(errstr, errstr_size,
                  "%s: no such setting of the kaudit plugin (cluster, audit.topic, service, host, instance.id, "
-                 "window.minutes, flush.interval.ms, close.timeout.ms)", name);
+                 "window.minutes, flush.interval.ms, close.timeout.ms, digest.exclude)", name);
         return RD_KAFKA_CONF_INVALID;
     }
     return RD_KAFKA_CONF_OK;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "digest.h"
 #include "kaudit_plugin.h"
 
 /* ---- audit/contract/audit_time.py in C ------------------------------------------------------- */
@@ -116,20 +117,32 @@ int floor_index_of(int64_t latency) {
     return low;
 }
 
-void entry_delivered(Entry *entry, int32_t partition, long long size, int64_t latency_ms, int usable) {
+/* Room for `partition` in the entry's per-partition counts and digests; 0 when there is none. */
+static int hold_partition(Entry *entry, int32_t partition) {
+    if (partition < 0) return 0;
+    if (partition < entry->n_partitions) return 1;
+    int32_t n = partition + 1 > entry->n_partitions * 2 ? partition + 1 : entry->n_partitions * 2;
+    long long *counts = realloc(entry->partitions, sizeof(long long) * (size_t)n);
+    if (counts != NULL) entry->partitions = counts;
+    int64_t *digests = counts != NULL ? realloc(entry->digests, sizeof(int64_t) * (size_t)n) : NULL;
+    if (digests == NULL) return 0;
+    entry->digests = digests;
+    memset(counts + entry->n_partitions, 0, sizeof(long long) * (size_t)(n - entry->n_partitions));
+    memset(digests + entry->n_partitions, 0, sizeof(int64_t) * (size_t)(n - entry->n_partitions));
+    entry->n_partitions = n;
+    return 1;
+}
+
+void entry_delivered(Entry *entry, int32_t partition, long long size, int64_t latency_ms, int usable, int64_t hash) {
     entry->count++;
     entry->bytes += size;
     if (!usable) entry->no_timestamp++;
-    if (partition >= 0 && partition >= entry->n_partitions) {
-        int32_t n = partition + 1 > entry->n_partitions * 2 ? partition + 1 : entry->n_partitions * 2;
-        long long *grown = realloc(entry->partitions, sizeof(long long) * (size_t)n);
-        if (grown != NULL) {
-            memset(grown + entry->n_partitions, 0, sizeof(long long) * (size_t)(n - entry->n_partitions));
-            entry->partitions = grown;
-            entry->n_partitions = n;
-        }
+    if (hold_partition(entry, partition)) {
+        entry->partitions[partition]++;
+        entry->digests[partition] = kaudit_digest_merge(entry->digests[partition], hash);
+    } else {
+        entry->unhashed = 1;
     }
-    if (partition >= 0 && partition < entry->n_partitions) entry->partitions[partition]++;
     if (latency_ms <= 0) {
         entry->zero_latency++;
         return;
@@ -150,6 +163,7 @@ void tally_free(Tally *tally) {
             next = entry->next_in_slot;
             free(entry->topic);
             free(entry->partitions);
+            free(entry->digests);
             free(entry->histogram);
             free(entry);
         }

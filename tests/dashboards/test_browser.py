@@ -11,6 +11,7 @@ import pytest
 
 from audit.settings import Settings
 from dashboards import ids
+from dashboards.figures import STATUS_COLORS
 from dashboards.sample import demo_frames, window_starts, write_frames
 from dashboards.screenshots import recent_now
 
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.browser
 
 NOW = recent_now()
 LOSS_WINDOW = pd.Timestamp(window_starts(NOW, 24, 10)[8])  # DEMO_FAULTS: 40 lost (28 in partition 2, 12 in 0)
+MISMATCH_WINDOW = pd.Timestamp(window_starts(NOW, 24, 10)[16])  # DEMO_FAULTS: shipments' partition 1 differs
 CLUSTER_READS = pd.DataFrame(
     {
         "cluster": ["dc1", "dc2", "aggregate"],
@@ -376,3 +378,44 @@ def test_the_alert_log_fits_the_page_and_never_shows_the_audit_topic_or_1970(ui)
     assert fit["page"] <= fit["view"], f"the page scrolls sideways: {fit}"
     assert fit["table"] <= fit["box"] + 1 and fit["cause_right"] <= fit["box_right"] + 1, f"the cause is cut: {fit}"
     assert fit["cause_scroll"] <= fit["cause_client"] + 1 and fit["cause_text"].endswith("THE-END-OF-THE-CAUSE"), fit
+
+
+def test_a_mismatch_window_has_its_own_colour_and_legend_entry(ui):
+    """DEMO_FAULTS: Mismatch("shipments", "aggregate", 16, partition=1): the counts balance, the content differs."""
+    base, driver = ui
+    driver.get(base + "/?range=6h")
+    [heatmap] = wait(lambda: plot_data(driver, ids.HEATMAP), what="the heatmap")
+    column = next(i for i, x in enumerate(heatmap["x"]) if same_time(x, MISMATCH_WINDOW))
+    assert heatmap["customdata"][heatmap["y"].index("dc1.shipments")][column] == "mismatch"
+    legend = driver.execute_script(
+        f"const gd = document.querySelector('#{ids.HEATMAP} .js-plotly-plot'); const t = gd.data[0];"
+        "return {ticks: t.colorbar.ticktext, scale: t.colorscale,"
+        " drawn: Array.from(gd.querySelectorAll('.colorbar .cbaxis text, .colorbar text')).map(e => e.textContent)};"
+    )
+    assert "mismatch" in legend["ticks"] and "mismatch" in legend["drawn"], legend
+    colours = {colour for _stop, colour in legend["scale"]}
+    assert STATUS_COLORS["mismatch"] in colours and len(set(STATUS_COLORS.values())) == len(STATUS_COLORS)
+
+    driver.get(f"{base}/topic?topic=dc1.shipments&window={MISMATCH_WINDOW:%Y-%m-%dT%H:%M}Z&tier=aggregate")
+    traces = wait(lambda: plot_data(driver, ids.COMPLETENESS), what="the completeness graph")
+    [marks] = [t for t in traces if t["name"] == "mismatch"]
+    assert {pd.Timestamp(x).tz_localize("UTC") for x in marks["x"]} == {MISMATCH_WINDOW}
+    assert "aggregate: content differs in partition 1" in marks["customdata"]
+    drawn = driver.execute_script(
+        f"const gd = document.querySelector('#{ids.COMPLETENESS} .js-plotly-plot');"
+        "const entry = Array.from(gd.querySelectorAll('.legend .traces')).find(e => e.textContent === 'mismatch');"
+        "return entry && getComputedStyle(entry.querySelector('.scatterpts, path.point')).fill;"
+    )
+    assert drawn == "rgb(227, 119, 194)", drawn  # STATUS_COLORS["mismatch"] in the legend
+    cells = wait(
+        lambda: driver.execute_script(
+            f"return Array.from(document.querySelectorAll('#{ids.WINDOW_TABLE} tr')).map(tr =>"
+            " Array.from(tr.querySelectorAll('td')).map(td => [td.innerText, getComputedStyle(td).backgroundColor]))"
+            ".filter(r => r.length)"
+        ),
+        what="the window table",
+    )
+    statuses = {row[1][0]: row[1][1] for row in cells}
+    assert statuses["mismatch"] == "rgb(227, 119, 194)", statuses
+    aggregate = next(row for row in cells if row[0][0] == "aggregate")
+    assert any(text == "1" for text, _background in aggregate), aggregate

@@ -28,6 +28,7 @@ from dashboards.sample import (
     Duplicate,
     Lagging,
     Loss,
+    Mismatch,
     NoWatermark,
     SampleSpec,
     sample_frames,
@@ -267,3 +268,27 @@ def test_the_lag_axes_read_plain_numbers_from_0_never_si_suffixes():
     for figure in (figures.watermark_figure(history), figures.lag_figure(history.assign(lag=[0, 0]))):
         axis = figure.layout.yaxis
         assert axis.tickformat and "s" not in axis.tickformat and axis.rangemode == "tozero", axis
+
+
+def test_a_mismatch_has_its_own_colour_rank_and_marker():
+    frames = sample_frames(SampleSpec(now=NOW, faults=[Mismatch("payments", "aggregate", 4, partition=2)]))
+    data = overview_data(completeness_arrow(frames), frames["tier_status"], range_key="24h", search=None)
+    figure = figures.status_heatmap(data["cells"], data["order"])
+    [trace] = figure.data
+    assert "mismatch" in trace.colorbar.ticktext
+    assert figures.STATUS_COLORS["mismatch"] in {colour for _stop, colour in trace.colorscale}
+    assert len(set(figures.STATUS_COLORS.values())) == len(figures.STATUS_COLORS)
+    row = list(trace.y).index("dc1.payments")
+    assert list(trace.customdata[row]).count("mismatch") == 1
+    assert (
+        data["order"][0] == "dc1.payments"
+        and data["worst"].set_index("logical_topic").loc["dc1.payments", "mismatch"] == 1
+    )
+
+    rows = frames["completeness"].query("topic == 'payments'")
+    [marks] = [t for t in figures.completeness_figure(rows).data if t.name == "mismatch"]
+    assert marks.marker.color == figures.STATUS_COLORS["mismatch"]
+    assert list(marks.customdata) == [
+        "aggregate: content differs in partition 2",
+        "lake: content differs in partition 2",
+    ]

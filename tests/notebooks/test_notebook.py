@@ -18,17 +18,19 @@ import nbformat
 import pandas as pd
 import pytest
 
-from dashboards.sample import Duplicate, Lagging, Loss, sample_frames, write_frames
+from dashboards.sample import Duplicate, Lagging, Loss, Mismatch, sample_frames, write_frames
 from tests.conftest import cache_dir, run_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "completeness.ipynb"
 RUNNER = ROOT / "notebooks" / "execute.py"
 
-# One loss (payments, into aggregate), one duplicate (orders, into the lake), one lagging tier (clicks' lake).
+# One loss (payments, into aggregate), one duplicate (orders, into the lake), one lagging tier (clicks' lake),
+# one changed message (orders' partition 1, into the aggregate, after the duplicate's window).
 LOST_TOPIC, LOST_TIER, LOST_COUNT = "payments", "aggregate", 37
+MISMATCH_WINDOW = 7
 FAULTS = [Loss(LOST_TOPIC, LOST_TIER, 3, LOST_COUNT), Duplicate("orders", "lake", 5, 9),
-          Lagging("clicks", "lake", behind_minutes=45, lag=5200)]
+          Lagging("clicks", "lake", behind_minutes=45, lag=5200), Mismatch("orders", "aggregate", MISMATCH_WINDOW, 1)]
 
 BRONZE_PER_WINDOW = 2
 
@@ -139,6 +141,15 @@ def test_completeness_by_tier_counts_the_loss_where_it_happened(executed):
     assert [(row["tier"], int(row["missing"])) for row in rows] == [
         ("producer", 0), ("dc1", 0), ("aggregate", LOST_COUNT), ("lake", LOST_COUNT)]
     assert [int(row["incomplete_windows"]) for row in rows] == [0, 0, 1, 1]
+    assert [int(row["mismatch_windows"]) for row in rows] == [0, 0, 1, 1]
+
+
+def test_mismatch_windows_name_the_tiers_and_partitions_whose_content_differs(executed):
+    _, nb = executed
+    rows = table_rows(tagged(nb, "mismatch-windows"))
+    assert [(row["logical_topic"], row["tier"], row["partitions"]) for row in rows] == [
+        ("dc1.orders", "aggregate", "1"), ("dc1.orders", "lake", "1")]
+    assert rows[0]["expected"] == rows[0]["observed"], "the counts balance"
 
 
 def test_lag_now_puts_the_lagging_tier_first(executed):

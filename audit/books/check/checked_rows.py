@@ -26,6 +26,8 @@ from audit.contract.windows import EPOCH
 if TYPE_CHECKING:
     import pandas as pd
 
+PARTITION_MAPS = ("by_partition_json", "digest_by_partition_json")  # TYPED_NESTED's maps keyed by partition
+
 # Numbers every message a run checked, in the checkpoint that holds it (so the same row has the same number in
 # every query): the copies of one record_id are told apart by this one BIGINT (once_per_record_id).
 ROW = "_row"
@@ -97,7 +99,7 @@ def check_in_driver(messages: pd.DataFrame, checker: RecordChecker) -> pa.Table:
 def _nested(name: str, parsed):
     """A nested field as the Python checker holds it before writing its JSON text, in `TYPED_NESTED`'s type (as
     `_typed_nested` gives it in Spark): partition maps as pairs, partition times as moments."""
-    if name == "by_partition_json":
+    if name in PARTITION_MAPS:
         return list(parsed.items())
     return [
         {
@@ -117,7 +119,6 @@ def _typed_nested(checked):
     partitions_type = (
         "ARRAY<STRUCT<partition: INT, position: BIGINT, end_offset: BIGINT, lag: BIGINT, last_audit_time_ms: BIGINT>>"
     )
-    by_partition = F.transform_keys(F.from_json("by_partition_json", "MAP<STRING,BIGINT>"), lambda k, _v: k.cast("int"))
     partitions = F.transform(
         F.from_json("partitions_json", partitions_type),
         lambda p: F.struct(
@@ -125,7 +126,13 @@ def _typed_nested(checked):
             F.timestamp_millis(p["last_audit_time_ms"]).alias("last_audit_time"),
         ),
     )
-    parsed = {"by_partition_json": by_partition, "partitions_json": partitions}
+    parsed = {
+        "partitions_json": partitions,
+        **{
+            text: F.transform_keys(F.from_json(text, "MAP<STRING,BIGINT>"), lambda k, _v: k.cast("int"))
+            for text in PARTITION_MAPS
+        },
+    }
     return checked.select(
         *(
             parsed[text].alias(TYPED_NESTED[text][0]) if text in TYPED_NESTED else F.col(text)

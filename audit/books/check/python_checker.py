@@ -66,6 +66,7 @@ CHECKED_DDL = ", ".join(
         "send_failed BIGINT",
         "no_timestamp BIGINT",
         "by_partition_json STRING",
+        "digest_by_partition_json STRING",
         "latency_p50_ms DOUBLE",
         "latency_p95_ms DOUBLE",
         "latency_p99_ms DOUBLE",
@@ -84,6 +85,7 @@ CHECKED_COLUMNS = tuple(part.split()[0] for part in CHECKED_DDL.split(", "))
 # and read back: a million records spend 2-4 s on that).
 TYPED_NESTED = {
     "by_partition_json": ("by_partition", "MAP<INT,BIGINT>"),
+    "digest_by_partition_json": ("digest_by_partition", "MAP<INT,BIGINT>"),
     "partitions_json": ("partitions", PARTITION_STATUS_TYPE),
 }
 # The (column, type) of the rows `check_messages` yields, before its times and dates: CHECKED_DDL with the nested
@@ -197,6 +199,8 @@ class RecordChecker:
             )
             if record.by_partition is not None:
                 fields["by_partition_json"] = dict(record.by_partition)
+            if record.digest_by_partition is not None:
+                fields["digest_by_partition_json"] = dict(record.digest_by_partition)
             if record.latency_ms is not None:
                 latency = record.latency_ms
                 fields.update(

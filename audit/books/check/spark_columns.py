@@ -20,6 +20,7 @@ result is the same row for row; the conditions here may be stricter than the con
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import product
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
@@ -44,6 +45,7 @@ PARSED_DDL = ", ".join(
         "bytes BIGINT",
         "cluster STRING",
         "count BIGINT",
+        "digest_by_partition MAP<STRING, BIGINT>",
         "emitted_at STRING",
         "host STRING",
         "instance_id STRING",
@@ -68,7 +70,7 @@ PARSED_DDL = ", ".join(
 _COMMON_KEYS = ("cluster", "emitted_at", "host", "instance_id", "kind", "record_id", "schema_version", "service")
 _WINDOW_KEYS = ("tier", "topic", "window_minutes", "window_start")
 COUNT_KEYS = tuple(sorted((*_COMMON_KEYS, *_WINDOW_KEYS, "bytes", "count", "no_timestamp", "send_failed")))
-COUNT_OPTIONAL = ("by_partition", "latency_ms")
+COUNT_OPTIONAL = ("by_partition", "digest_by_partition", "latency_ms")
 STATUS_KEYS = tuple(sorted((*_COMMON_KEYS, *_WINDOW_KEYS, "partitions", "stalled", "watermark")))
 STATUS_OPTIONAL = ("retention_gaps",)
 
@@ -170,6 +172,7 @@ def _fields(p: Column, checker: RecordChecker) -> dict[str, Column]:
         "count": F.when(is_count, p["count"]),
         **{name: F.when(is_count, F.coalesce(p[name], F.lit(0))) for name in ("bytes", "send_failed", "no_timestamp")},
         "by_partition": F.when(is_count, p["by_partition"]),  # its keys become INT as an accepted row's are cast
+        "digest_by_partition": F.when(is_count, p["digest_by_partition"]),
         **latency,
         "emitted_at_ms": _time_ms(p["emitted_at"], _MILLIS),
         "watermark_ms": F.when(is_status, _time_ms(p["watermark"], _MILLIS)),
@@ -246,16 +249,18 @@ def _canonical(p: Column) -> Column:
     def text(keys) -> Column:
         return F.to_json(F.struct(*(p[key].alias(key) for key in sorted(keys))), _WITH_NULLS)
 
-    by_partition, latency = (p[key].isNotNull() for key in COUNT_OPTIONAL)
-    count = (
-        F.when(by_partition & latency, text((*COUNT_KEYS, *COUNT_OPTIONAL)))
-        .when(by_partition, text((*COUNT_KEYS, "by_partition")))
-        .when(latency, text((*COUNT_KEYS, "latency_ms")))
-        .otherwise(text(COUNT_KEYS))
-    )
-    status = F.when(p["retention_gaps"].isNotNull(), text((*STATUS_KEYS, *STATUS_OPTIONAL))).otherwise(
-        text(STATUS_KEYS)
-    )
+    def with_optional(keys: tuple[str, ...], optional: tuple[str, ...]) -> Column:
+        """The text for whichever of the `optional` keys the record has (one branch per combination)."""
+        texts = None
+        for present in product((True, False), repeat=len(optional)):
+            has = F.lit(True)
+            for key, given in zip(optional, present, strict=True):
+                has = has & (p[key].isNotNull() if given else p[key].isNull())
+            written = text((*keys, *(key for key, given in zip(optional, present, strict=True) if given)))
+            texts = F.when(has, written) if texts is None else texts.when(has, written)
+        return texts
+
+    count, status = with_optional(COUNT_KEYS, COUNT_OPTIONAL), with_optional(STATUS_KEYS, STATUS_OPTIONAL)
     return F.when(p["kind"] == "count", count).when(p["kind"] == "status", status)
 
 
@@ -318,6 +323,14 @@ def _counts_hold(p: Column) -> Column:
         & (F.aggregate(counts, F.lit(0).cast("bigint"), lambda s, c: F.try_add(s, c)) == p["count"])
     )
     partitions_ok = F.when(F.size(by_partition) == 1, one_ok).otherwise(many_ok)
+    digests, digest_keys = p["digest_by_partition"], F.map_keys(p["digest_by_partition"])
+    one_digest_ok = (F.size(digests) == 1) & (F.get(digest_keys, 0) == only_key)
+    one_digest_ok = one_digest_ok & F.get(F.map_values(digests), 0).isNotNull()
+    many_digests_ok = (F.array_sort(digest_keys) == F.array_sort(keys)) & F.forall(
+        F.map_values(digests), lambda d: d.isNotNull()
+    )
+    # by_partition's partitions exactly (a key given twice makes the sorted keys differ), each a BIGINT
+    digests_ok = by_partition.isNotNull() & F.when(F.size(by_partition) == 1, one_digest_ok).otherwise(many_digests_ok)
     values = [latency[key] for key in ("p50", "p95", "p99", "max")]
     latency_ok = F.lit(True)
     for value in values:  # Spark takes the strings "NaN" and "Infinity" for doubles, and NaN >= 0 holds in Spark
@@ -326,6 +339,7 @@ def _counts_hold(p: Column) -> Column:
     return (
         ok
         & (by_partition.isNull() | partitions_ok)
+        & (digests.isNull() | digests_ok)
         & (latency.isNull() | latency_ok)
         & (p["partitions"].isNull())
         & (p["retention_gaps"].isNull())
@@ -370,6 +384,7 @@ def _status_holds(p: Column) -> Column:
         & _time_ok(p["watermark"])
         & (p["retention_gaps"].isNull() | F.forall(p["retention_gaps"], gap_ok))
         & p["by_partition"].isNull()
+        & p["digest_by_partition"].isNull()
         & p["latency_ms"].isNull()
     )
 

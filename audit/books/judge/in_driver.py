@@ -37,23 +37,26 @@ def judged_frame(
 ) -> pd.DataFrame:
     """`classify`'s verdict on each (window of `windows`, tier on its topic's path), as `completeness` columns
     and `window_end_ms`; `paths`: rows of `PATH_COLUMNS`; `counts`: the windows' `tier_counts` rows (at least
-    WINDOW_KEY, tier, count, by_partition, latency_p99_ms, window_minutes). `judged_in_spark` (in_spark.py) in
+    WINDOW_KEY, tier, count, by_partition, digest_by_partition, latency_p99_ms, window_minutes). `judged_in_spark` (in_spark.py) in
     pandas: the same joins, defaults and casts."""
     path_frame = pd.DataFrame(list(paths), columns=list(PATH_COLUMNS))
     grid = windows.select(list(WINDOW_KEY)).to_pandas().merge(path_frame, on=["origin_cluster", "topic"])
     tier_counts = counts.to_pandas()
-    observed = tier_counts[[*WINDOW_KEY, "tier", "count", "by_partition", "latency_p99_ms", "window_minutes"]].rename(
+    sides = [*WINDOW_KEY, "tier", "count", "by_partition", "digest_by_partition", "window_minutes"]
+    observed = tier_counts[[*sides, "latency_p99_ms"]].rename(
         columns={
             "count": "observed",
             "by_partition": "observed_by_partition",
+            "digest_by_partition": "observed_digest_by_partition",
             "window_minutes": "tier_window_minutes",
         }
     )
-    expected = tier_counts[[*WINDOW_KEY, "tier", "count", "by_partition", "window_minutes"]].rename(
+    expected = tier_counts[sides].rename(
         columns={
             "tier": "reference_tier",
             "count": "expected",
             "by_partition": "expected_by_partition",
+            "digest_by_partition": "expected_digest_by_partition",
             "window_minutes": "reference_window_minutes",
         }
     )

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from audit.io.lake import Lake
 
 # What the judging reads of `tier_counts`.
-JUDGED_COUNTS = (*WINDOW_KEY, "tier", "count", "by_partition", "latency_p99_ms", "window_minutes")
+JUDGED_COUNTS = (*WINDOW_KEY, "tier", "count", "by_partition", "digest_by_partition", "latency_p99_ms")
+JUDGED_COUNTS += ("window_minutes",)
 
 # What the judge step yields per (window, tier): `classify`'s verdict with times still in epoch ms.
 JUDGED_COLUMNS = {
@@ -37,6 +38,7 @@ JUDGED_COLUMNS = {
     "observed": "BIGINT",
     "missing": "BIGINT",
     "duplicated": "BIGINT",
+    "mismatched_partitions": "ARRAY<INT>",
     "completeness_pct": "DOUBLE",
     "threshold_pct": "DOUBLE",
     "status": "STRING",
@@ -49,6 +51,7 @@ JUDGED_COLUMNS = {
 # What `classified` takes of each (window, tier): the counts on both sides, the times and the threshold.
 CLASSIFIED = (*WINDOW_KEY, "window_minutes", "tier", "tier_order", "reference_tier", "expected", "observed")
 CLASSIFIED += ("expected_by_partition", "observed_by_partition", "window_end_ms", "tier_watermark_ms")
+CLASSIFIED += ("expected_digest_by_partition", "observed_digest_by_partition")
 CLASSIFIED += ("threshold_pct", "latency_p99_ms")
 
 
@@ -172,6 +175,7 @@ def _counted(grid, counts, minutes: int):
         "tier",
         F.col("count").alias("observed"),
         F.col("by_partition").alias("observed_by_partition"),
+        F.col("digest_by_partition").alias("observed_digest_by_partition"),
         "latency_p99_ms",
         F.col("window_minutes").alias("tier_window_minutes"),
     )
@@ -180,6 +184,7 @@ def _counted(grid, counts, minutes: int):
         F.col("tier").alias("reference_tier"),
         F.col("count").alias("expected"),
         F.col("by_partition").alias("expected_by_partition"),
+        F.col("digest_by_partition").alias("expected_digest_by_partition"),
         F.col("window_minutes").alias("reference_window_minutes"),
     )
     return (

@@ -11,15 +11,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from audit.contract.completeness import COMPLETE, DEFAULT_THRESHOLD_PCT, INCOMPLETE, LAGGING, OVER, PENDING
+from audit.contract.completeness import (
+    COMPLETE,
+    DEFAULT_THRESHOLD_PCT,
+    INCOMPLETE,
+    LAGGING,
+    MISMATCH,
+    OVER,
+    PENDING,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 
 def classified(rows: DataFrame, *, now_ms: int, grace_ms: int) -> DataFrame:
-    """`rows` (expected, observed, their by-partition maps, window_end_ms, tier_watermark_ms, threshold_pct)
-    with missing, duplicated, completeness_pct, final and status added."""
+    """`rows` (expected, observed, their by-partition maps and digest maps, window_end_ms, tier_watermark_ms,
+    threshold_pct) with missing, duplicated, completeness_pct, final, status and mismatched_partitions added."""
     from pyspark.sql import functions as F
 
     expected, observed = F.col("expected").cast("double"), F.col("observed").cast("double")
@@ -29,11 +37,14 @@ def classified(rows: DataFrame, *, now_ms: int, grace_ms: int) -> DataFrame:
     # Judged on what was delivered (expected - missing), so duplicates cannot lift a loss over the bar.
     delivered_pct = F.when(expected > 0, F.lit(100.0) * (expected - F.col("missing")) / expected).otherwise(0.0)
     below = (F.col("missing") > 0) & ~F.coalesce(delivered_pct >= threshold, F.lit(False))
-    exact = (F.col("missing") == 0) & (F.col("duplicated") == 0)
+    balanced = (F.col("missing") == 0) & (F.col("duplicated") == 0)
+    content_differs = F.coalesce(F.size("_differing") > 0, F.lit(False))
+    exact = balanced & ~content_differs
     final, still_open = F.col("final"), F.lit(now_ms) < due_ms
     status = (
         F.when(final & below, INCOMPLETE)  # a loss outranks duplicates shown in the same row
         .when(final & (F.col("duplicated") > 0), OVER)
+        .when(final & balanced & content_differs, MISMATCH)
         .when(~exact & ~final & still_open, PENDING)
         .when(~exact & ~final, LAGGING)
         .otherwise(COMPLETE)
@@ -43,8 +54,29 @@ def classified(rows: DataFrame, *, now_ms: int, grace_ms: int) -> DataFrame:
         .withColumn("duplicated", duplicated)
         .withColumn("completeness_pct", F.when(expected > 0, F.lit(100.0) * observed / expected))
         .withColumn("final", F.coalesce(F.col("tier_watermark_ms") >= due_ms, F.lit(False)))
+        .withColumn("_differing", _differing_digests())
         .withColumn("status", status)
+        .withColumn("mismatched_partitions", F.when(F.col("status") == MISMATCH, F.col("_differing")))
+        .drop("_differing")
     )
+
+
+def _differing_digests() -> Column:
+    """`differing_digests`: the partitions, in order, whose digests differ (a partition one side lacks has the
+    digest of no message, 0); null when either side's digests are unknown."""
+    from pyspark.sql import functions as F
+
+    expected, observed = F.col("expected_digest_by_partition"), F.col("observed_digest_by_partition")
+    partitions = F.array_sort(F.array_union(F.map_keys(expected), F.map_keys(observed)))
+    zero = F.lit(0).cast("bigint")
+    differing = F.filter(partitions, lambda p: F.coalesce(observed[p], zero) != F.coalesce(expected[p], zero))
+    # One and the same partition on both sides without lambdas, as in `_gaps`.
+    key = F.get(F.map_keys(expected), 0)
+    one = (F.size(expected) == 1) & (F.size(observed) == 1) & (key == F.get(F.map_keys(observed), 0))
+    one_differs = F.get(F.map_values(expected), 0) != F.get(F.map_values(observed), 0)
+    one_differing = F.when(one_differs, F.array(key)).otherwise(F.array().cast("array<int>"))
+    both = expected.isNotNull() & observed.isNotNull()
+    return F.when(both & one, one_differing).when(both, differing)
 
 
 def _gaps() -> tuple[Column, Column]:

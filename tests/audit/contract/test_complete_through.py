@@ -11,7 +11,7 @@ from audit.contract.complete_through import advanced, watermark_frame, watermark
 
 T0 = pd.Timestamp("2026-11-23T10:00Z")
 SIZE = pd.Timedelta(minutes=10)
-STATUSES = ("complete", "incomplete", "over", "lagging", "pending")
+STATUSES = ("complete", "incomplete", "over", "mismatch", "lagging", "pending")
 
 
 def windows(*verdicts: tuple[int, str, bool]) -> pd.DataFrame:
@@ -43,6 +43,12 @@ def end_of(index: int) -> pd.Timestamp:
             [(0, "complete", True), (1, "complete", False)], end_of(0), (1, "complete"), id="complete but not final"
         ),
         pytest.param([(0, "over", True), (1, "complete", True)], None, (0, "over"), id="duplicates are not complete"),
+        pytest.param(
+            [(0, "complete", True), (1, "mismatch", True), (2, "complete", True)],
+            end_of(0),
+            (1, "mismatch"),
+            id="content that differs is not complete",
+        ),
         pytest.param([(0, "complete", True), (3, "lagging", False)], end_of(0), (3, "lagging"), id="gap then lag"),
         pytest.param(
             [(5, "pending", False), (2, "complete", True), (0, "complete", True)],

@@ -11,13 +11,23 @@ from hypothesis import strategies as st
 
 from audit.contract.completeness import classify, partition_gaps, threshold_for
 
+D = {0: -4_242_424_242_424_242_424, 1: 17}  # the digests of a window's two partitions
 WINDOW_END = 1_700_000_600_000
 GRACE = 300_000
 DUE = WINDOW_END + GRACE
 
 
 def row(
-    expected, observed, *, watermark=DUE + 1, now=DUE + 10_000, threshold=None, exp_parts=None, obs_parts=None
+    expected,
+    observed,
+    *,
+    watermark=DUE + 1,
+    now=DUE + 10_000,
+    threshold=None,
+    exp_parts=None,
+    obs_parts=None,
+    exp_digests=None,
+    obs_digests=None,
 ) -> dict:
     frame = pd.DataFrame(
         [
@@ -26,6 +36,8 @@ def row(
                 "observed": observed,
                 "expected_by_partition": exp_parts,
                 "observed_by_partition": obs_parts,
+                "expected_digest_by_partition": exp_digests,
+                "observed_digest_by_partition": obs_digests,
                 "window_end_ms": WINDOW_END,
                 "tier_watermark_ms": watermark,
                 "threshold_pct": threshold,
@@ -76,6 +88,119 @@ CASES = [
         2,
     ),
     ("without partitions on one side the totals decide", 20, 20, {"exp_parts": {0: 10, 1: 10}}, "complete", 0, 0),
+    # Content digests: only a final window whose counts balance is judged by them.
+    (
+        "counts balance and the digests agree: complete",
+        20,
+        20,
+        {"exp_parts": {0: 10, 1: 10}, "obs_parts": {0: 10, 1: 10}, "exp_digests": D, "obs_digests": D},
+        "complete",
+        0,
+        0,
+    ),
+    (
+        "counts balance, content differs in a partition: mismatch",
+        20,
+        20,
+        {"exp_parts": {0: 10, 1: 10}, "obs_parts": {0: 10, 1: 10}, "exp_digests": D, "obs_digests": {0: 7, 1: -1}},
+        "mismatch",
+        0,
+        0,
+    ),
+    (
+        "a loss hidden by a duplicate in the same partition: mismatch",
+        10,
+        10,
+        {"exp_parts": {0: 10}, "obs_parts": {0: 10}, "exp_digests": {0: 2**63 - 1}, "obs_digests": {0: -(2**63)}},
+        "mismatch",
+        0,
+        0,
+    ),
+    (
+        "a digest of a partition only one side has counts as differing from the digest of nothing",
+        10,
+        10,
+        {"exp_parts": {0: 10, 1: 0}, "obs_parts": {0: 10}, "exp_digests": {0: 7, 1: 5}, "obs_digests": {0: 7}},
+        "mismatch",
+        0,
+        0,
+    ),
+    (
+        "an empty partition's digest is the digest of nothing",
+        10,
+        10,
+        {"exp_parts": {0: 10, 1: 0}, "obs_parts": {0: 10}, "exp_digests": {0: 7, 1: 0}, "obs_digests": {0: 7}},
+        "complete",
+        0,
+        0,
+    ),
+    (
+        "the tier's digest unknown: the counts decide",
+        20,
+        20,
+        {"exp_parts": {0: 10, 1: 10}, "obs_parts": {0: 10, 1: 10}, "exp_digests": D},
+        "complete",
+        0,
+        0,
+    ),
+    (
+        "the reference's digest unknown: the counts decide",
+        20,
+        20,
+        {"exp_parts": {0: 10, 1: 10}, "obs_parts": {0: 10, 1: 10}, "obs_digests": D},
+        "complete",
+        0,
+        0,
+    ),
+    (
+        "a loss with differing digests is judged by the counts",
+        20,
+        17,
+        {"exp_parts": {0: 10, 1: 10}, "obs_parts": {0: 7, 1: 10}, "exp_digests": D, "obs_digests": {0: 1, 1: 2}},
+        "incomplete",
+        3,
+        0,
+    ),
+    (
+        "duplicates with differing digests are judged by the counts",
+        20,
+        21,
+        {"exp_parts": {0: 10, 1: 10}, "obs_parts": {0: 11, 1: 10}, "exp_digests": D, "obs_digests": {0: 1, 1: 2}},
+        "over",
+        0,
+        1,
+    ),
+    (
+        "a tier behind its window whose content differs is lagging, not a mismatch yet",
+        20,
+        20,
+        {
+            "watermark": DUE - 1,
+            "exp_parts": {0: 10, 1: 10},
+            "obs_parts": {0: 10, 1: 10},
+            "exp_digests": D,
+            "obs_digests": {0: 1, 1: 2},
+        },
+        "lagging",
+        0,
+        0,
+    ),  # fmt: skip
+    (
+        "an open window whose content differs is pending",
+        20,
+        20,
+        {
+            "watermark": DUE - 1,
+            "now": DUE - 1,
+            "exp_parts": {0: 10, 1: 10},
+            "obs_parts": {0: 10, 1: 10},
+            "exp_digests": D,
+            "obs_digests": {0: 1, 1: 2},
+        },
+        "pending",
+        0,
+        0,
+    ),  # fmt: skip
 ]
 
 
@@ -85,6 +210,20 @@ CASES = [
 def test_status_rules(why, expected, observed, kwargs, status, missing, duplicated):
     result = row(expected, observed, **kwargs)
     assert (result["status"], result["missing"], result["duplicated"]) == (status, missing, duplicated), why
+
+
+def test_a_mismatch_names_its_partitions_and_no_other_status_names_any():
+    parts = {0: 10, 1: 10, 2: 10}
+    digests = {0: 1, 1: 2, 2: 3}
+    mismatch = row(30, 30, exp_parts=parts, obs_parts=parts, exp_digests=digests, obs_digests={0: 1, 1: 5, 2: 0})
+    assert (mismatch["status"], mismatch["mismatched_partitions"]) == ("mismatch", [1, 2])
+    lagging = row(30, 30, watermark=0, exp_parts=parts, obs_parts=parts, exp_digests=digests, obs_digests={0: 9})
+    assert (lagging["status"], lagging["mismatched_partitions"]) == ("lagging", None)
+    assert (
+        row(30, 30, exp_parts=parts, obs_parts=parts, exp_digests=digests, obs_digests=digests)["mismatched_partitions"]
+        is None
+    )
+    assert row(30, 30)["mismatched_partitions"] is None  # no digest on either side
 
 
 def test_percentage_and_final_flag():

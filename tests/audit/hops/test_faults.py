@@ -1,11 +1,12 @@
-"""The fault hooks as pure objects: exactly N, only the chosen window, a pause in time."""
+"""The fault hooks as pure objects: exactly N, only the chosen window, one byte of one message, a pause in time."""
 
 from __future__ import annotations
 
 import pytest
 
+from audit.contract.digest import digest_of
 from audit.contract.errors import ConfigError
-from audit.hops.faults import DropFault, PauseFault
+from audit.hops.faults import DropFault, FlipFault, PauseFault
 
 WINDOW = 1_700_000_400_000  # aligned to 10 minutes
 
@@ -48,3 +49,34 @@ def test_a_pause_ended_early_stays_ended():
 def test_bad_drop_settings_are_refused(kwargs):
     with pytest.raises(ConfigError, match="drop fault"):
         DropFault("x", **kwargs)
+
+
+def test_a_flip_changes_one_byte_of_the_first_chosen_message_and_drops_nothing():
+    fault = FlipFault("^orders$", partition=1, window_ms=WINDOW)
+    messages = [
+        ("clicks", 1, WINDOW, b"abc"),  # another topic
+        ("orders", 0, WINDOW, b"abc"),  # another partition
+        ("orders", 1, WINDOW - 1, b"abc"),  # the window before
+        ("orders", 1, WINDOW + 5, None),  # a tombstone has no byte to flip
+        ("orders", 1, WINDOW + 5, b""),
+        ("orders", 1, WINDOW + 6, b"abc"),  # the chosen one
+        ("orders", 1, WINDOW + 7, b"abc"),  # one message only
+    ]
+    copies = [fault.changed_value(topic, partition, at, value) for topic, partition, at, value in messages]
+    assert copies == [b"abc", b"abc", b"abc", None, b"", bytes([ord("a") ^ 0xFF]) + b"bc", b"abc"]
+    assert not any(fault.should_drop(topic, at) for topic, _partition, at, _value in messages)
+    assert (fault.flipped, fault.flipped_at) == (1, ("orders", 1, WINDOW + 6))
+    assert digest_of([(None, copies[5])]) != digest_of([(None, b"abc")])
+    assert "flip byte 0 of one message of partition 1 in the window" in fault.describe()
+
+
+def test_a_flip_of_the_last_byte_and_a_drop_fault_copies_unchanged():
+    fault = FlipFault("orders", byte_index=-1)
+    assert fault.changed_value("orders", 0, 0, b"a") == bytes([ord("a") ^ 0xFF])
+    assert DropFault("orders", count=1).changed_value("orders", 0, 0, b"a") == b"a"
+
+
+@pytest.mark.parametrize("kwargs", [{"topics": "("}, {"topics": "x", "partition": -1}])
+def test_bad_flip_settings_are_refused(kwargs):
+    with pytest.raises(ConfigError, match="flip fault"):
+        FlipFault(**kwargs)

@@ -117,6 +117,25 @@ def test_each_kind_of_bad_record_is_rejected_with_a_reason_and_the_rest_pass(val
     assert out["read_from_offset"].tolist() == [0, 1, 2]
 
 
+def test_a_digest_is_carried_and_one_that_does_not_fit_by_partition_is_rejected_naming_it():
+    digests = {0: -(2**63), 1: 2**63 - 1}
+    out = check(
+        good(digest_by_partition=digests),
+        patched(digest_by_partition={"0": 1}),
+        patched(digest_by_partition={"0": 1, "1": 2, "5": 3}),
+        patched(digest_by_partition={"0": 2**63, "1": 2}),
+        patched(digest_by_partition={"0": 1.5, "1": 2}),
+        good(record_id="v1:1", schema_version=1),
+    )
+    assert pd.isna(out["reason"].iloc[0]) and json.loads(out["digest_by_partition_json"].iloc[0]) == {
+        "0": -(2**63),
+        "1": 2**63 - 1,
+    }
+    for reason in out["reason"].iloc[1:5]:
+        assert reason.startswith("digest_by_partition"), reason
+    assert pd.isna(out["reason"].iloc[5]) and pd.isna(out["digest_by_partition_json"].iloc[5])
+
+
 def test_a_status_whose_lags_sum_past_int64_is_rejected_not_a_crash():
     partitions = [PartitionStatus(p, 0, 2**63 - 1, 2**63 - 1) for p in (0, 1)]
     value = encode(status_record(record_id="m-1:9", tier="dc1", cluster="dc1", topic="orders", partitions=partitions))

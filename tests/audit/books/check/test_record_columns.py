@@ -82,6 +82,15 @@ VALID = [
     status(watermark_ms=None, partitions=[]),
     status(window_start_ms=WINDOW, stalled=True),
     status(retention_gaps=[RetentionGap(0, 5, 9, NOW - 5000, None), RetentionGap(1, 0, 1)]),
+    good(record_id="d-1:1", digest_by_partition={0: -(2**63), 1: 2**63 - 1}),
+    good(record_id="d-1:2", by_partition={7: 5}, digest_by_partition={7: 12345}),
+    good(record_id="d-1:3", by_partition={10: 4, 2: 1}, digest_by_partition={10: -1, 2: 0}),
+    good(
+        record_id="d-1:4",
+        digest_by_partition={0: 1, 1: 2},
+        latency_ms={"p50": 1.5, "p95": 2.0, "p99": 30.25, "max": 1000.0},
+    ),
+    good(record_id="d-1:5", count=0, by_partition={}, digest_by_partition={}),
 ]
 
 HOSTILE = [
@@ -158,6 +167,23 @@ HOSTILE = [
     ),
     status_patched(retention_gaps=[None]),
     status_patched(by_partition={"0": 1}),
+    # digest_by_partition: other partitions than by_partition's, values that are not int64, a key given twice
+    canonical_patched(digest_by_partition={"0": 1}),
+    canonical_patched(digest_by_partition={"0": 1, "1": 2, "2": 3}),
+    canonical_patched(digest_by_partition={"0": 1, "2": 3}),
+    canonical_patched(digest_by_partition={"0": 2**63, "1": 2}),
+    canonical_patched(digest_by_partition={"0": -(2**63) - 1, "1": 2}),
+    canonical_patched(digest_by_partition={"0": None, "1": 2}),
+    canonical_patched(digest_by_partition={"0": 1.5, "1": 2}),
+    canonical_patched(digest_by_partition={"0": "1", "1": 2}),
+    canonical_patched(digest_by_partition=[1, 2]),
+    canonical_patched(digest_by_partition={"0": 1, "1": 2}, by_partition=None),
+    canonical_patched(by_partition={"7": 5}, digest_by_partition={"8": 1}),
+    canonical_patched(by_partition={"7": 5}, digest_by_partition={"7": None}),
+    good(digest_by_partition={0: 1, 1: 2}).replace(
+        b'"digest_by_partition":{"0":1,"1":2}', b'"digest_by_partition":{"0":1,"0":2}'
+    ),
+    status_patched(digest_by_partition={"0": 1}),
 ]
 
 TRICKY_VALUES = [None, "NaN", "", "x", -1, 0, 1, 2**31, 2**63, 1.5, True, [], {}, [None], {"0": 1}]
@@ -267,7 +293,9 @@ def test_only_the_clock_expectations_move_with_the_clock():
 
 
 def test_the_canonical_keys_are_the_ones_encode_writes_in_its_order():
-    count = json.loads(good(latency_ms={"p50": 1.0, "p95": 1.0, "p99": 1.0, "max": 1.0}))
+    count = json.loads(
+        good(latency_ms={"p50": 1.0, "p95": 1.0, "p99": 1.0, "max": 1.0}, digest_by_partition={0: 1, 1: 2})
+    )
     assert tuple(count) == tuple(sorted((*COUNT_KEYS, *COUNT_OPTIONAL)))
     assert tuple(json.loads(good(by_partition=None))) == COUNT_KEYS
     assert tuple(json.loads(status())) == STATUS_KEYS
@@ -308,7 +336,8 @@ def test_a_small_runs_check_in_the_driver_gives_spark_s_rows(spark):
 def _read(row: dict) -> dict:
     """A row with its JSON text read (the paths space it differently) and its maps' entries in one order."""
     read = {key: json.loads(v) if key.endswith("_json") and v is not None else v for key, v in row.items()}
-    return {**read, "by_partition": None if row["by_partition"] is None else sorted(row["by_partition"])}
+    maps = {name: None if row[name] is None else sorted(row[name]) for name in ("by_partition", "digest_by_partition")}
+    return {**read, **maps}
 
 
 def test_every_query_of_a_runs_checked_rows_sees_one_ingest_moment(spark):

@@ -6,7 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from audit.books.count.tier_counts import summed_maps
+from audit.books.count.tier_counts import summed_digests, summed_maps
+from audit.contract.digest import merge
 from audit.io.lake import lake_of
 
 PARTITION_COUNTS = st.dictionaries(st.integers(0, 5), st.integers(0, 10**12), max_size=4)
@@ -35,6 +36,24 @@ def test_one_map_is_kept_and_maps_of_different_partitions_are_summed_key_by_key(
 @given(st.lists(st.lists(PARTITION_COUNTS, min_size=1, max_size=4), min_size=1, max_size=5))
 def test_the_sum_of_any_maps_is_the_sum_per_partition(spark, windows):
     assert spark_sums(spark, windows) == [python_sum(maps) for maps in windows]
+
+
+DIGESTS = st.dictionaries(
+    st.integers(0, 3),
+    st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([-(2**63), 2**63 - 1, -1, 0])),
+    max_size=4,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.lists(DIGESTS, min_size=1, max_size=4), min_size=1, max_size=5))
+def test_digests_add_up_per_partition_with_wraparound_as_the_contract_merges_them(spark, windows):
+    frame = spark.createDataFrame(list(enumerate(windows)), "window INT, maps ARRAY<MAP<INT, BIGINT>>")
+    summed = frame.select("window", summed_digests(F.col("maps")).alias("total")).orderBy("window").collect()
+    expected = [
+        {p: merge(*(d[p] for d in maps if p in d)) for p in sorted({p for d in maps for p in d})} for maps in windows
+    ]
+    assert [row.total for row in summed] == expected
 
 
 # -- a first run sums its records as they are ------------------------------------------------------

@@ -20,9 +20,9 @@ from tests.audit.contract.test_completeness import CASES, DUE, GRACE, WINDOW_END
 INPUT_DDL = (
     "case INT, expected BIGINT, observed BIGINT, expected_by_partition MAP<INT, BIGINT>, "
     "observed_by_partition MAP<INT, BIGINT>, window_end_ms BIGINT, tier_watermark_ms BIGINT, threshold_pct DOUBLE, "
-    "now_ms BIGINT"
+    "expected_digest_by_partition MAP<INT, BIGINT>, observed_digest_by_partition MAP<INT, BIGINT>, now_ms BIGINT"
 )
-VERDICT = ("missing", "duplicated", "completeness_pct", "final", "status")
+VERDICT = ("missing", "duplicated", "completeness_pct", "final", "status", "mismatched_partitions")
 
 
 def case_rows() -> list[tuple]:
@@ -39,6 +39,8 @@ def case_rows() -> list[tuple]:
                 WINDOW_END,
                 None if watermark != watermark else int(watermark),  # NaN: no watermark
                 kwargs.get("threshold"),
+                kwargs.get("exp_digests"),
+                kwargs.get("obs_digests"),
                 kwargs.get("now", DUE + 10_000),
             )
         )
@@ -54,9 +56,17 @@ def random_rows(count: int, seed: int = 11, *, partitions: int = 6, most: int = 
             return None
         return {p: rng.choice([0, 1, 5, 10**6]) for p in rng.sample(range(partitions), rng.randint(0, most))}
 
+    def digests(counts):
+        """Of the same partitions as `counts` (unknown now and then): their digest if the same messages, or another."""
+        if counts is None or rng.random() < 0.2:
+            return None
+        return {p: rng.choice([n, n, -n, 2**63 - 1, -(2**63)]) for p, n in counts.items()}
+
     rows = []
     for index in range(count):
         expected_parts, observed_parts = parts(), parts()
+        if expected_parts is not None and rng.random() < 0.4:  # counts that balance, partition by partition
+            observed_parts = dict(expected_parts)
         expected = sum(expected_parts.values()) if expected_parts is not None else rng.choice([0, 1, 7, 1000])
         observed = sum(observed_parts.values()) if observed_parts is not None else rng.choice([0, 1, 7, 999, 1000])
         moment = DUE + rng.choice([-(10**6), -1, 0, 1, 10**6])
@@ -70,6 +80,8 @@ def random_rows(count: int, seed: int = 11, *, partitions: int = 6, most: int = 
                 WINDOW_END,
                 None if rng.random() < 0.2 else moment,
                 rng.choice([None, 100.0, 99.5, 0.0, float("nan")]),
+                digests(expected_parts),
+                digests(observed_parts),
                 DUE + rng.choice([-1, 0, 1]),
             )
         )
@@ -100,6 +112,7 @@ def test_the_contract_cases_get_the_same_verdicts(spark):
     ours, theirs = both_ways(spark, case_rows())
     assert ours == theirs and len(ours) == len(CASES)
     assert [ours[i][4] for i in range(len(CASES))] == [case[4] for case in CASES]
+    assert {ours[i][5] is not None for i in range(len(CASES))} == {True, False}
 
 
 # The third: maps of at most one partition, of two, so both sides often hold one, the same or another.
@@ -108,4 +121,5 @@ def test_random_rows_get_the_same_verdicts(spark, seed, partitions, most):
     ours, theirs = both_ways(spark, random_rows(1000, seed, partitions=partitions, most=most))
     differing = {case: (ours[case], theirs[case]) for case in ours if ours[case] != theirs[case]}
     assert not differing and len(ours) == 1000, list(differing.items())[:5]
-    assert {verdict[4] for verdict in ours.values()} == {"complete", "incomplete", "over", "lagging", "pending"}
+    statuses = {"complete", "incomplete", "over", "mismatch", "lagging", "pending"}
+    assert {verdict[4] for verdict in ours.values()} == statuses
