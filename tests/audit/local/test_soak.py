@@ -142,6 +142,7 @@ def test_checker_passes_tables_that_match_the_truth():
             {"reported_missing": 2, "reported_dup": 0, "status": "over"},
             "duplicates show as over",
         ),  # a final loss not incomplete
+        ({"status": "mismatch"}, "no window is a content mismatch"),  # a digest differs though nothing changed
     ],
 )
 def test_checker_fails_tables_that_disagree_with_the_truth(wrong, failing):
