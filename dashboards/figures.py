@@ -162,20 +162,26 @@ def mark_mismatches(figure: go.Figure, rows: pd.DataFrame) -> None:
         return
     partitions = points["mismatched_partitions"] if "mismatched_partitions" in points else None
     where = [partition_list(value) for value in partitions] if partitions is not None else [""] * len(points)
+    customdata = [
+        f"{tier}: content differs in partition{'s' if ',' in text else ''} {text}"
+        for tier, text in zip(points["tier"], where, strict=True)
+    ]
+    add_window_marks(figure, points, "mismatch", ("diamond", 13, STATUS_COLORS["mismatch"]), customdata, "")
+
+
+def add_window_marks(figure: go.Figure, points: pd.DataFrame, name: str, marker, customdata, prefix: str) -> None:
+    """A trace `name`: a (symbol, size, colour) mark on each of `points`' windows at its completeness, the
+    window and `prefix` + its `customdata` in the hover text."""
+    symbol, size, color = marker
     figure.add_trace(
         go.Scatter(
             x=points["window_start"],
             y=points["completeness_pct"],
-            name="mismatch",
+            name=name,
             mode="markers",
-            marker=dict(
-                symbol="diamond", size=13, color=STATUS_COLORS["mismatch"], line=dict(width=1, color="#333333")
-            ),
-            customdata=[
-                f"{tier}: content differs in partition{'s' if ',' in text else ''} {text}"
-                for tier, text in zip(points["tier"], where, strict=True)
-            ],
-            hovertemplate="%{x|%Y-%m-%d %H:%M} UTC<br>%{customdata}<extra></extra>",
+            marker=dict(symbol=symbol, size=size, color=color, line=dict(width=1, color="#333333")),
+            customdata=customdata,
+            hovertemplate=f"%{{x|%Y-%m-%d %H:%M}} UTC<br>{prefix}%{{customdata}}<extra></extra>",
         )
     )
 
@@ -194,17 +200,8 @@ def mark_restated(figure: go.Figure, rows: pd.DataFrame, restated: pd.DataFrame 
     points = restated.merge(rows[["window_start", "tier", "completeness_pct"]], on=["window_start", "tier"])
     if points.empty:
         return
-    figure.add_trace(
-        go.Scatter(
-            x=points["window_start"],
-            y=points["completeness_pct"],
-            name="restated",
-            mode="markers",
-            marker=dict(symbol="star", size=14, color="#9467bd", line=dict(width=1, color="#333333")),
-            customdata=points["tier"] + ": " + points["restated"],
-            hovertemplate="%{x|%Y-%m-%d %H:%M} UTC<br>restated at %{customdata}<extra></extra>",
-        )
-    )
+    customdata = points["tier"] + ": " + points["restated"]
+    add_window_marks(figure, points, "restated", ("star", 14, "#9467bd"), customdata, "restated at ")
 
 
 def shade_windows_in_flight(figure: go.Figure, rows: pd.DataFrame) -> None:

@@ -53,21 +53,25 @@ def _worst(alerts: Sequence[Alert]) -> Alert:
 
 
 def subject(alerts: Sequence[Alert]) -> str:
-    """`[kaudit] LOSS dc1.orders at aggregate: 96.00% in 2025-03-04 10:40 UTC (+2 more)`; a mismatch says
-    `counts balance, content differs in ...` in place of its 100 %."""
+    """`[kaudit] <KIND> <logical topic> at <tier>: <completeness> in <window> (+<n> more)`, for the worst of
+    `alerts`; a lag says how far behind, a mismatch `counts balance, content differs` in place of its 100 %."""
     worst = _worst(alerts)
     where = f"{worst.logical_topic} at {worst.tier}"
-    if worst.kind == "lag":
-        text = f"{where}: {worst.cause.split(';')[0]}"
-    elif worst.kind == "mismatch":  # 100 % counted: the partitions are named in the email
-        text = f"{where}: counts balance, content differs in {pd.Timestamp(worst.window_start).strftime(WINDOW_FORMAT)}"
+    if worst.kind == "lag":  # a lag alert is about a tier, not one window
+        return f"[kaudit] {KIND_TITLES[worst.kind]} {where}: {worst.cause.split(';')[0]}{_more(alerts)}"
+    window = pd.Timestamp(worst.window_start).strftime(WINDOW_FORMAT)
+    if worst.kind == "mismatch":  # 100 % counted: the partitions are named in the email
+        text = f"{where}: counts balance, content differs in {window}"
     else:
         pct = f"{worst.completeness_pct:.2f}%" if worst.completeness_pct is not None else "n/a"
         if worst.kind == "drop":
             pct += " of the usual traffic"
-        text = f"{where}: {pct} in {pd.Timestamp(worst.window_start).strftime(WINDOW_FORMAT)}"
-    more = f" (+{len(alerts) - 1} more)" if len(alerts) > 1 else ""
-    return f"[kaudit] {KIND_TITLES[worst.kind]} {text}{more}"
+        text = f"{where}: {pct} in {window}"
+    return f"[kaudit] {KIND_TITLES[worst.kind]} {text}{_more(alerts)}"
+
+
+def _more(alerts: Sequence[Alert]) -> str:
+    return f" (+{len(alerts) - 1} more)" if len(alerts) > 1 else ""
 
 
 def _rows(alerts: Sequence[Alert]) -> list[list[str]]:
