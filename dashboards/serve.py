@@ -33,9 +33,15 @@ def free_port() -> int:
 @contextmanager
 def serving(app, host: str = "127.0.0.1", port: int | None = None) -> Iterator[str]:
     """The Dash app's Flask server on a loopback port in a thread; yields its base URL, stops on exit."""
-    from werkzeug.serving import make_server
+    from werkzeug.serving import WSGIRequestHandler, make_server
 
-    server = make_server(host, port or free_port(), app.server, threaded=True)
+    class QuietHandler(WSGIRequestHandler):
+        # One line per request is noise here, and werkzeug's logger writes it to a stderr that
+        # pytest may already have closed when a late request of the browser arrives.
+        def log_request(self, *args, **kwargs) -> None:
+            pass
+
+    server = make_server(host, port or free_port(), app.server, threaded=True, request_handler=QuietHandler)
     thread = threading.Thread(target=server.serve_forever, name="kaudit-ui", daemon=True)
     thread.start()
     try:
