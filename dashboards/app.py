@@ -17,6 +17,7 @@ from dash import dcc, html
 
 from audit.io.lake import Lake, lake_of
 from dashboards import ids
+from dashboards.callbacks import register_callbacks
 from dashboards.context import Context, set_context
 from dashboards.data import LakeCache
 
@@ -36,6 +37,7 @@ def create_app(settings, *, lake: Lake | str | None = None) -> dash.Dash:
     app = dash.Dash(__name__, use_pages=True, pages_folder="", title="kafka-audit", suppress_callback_exceptions=True)
     for page in PAGES:
         importlib.import_module(f"dashboards.pages.{page}")
+    register_callbacks(app)
     app.layout = html.Div(
         [
             dcc.Location(id=ids.NAV, refresh="callback-nav"),

@@ -49,11 +49,27 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload, default=str)
 
 
+class StderrHandler(logging.StreamHandler):
+    """Writes to the `sys.stderr` of the moment, as logging's last resort does: a CLI run inside a test must not
+    leave the root logger holding a stream the test's capture has since closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def setup_logging(level: str | None = None, fmt: str | None = None) -> None:
     """Configure the root logger once per process, to stderr."""
     level = (level or os.environ.get("KAUDIT_LOG_LEVEL", "INFO")).upper()
     fmt = fmt or os.environ.get("KAUDIT_LOG_FORMAT", "kv")
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else KeyValueFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -5,10 +5,11 @@ from __future__ import annotations
 from urllib.parse import parse_qs
 
 import pandas as pd
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from audit.contract.watermarks import FIRST_REAL_WATERMARK
 from dashboards import ids
+from dashboards.callbacks import page_callback
 from dashboards.data import DEFAULT_RANGE, NO_WATERMARK, RANGES
 from dashboards.figures import STATUS_COLORS
 from dashboards.links import href
@@ -94,7 +95,7 @@ def table(frame, columns: list[str] | None = None, *, table_id: str | None = Non
     )
 
 
-@callback(
+@page_callback(
     Output(ids.NAV, "href", allow_duplicate=True),
     Input(ids.RANGE, "value"),
     Input(ids.SEARCH, "value"),

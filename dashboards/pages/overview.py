@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dash
 import pandas as pd
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from dashboards import figures, ids
+from dashboards.callbacks import page_callback
 from dashboards.context import context
 from dashboards.data import OVERVIEW_COLUMNS, all_cells, data_topics, overview_data
 from dashboards.links import href
@@ -53,7 +54,7 @@ def layout(range: str | None = None, q: str | None = None, end: str | None = Non
     )
 
 
-@callback(
+@page_callback(
     Output(ids.NAV, "href", allow_duplicate=True),
     Input(ids.HEATMAP, "clickData"),
     State(ids.RANGE, "value"),
@@ -68,7 +69,7 @@ def _open_clicked_window(click, range_key):
     return href("/topic", topic=point["y"], window=window, range=range_key)
 
 
-@callback(
+@page_callback(
     Output(ids.HEATMAP, "figure"),
     Input(ids.REFRESH, "n_intervals"),
     State(ids.RANGE, "value"),

@@ -5,9 +5,10 @@ from __future__ import annotations
 from urllib.parse import parse_qs
 
 import dash
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from dashboards import figures, ids
+from dashboards.callbacks import page_callback
 from dashboards.context import context
 from dashboards.data import latest_window, parse_time, restated_changes, time_range, topic_rows, with_partition_losses
 from dashboards.links import href
@@ -100,7 +101,7 @@ def layout(
     )
 
 
-@callback(
+@page_callback(
     Output(ids.NAV, "href", allow_duplicate=True),
     Input(ids.TOPIC, "value"),
     State(ids.RANGE, "value"),

@@ -292,3 +292,18 @@ def test_a_mismatch_has_its_own_colour_rank_and_marker():
         "aggregate: content differs in partition 2",
         "lake: content differs in partition 2",
     ]
+
+
+def test_every_app_of_a_process_serves_the_pages_callbacks(tmp_path):
+    """dash.callback gives its callbacks to the first app set up only: the UI registers them on each app."""
+    from dashboards import ids
+    from dashboards.app import create_app
+
+    def callback_inputs() -> set[str]:
+        app = create_app(Settings.default().replace(state_dir=tmp_path))
+        dependencies = app.server.test_client().get("/_dash-dependencies").get_json()
+        return {i["id"] for dependency in dependencies for i in dependency["inputs"]}
+
+    first, second = callback_inputs(), callback_inputs()
+    assert {ids.TOPIC, ids.HEATMAP, ids.RANGE, ids.SEARCH} <= first
+    assert second == first
