@@ -45,25 +45,15 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from audit.io import jvm
 from audit.io.clients import ensure_topics
-from audit.local.clusters import JVM_OPTIONS, LocalClusters
-from audit.local.processes import free_port
+from audit.local import mirrormaker2
+from audit.local.clusters import LocalClusters
+from audit.local.mirrormaker2 import mm2_properties
 from audit.settings import load_settings
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 POLL_S = 0.02
 TIMEOUT_S = 240.0
-MM2_LOG4J2 = """\
-status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.file.ref = file
-"""
 # What `mm2-tuned` adds to the stock MM2 configuration: the throughput settings MirrorMaker 2's documentation
 # suggests, in its dedicated mode's form (`<target>.producer.*` for the producer writing to the target,
 # `<source>.consumer.*` for the consumer reading the source). {source}, {target}, {tasks}: filled per run.
@@ -250,64 +240,16 @@ def measure(
     return Result(name, size, messages, wall_s=now - began, copy_s=copy_s, cpu_s=end_cpu, copy_cpu_s=copy_cpu_s)
 
 
-def mm2_properties(src: str, dst: str, topic: str, source: str, *, exactly_once: bool, tuning: dict) -> dict:
-    """The MM2 configuration of one run from cluster `source` (at `src`) to `dst`, `tuning` laid over it."""
-    properties = {
-        "clusters": f"{source}, dst",
-        f"{source}.bootstrap.servers": src,
-        "dst.bootstrap.servers": dst,
-        f"{source}->dst.enabled": "true",
-        f"dst->{source}.enabled": "false",
-        f"{source}->dst.topics": topic,
-        "tasks.max": "1",
-        "replication.factor": "1",
-        "offset-syncs.topic.replication.factor": "1",
-        "heartbeats.topic.replication.factor": "1",
-        "checkpoints.topic.replication.factor": "1",
-        "config.storage.replication.factor": "1",
-        "offset.storage.replication.factor": "1",
-        "status.storage.replication.factor": "1",
-        "emit.heartbeats.enabled": "false",
-        "emit.checkpoints.enabled": "false",
-        "sync.group.offsets.enabled": "false",
-        "sync.topic.acls.enabled": "false",
-        "refresh.topics.interval.seconds": "5",
-        "dst.producer.acks": "all",
-        "dst.producer.enable.idempotence": "true",
-        f"{source}.consumer.auto.offset.reset": "earliest",
-    }
-    if exactly_once:
-        properties["dst.exactly.once.source.support"] = "enabled"
-        properties["dedicated.mode.enable.internal.rest"] = "true"
-        properties["listeners"] = f"http://127.0.0.1:{free_port()}"
-        properties[f"{source}.consumer.isolation.level"] = "read_committed"
-    return properties | tuning
-
-
 def mm2_command(
     folder: Path, src: str, dst: str, topic: str, source: str, *, exactly_once: bool = False, tasks: int = 0
 ) -> list[str]:
     """MirrorMaker 2 from `source`, stock, or tuned with MM2_TUNING when `tasks` is given."""
     fill_in = {"source": source, "target": "dst", "tasks": tasks}
     tuning = {key.format(**fill_in): value.format(**fill_in) for key, value in MM2_TUNING.items()} if tasks else {}
-    properties = folder / f"mm2-{source}-{topic}.properties"
-    lines = mm2_properties(src, dst, topic, source, exactly_once=exactly_once, tuning=tuning)
-    properties.write_text("".join(f"{key} = {value}\n" for key, value in lines.items()))
-    log4j = folder / f"mm2-{source}-{topic}-log4j2.properties"
-    log4j.write_text(MM2_LOG4J2.format(log=folder / f"mm2-{source}-{topic}.log"))
-    return [
-        jvm.java_executable(),
-        "-Xms256m",
-        "-Xmx1024m",
-        *JVM_OPTIONS,
-        f"-Dlog4j2.configurationFile={log4j}",
-        "-cp",
-        jvm.classpath(load_settings().cache_dir, jvm.MIRRORMAKER_JARS),
-        "org.apache.kafka.connect.mirror.MirrorMaker",
-        str(properties),
-        "--clusters",
-        "dst",
-    ]
+    properties = mm2_properties({source: src, "dst": dst}, source, "dst", topic, exactly_once=exactly_once)
+    return mirrormaker2.mm2_command(
+        folder, f"mm2-{source}-{topic}", properties | tuning, "dst", load_settings().cache_dir
+    )
 
 
 def ours_command(folder: Path, src: str, dst: str, topic: str, source: str, *, exactly_once: bool = False) -> list[str]:

@@ -1,6 +1,7 @@
 """The content digest on real parts: counts that balance while content differs are found as `mismatch`, in the
 window and partition where it happened and nowhere else. One byte flipped by the replicator's fault hook; 5
-messages lost and 5 others repeated by a copying client of the test's own; an intact topic beside both."""
+messages lost and 5 others repeated by a copying client of the test's own; intact topics beside both, compressed
+(lz4, zstd) and copied by Apache MirrorMaker 2, whose digests equal the source's at every tier."""
 
 from __future__ import annotations
 
@@ -10,12 +11,23 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from audit.books.run import reconcile
-from audit.contract.tables import COMPLETENESS
+from audit.contract.tables import COMPLETENESS, TIER_COUNTS
 from audit.hops.faults import FlipFault
 from audit.io import delta_io
 from audit.io.clients import ensure_topics
 from audit.io.lake import lake_of
-from tests.audit.local.test_pipeline_e2e import PARTITIONS, START, count_cluster, land, mirror, produce
+from audit.local.mirrormaker2 import mm2_properties, running_mm2
+from tests.audit.local.test_pipeline_e2e import (
+    PARTITIONS,
+    START,
+    count_cluster,
+    land,
+    mirror,
+    produce,
+    windows_of_topic,
+)
+from tests.conftest import cache_dir
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -65,21 +77,47 @@ def copy_dropping_5_and_repeating_5(settings, topic: str, partition: int) -> Non
     assert copied == PER_TOPIC and producer.flush(30) == 0
 
 
+def digests(spark, settings, logical_topic: str) -> dict[tuple[int, str], dict[int, int]]:
+    """(window ms, tier) -> the tier's content digest per partition."""
+    frame = delta_io.read_table(spark, lake_of(settings), TIER_COUNTS.name).where(f"logical_topic = '{logical_topic}'")
+    return {
+        (int(row.window_start.timestamp() * 1000), row.tier): dict(row.digest_by_partition or {})
+        for row in frame.collect()
+    }
+
+
+def mirrormaker_2(settings, topics: list[str], folder):
+    """Apache MirrorMaker 2 copying `topics` from dc1 to the aggregate (`dc1.<topic>`, as our prefix naming),
+    its producer compressing with gzip, whatever the source's codec: every batch is written anew."""
+    bootstrap = {name: settings.cluster(name).bootstrap_servers for name in ("dc1", "aggregate")}
+    properties = mm2_properties(bootstrap, "dc1", "aggregate", "|".join(f"^{t}$" for t in topics))
+    properties["aggregate.producer.compression.type"] = "gzip"
+    return running_mm2(folder, "mm2", properties, "aggregate", cache_dir())
+
+
+def copied_to_aggregate(settings, topics: list[str]) -> bool:
+    aggregate = settings.cluster("aggregate").bootstrap_servers
+    return all(sum(windows_of_topic(aggregate, f"dc1.{topic}").values()) == PER_TOPIC for topic in topics)
+
+
 def test_a_flipped_byte_and_a_hidden_loss_are_mismatches_only_where_they_happened(
-    spark, settings_factory, topic_factory
+    spark, settings_factory, topic_factory, tmp_path
 ):
     settings = settings_factory()
     intact, flipped, copied = (topic_factory("dc1", partitions=PARTITIONS) for _ in range(3))
+    by_mm2 = [topic_factory("dc1", partitions=PARTITIONS, config={"compression.type": c}) for c in ("lz4", "zstd")]
     for topic in (flipped, copied):
         topic_factory("aggregate", partitions=PARTITIONS, name=f"dc1.{topic}")
-    replicas = [f"dc1.{topic}" for topic in (intact, flipped, copied)]
+    replicas = [f"dc1.{topic}" for topic in (intact, flipped, copied, *by_mm2)]
     ensure_topics({"bootstrap.servers": settings.cluster("dc1").bootstrap_servers}, {settings.audit_topic: 1})
-    produce(settings, [intact, flipped, copied], PER_TOPIC)
-    count_cluster(settings, "dc1", [intact, flipped, copied])
-    fault = FlipFault(f"^{flipped}$", partition=1, window_ms=START, byte_index=-1)
-    mirror(settings, [intact, flipped], group=f"mirror-{settings.audit_topic}", fault=fault)
-    assert fault.flipped == 1 and fault.flipped_at[1] == 1
-    copy_dropping_5_and_repeating_5(settings, copied, partition=2)
+    with mirrormaker_2(settings, by_mm2, tmp_path) as mm2_log:
+        produce(settings, [intact, flipped, copied, *by_mm2], PER_TOPIC)
+        count_cluster(settings, "dc1", [intact, flipped, copied, *by_mm2])
+        fault = FlipFault(f"^{flipped}$", partition=1, window_ms=START, byte_index=-1)
+        mirror(settings, [intact, flipped], group=f"mirror-{settings.audit_topic}", fault=fault)
+        assert fault.flipped == 1 and fault.flipped_at[1] == 1
+        copy_dropping_5_and_repeating_5(settings, copied, partition=2)
+        wait_for(lambda: copied_to_aggregate(settings, by_mm2), f"MirrorMaker 2's copies (log: {mm2_log})", 180)
     count_cluster(settings, "aggregate", replicas)
     land(spark, settings, replicas)
     reconcile(spark, settings)
@@ -92,5 +130,11 @@ def test_a_flipped_byte_and_a_hidden_loss_are_mismatches_only_where_they_happene
             changed = window == START and tier != "dc1"
             expected = ("mismatch", 200, [partition]) if changed else ("complete", 200, None)
             assert (status, observed, partitions) == expected, (topic, window, tier, books)
-    intact_books = verdicts(spark, settings, f"dc1.{intact}")
-    assert len(intact_books) == 9 and {v[0] for v in intact_books.values()} == {"complete"}, intact_books
+    for topic in (intact, *by_mm2):
+        books = verdicts(spark, settings, f"dc1.{topic}")
+        assert len(books) == 9 and {v[0] for v in books.values()} == {"complete"}, (topic, books)
+    for topic in by_mm2:  # the same digests, not only no mismatch: producer, dc1, aggregate (MM2's copy), lake
+        per_tier = digests(spark, settings, f"dc1.{topic}")
+        for window in windows:
+            seen = [per_tier[(window, tier)] for tier in ("producer", "dc1", "aggregate", "lake")]
+            assert len(seen[0]) == PARTITIONS and all(d == seen[0] for d in seen), (topic, window, seen)
