@@ -171,9 +171,9 @@ test: setup lint ## lint, then the whole test suite on TEST_WORKERS processes (s
 
 # The fast tests are CPU-bound (property tests, parsers): one worker per core.
 FAST_WORKERS ?= $(shell nproc)
-FAST_TESTS := not kafka and not spark and not object_store and not browser and not open_bug
+FAST_TESTS := not kafka and not spark and not object_store and not browser and not jvm and not open_bug
 .PHONY: test-fast
-test-fast: $(VENV)/.installed $(NATIVE) ## the tests that need no broker, Spark, object store or browser: pure logic, property tests, CLI errors (under 2 minutes)
+test-fast: $(VENV)/.installed $(NATIVE) ## the tests that need no broker, Spark, object store, browser or built jar: pure logic, property tests, CLI errors (under 2 minutes)
 	$(VENV)/bin/pytest -n $(FAST_WORKERS) -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
 .PHONY: test-open-bugs

@@ -1,13 +1,17 @@
 """Every implementation of the content digest against the one table of cases (tests/contract_cases.py): the
-contract itself, the librdkafka plugin's C form (through its exported functions), and the lake's Spark
-columns (in the Spark tier)."""
+contract itself, the librdkafka plugin's C form (through its exported functions), the Java interceptor's form
+(io.kaudit.ContentDigest, in the jar `make setup` builds) and the lake's Spark columns (in the Spark tier)."""
 
 from __future__ import annotations
+
+import subprocess
 
 import pytest
 
 from audit.contract import digest
-from audit.io import plugin
+from audit.io import jvm, plugin
+from audit.io.interceptor_jar import interceptor_jar
+from tests.conftest import cache_dir
 from tests.contract_cases import DIGEST_CASES, DIGEST_SET_CASES, FRAMING_PAIRS, DigestCase, DigestSetCase
 
 INT64 = range(-(2**63), 2**63)
@@ -49,6 +53,31 @@ def test_the_plugins_hash(case: DigestCase):
 @pytest.mark.parametrize("case", DIGEST_SET_CASES, ids=str)
 def test_the_plugins_digests(case: DigestSetCase):
     assert plugin.digest_of(list(case.messages)) == case.digest
+
+
+# -- the Java interceptor ------------------------------------------------------------------------
+
+
+def java_hashes(messages: list[tuple[bytes | None, bytes | None]]) -> list[int]:
+    """io.kaudit.ContentDigest's hash of each (key, value), asked through its `key value` lines (hex, `-`: null)."""
+    lines = "".join(" ".join("-" if b is None else b.hex() for b in message) + "\n" for message in messages)
+    command = [jvm.java_executable(), "-cp", str(interceptor_jar(cache_dir())), "io.kaudit.ContentDigest"]
+    done = subprocess.run(command, input=lines, capture_output=True, text=True, timeout=120, check=True)
+    return [int(line) for line in done.stdout.split()]
+
+
+@pytest.mark.jvm
+def test_the_java_interceptors_hash():
+    got = java_hashes([(case.key, case.value) for case in DIGEST_CASES])
+    wrong = [(str(case), g, case.hash) for case, g in zip(DIGEST_CASES, got, strict=True) if g != case.hash]
+    assert wrong == [], "\n".join(f"{why}: Java {g}, the contract {e}" for why, g, e in wrong)
+
+
+@pytest.mark.jvm
+def test_the_java_interceptors_hash_at_every_length():
+    """Keys and values of 0 to 80 bytes: XXH64's stripes of 32 bytes, its 8- and 4-byte steps and its tail."""
+    messages = [(bytes(range(n)), bytes(range(255, 255 - n // 2, -1))) for n in range(81)]
+    assert java_hashes(messages) == [digest.message_hash(key, value) for key, value in messages]
 
 
 # -- the lake's Spark columns ---------------------------------------------------------------------

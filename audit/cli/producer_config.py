@@ -44,10 +44,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         "kaudit.service": args.service,
     }
     digest_exclude = digest_exclude_regex(settings.topics.digest_exclude)
-    # The Java interceptor writes no content digest: the key is the plugin's only.
-    plugin_keys = {**keys, **({"kaudit.digest.exclude": digest_exclude} if digest_exclude else {})}
+    keys |= {"kaudit.digest.exclude": digest_exclude} if digest_exclude else {}
     if args.format == "kcat":
-        librdkafka = {"plugin.library.paths": plugin_config()["plugin.library.paths"], **plugin_keys}
+        librdkafka = {"plugin.library.paths": plugin_config()["plugin.library.paths"], **keys}
         print(" ".join(f"-X {key}={value}" for key, value in librdkafka.items()))
         return 0
     lines = []
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             "# librdkafka clients: plugin.library.paths first",
             f"plugin.library.paths={plugin_config()['plugin.library.paths']}",
         ]
-        lines += [f"{key}={value}" for key, value in plugin_keys.items()]
+        lines += [f"{key}={value}" for key, value in keys.items()]
     lines += [f"# Java producers: {interceptor_jar(settings.cache_dir)} on the classpath"]
     lines += [f"interceptor.classes={INTERCEPTOR_CLASS}", *(f"{key}={value}" for key, value in keys.items())]
     print("\n".join(lines))

@@ -1,8 +1,8 @@
 """The Java producer interceptor (jvm/interceptor) on Apache Kafka's own Java producer: its count records are the
 Python contract's byte for byte, and count per partition exactly what the cluster holds and what the cluster
-counter counts (ProducerPerformance); a message counts in the window of its timestamp, one without a usable
+counter counts (ProducerPerformance), with the same content digests; a message counts in the window of its timestamp, one without a usable
 timestamp in the window of now as no_timestamp, and the audit topic's own messages never (jvm/probe); a failed
-send counts as send_failed only; a missing kaudit.cluster stops the producer from starting, and so does a
+send counts as send_failed only; a topic kaudit.digest.exclude matches carries no digest; a missing kaudit.cluster stops the producer from starting, and so does a
 kafka-clients outside the versions the interceptor was tested with (jvm/interceptor/pom.xml)."""
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from audit.contract.digest import merge, message_hash
 from audit.contract.names import PRODUCER_TIER
-from audit.contract.record import AuditRecord, count_record, encode, now_ms, parse
+from audit.contract.record import AuditRecord, Kind, count_record, encode, now_ms, parse
 from audit.contract.windows import window_start
 from audit.io import jvm
 from audit.io.clients import watermarks
@@ -93,6 +94,18 @@ def by_window_and_partition(records: list[AuditRecord], tier: str, topic: str) -
     return counts
 
 
+def digests_by_window_and_partition(records: list[AuditRecord], tier: str, topic: str) -> dict:
+    """(window, partition) -> the merged content digest of the tier's records; every record must carry one."""
+    digests: dict = {}
+    for record in records:
+        if record.tier == tier and record.topic == topic and record.kind == Kind.COUNT:
+            assert record.digest_by_partition is not None, record
+            for partition, value in record.digest_by_partition.items():
+                key = (record.window_start_ms, partition)
+                digests[key] = merge(digests.get(key, 0), value)
+    return digests
+
+
 def clients_range(jar: Path) -> dict[str, str]:
     """The range of kafka-clients versions the build wrote into the interceptor's jar: {"lowest": .., "beyond": ..}."""
     with zipfile.ZipFile(jar) as archive:
@@ -140,7 +153,11 @@ def test_a_java_producer_is_counted_per_partition_as_the_cluster_and_the_counter
 
     counter = counter_for(dc1, audit_topic, topic)
     assert counter.run(until_caught_up=True, max_seconds=60).total_lag == 0
-    assert by_window_and_partition(audit_records(dc1, audit_topic), "dc1", topic) == produced
+    counted = audit_records(dc1, audit_topic)
+    assert by_window_and_partition(counted, "dc1", topic) == produced
+    # the content digest taken at send time equals the counter's, from the bytes the cluster holds
+    sent = digests_by_window_and_partition(counted, PRODUCER_TIER, topic)
+    assert sent == digests_by_window_and_partition(counted, "dc1", topic) and set(sent) == set(produced)
 
 
 def test_a_failed_send_counts_as_send_failed_and_nowhere_else(local_clusters, topic_factory, unique_name):
@@ -248,3 +265,20 @@ def test_a_message_counts_in_the_window_of_its_timestamp_and_without_one_in_the_
         BASE_MS: (2, 0, 6, {0: 2}),
         now_window: (1, 1, 3, {0: 1}),
     }
+    one = message_hash(b"k", b"vv")  # a keyed message's hash, from the bytes its serializer made at send time
+    assert {r.window_start_ms: dict(r.digest_by_partition) for r in ours} == {
+        BASE_MS - WINDOW_MS: {0: one},
+        BASE_MS: {0: merge(one, one)},
+        now_window: {0: one},
+    }
+
+
+def test_a_topic_digest_exclude_matches_is_counted_without_a_digest(local_clusters, topic_factory, unique_name):
+    dc1 = local_clusters["dc1"].bootstrap_servers
+    topic = topic_factory("dc1", partitions=2)
+    audit_topic = topic_factory("dc1", name=unique_name("_audit"))
+    props = {"kaudit.cluster": "dc1", "kaudit.audit.topic": audit_topic, "kaudit.digest.exclude": f"^{topic}$"}
+    done = producer_performance(dc1, topic, 500, 50, **props)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours = [r for r in audit_records(dc1, audit_topic) if r.tier == PRODUCER_TIER]
+    assert sum(r.count for r in ours) == 500 and all(r.digest_by_partition is None for r in ours)

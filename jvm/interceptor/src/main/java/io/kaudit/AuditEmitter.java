@@ -138,19 +138,22 @@ final class AuditEmitter {
     /** A count record as audit.contract.record.encode writes it: compact JSON, keys sorted, ASCII only. */
     String encode(String recordId, WindowTally.Entry entry, long emittedAtMs) {
         StringBuilder json = new StringBuilder(400).append('{');
-        if (appendPartitions(json, entry.byPartition)) {
+        if (appendPartitions(json, "by_partition", entry.byPartition, entry.byPartition)) {
             json.append(',');
         }
         json.append("\"bytes\":").append(entry.bytes);
         string(json.append(",\"cluster\":"), settings.cluster());
         json.append(",\"count\":").append(entry.count);
+        if (!entry.digestUnknown && entry.count > 0) {
+            appendPartitions(json.append(','), "digest_by_partition", entry.byPartition, entry.digestByPartition);
+        }
         string(json.append(",\"emitted_at\":"), MILLIS.format(Instant.ofEpochMilli(emittedAtMs)));
         string(json.append(",\"host\":"), settings.host());
         string(json.append(",\"instance_id\":"), instanceId);
         json.append(",\"kind\":\"count\"");
         json.append(",\"no_timestamp\":").append(entry.noTimestamp);
         string(json.append(",\"record_id\":"), recordId);
-        json.append(",\"schema_version\":1");
+        json.append(",\"schema_version\":2");
         json.append(",\"send_failed\":").append(entry.sendFailed);
         string(json.append(",\"service\":"), settings.service());
         json.append(",\"tier\":\"producer\"");
@@ -160,9 +163,9 @@ final class AuditEmitter {
         return json.append('}').toString();
     }
 
-    /** `"by_partition":{...}` with the partitions counted, keys sorted as strings (as json.dumps sorts them);
-     * nothing, and false, when none was. */
-    static boolean appendPartitions(StringBuilder json, long[] byPartition) {
+    /** `"<name>":{...}`: `values` of the partitions counted in `byPartition`, keys sorted as strings (as
+     * json.dumps sorts them); nothing, and false, when none was. */
+    static boolean appendPartitions(StringBuilder json, String name, long[] byPartition, long[] values) {
         List<String> keys = new ArrayList<>();
         for (int partition = 0; partition < byPartition.length; partition++) {
             if (byPartition[partition] > 0) {
@@ -174,10 +177,11 @@ final class AuditEmitter {
         }
         String[] sorted = keys.toArray(new String[0]);
         Arrays.sort(sorted);
-        json.append("\"by_partition\":{");
+        string(json, name);
+        json.append(":{");
         for (int i = 0; i < sorted.length; i++) {
             string(json.append(i == 0 ? "" : ","), sorted[i]);
-            json.append(':').append(byPartition[Integer.parseInt(sorted[i])]);
+            json.append(':').append(values[Integer.parseInt(sorted[i])]);
         }
         json.append('}');
         return true;

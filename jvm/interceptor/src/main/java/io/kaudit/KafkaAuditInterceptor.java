@@ -10,6 +10,7 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerInterceptor;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.header.Headers;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -21,10 +22,12 @@ import org.slf4j.LoggerFactory;
  * kaudit.cluster=dc1                  (required: the cluster this producer writes to)
  * kaudit.audit.topic=_audit           kaudit.window.minutes=10      kaudit.flush.interval.ms=10000
  * kaudit.service=java-app             kaudit.host=(this machine's name)
+ * kaudit.digest.exclude=(a regex of topics sent without a content digest)
  * </pre>
  *
  * Each acknowledged message counts once in the window of its timestamp (CreateTime, or the broker's
- * LogAppendTime), with its key and value bytes and its partition; a failed send counts as {@code send_failed} in
+ * LogAppendTime), with its key and value bytes, its partition and its content digest ({@link SendDigests}: the
+ * hash of its serialized key and value, taken at send time); a failed send counts as {@code send_failed} in
  * the window of now. Every flush interval, and at close, one count record per (topic, window) goes to the audit
  * topic of the same cluster through the interceptor's own producer (acks=all, idempotent, no interceptor). The
  * records sent never change: {@link #onSend} returns each one as it is. It refuses to load on a kafka-clients
@@ -37,6 +40,7 @@ public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object
 
     private AuditSettings settings;
     private WindowTally tally;
+    private SendDigests digests; // null: no content digest (said in the log)
     private AuditEmitter emitter;
     private ScheduledExecutorService scheduler;
     private final AtomicLong unattributed = new AtomicLong();
@@ -45,6 +49,7 @@ public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object
     public void configure(Map<String, ?> configs) {
         settings = AuditSettings.from(configs);
         tally = new WindowTally(settings.windowMs());
+        digests = SendDigests.of(configs);
         KafkaProducer<byte[], byte[]> auditProducer = new KafkaProducer<>(settings.auditProducerConfig(configs));
         String clientsVersion;
         try {
@@ -68,11 +73,20 @@ public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object
 
     @Override
     public ProducerRecord<Object, Object> onSend(ProducerRecord<Object, Object> record) {
+        if (digests != null) {
+            digests.sent(record);
+        }
         return record;
     }
 
     @Override
     public void onAcknowledgement(RecordMetadata metadata, Exception exception) {
+        onAcknowledgement(metadata, exception, null);
+    }
+
+    @Override
+    public void onAcknowledgement(RecordMetadata metadata, Exception exception, Headers headers) {
+        Long hash = digests == null ? null : digests.acknowledged(headers);
         if (metadata == null) {
             long n = unattributed.incrementAndGet();
             if (n == 1 || n % 10_000 == 0) {
@@ -92,7 +106,7 @@ public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object
         long timestamp = metadata.timestamp();
         boolean usable = timestamp > 0 && timestamp <= MAX_AUDIT_TIME_MS;
         long bytes = Math.max(0, metadata.serializedKeySize()) + Math.max(0, metadata.serializedValueSize());
-        tally.acked(topic, usable ? timestamp : System.currentTimeMillis(), metadata.partition(), bytes, !usable);
+        tally.acked(topic, usable ? timestamp : System.currentTimeMillis(), metadata.partition(), bytes, !usable, hash);
     }
 
     /** The last counts sent and delivered (30 s at most), then the audit producer closed. The host producer
@@ -111,6 +125,9 @@ public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object
         }
         emitQuietly();
         emitter.close(deadline);
+        if (digests != null) {
+            digests.close();
+        }
         if (unattributed.get() > 0) {
             log.warn("kaudit: acknowledgements without metadata were not counted: unattributed={} cluster={}",
                     unattributed.get(), settings.cluster());

@@ -22,17 +22,25 @@ final class WindowTally {
         long sendFailed;
         long noTimestamp;
         long[] byPartition = new long[0]; // index: partition; 0 where none was counted
+        long[] digestByPartition = new long[0]; // the wrapping sum of the hashes, same index
+        boolean digestUnknown; // some message counted here came without its hash: no digest is sent
 
         Entry(String topic, long windowStartMs) {
             this.topic = topic;
             this.windowStartMs = windowStartMs;
         }
 
-        void addPartition(int partition) {
+        void addPartition(int partition, Long hash) {
             if (partition >= byPartition.length) {
                 byPartition = Arrays.copyOf(byPartition, Math.max(partition + 1, byPartition.length * 2));
+                digestByPartition = Arrays.copyOf(digestByPartition, byPartition.length);
             }
             byPartition[partition]++;
+            if (hash == null) {
+                digestUnknown = true;
+            } else {
+                digestByPartition[partition] += hash;
+            }
         }
     }
 
@@ -46,15 +54,16 @@ final class WindowTally {
         this.windowMs = windowMs;
     }
 
-    /** Where an acknowledged message counts: the window of its timestamp (CreateTime or LogAppendTime). */
-    synchronized void acked(String topic, long timestampMs, int partition, long bytes, boolean noTimestamp) {
+    /** Where an acknowledged message counts: the window of its timestamp (CreateTime or LogAppendTime); `hash`:
+     * its content hash, null when unknown. */
+    synchronized void acked(String topic, long timestampMs, int partition, long bytes, boolean noTimestamp, Long hash) {
         Entry entry = entry(topic, timestampMs);
         entry.count++;
         entry.bytes += bytes;
         if (noTimestamp) {
             entry.noTimestamp++;
         }
-        entry.addPartition(partition);
+        entry.addPartition(partition, hash);
     }
 
     /** A send that failed: counted in the window of now, and only as failed. */

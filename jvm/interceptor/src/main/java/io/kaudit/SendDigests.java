@@ -1,0 +1,112 @@
+package io.kaudit;
+
+import java.util.IdentityHashMap;
+import java.util.Map;
+import java.util.regex.Pattern;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.header.Headers;
+import org.apache.kafka.common.serialization.Serializer;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The message hashes of the records sent and not yet acknowledged. The interceptor sees a record's objects at
+ * send time and its partition only at the acknowledgement, which carries no record: what ties the two together
+ * is the record's {@link Headers} instance, which the producer hands to the acknowledgement (KIP-512). A record's
+ * bytes are what the producer's own serializers make of it: this class runs instances of the same classes, with
+ * the same configs, once more per record. A producer whose serializers cannot be built so (no public no-argument
+ * constructor) sends no digest; nor does a topic `kaudit.digest.exclude` matches.
+ */
+final class SendDigests {
+    static final String DIGEST_EXCLUDE = "kaudit.digest.exclude";
+    private static final Logger log = LoggerFactory.getLogger(SendDigests.class);
+
+    /** A record's hash and how many of its sends (a record object may be sent again) await acknowledgement. */
+    private static final class Pending {
+        final long hash;
+        int sends = 1;
+
+        Pending(long hash) {
+            this.hash = hash;
+        }
+    }
+
+    private final Serializer<Object> keySerializer;
+    private final Serializer<Object> valueSerializer;
+    private final Pattern exclude;
+    private final Map<Headers, Pending> pending = new IdentityHashMap<>();
+
+    private SendDigests(Serializer<Object> keySerializer, Serializer<Object> valueSerializer, Pattern exclude) {
+        this.keySerializer = keySerializer;
+        this.valueSerializer = valueSerializer;
+        this.exclude = exclude;
+    }
+
+    /** The digests of a producer with `configs`; null when its serializers cannot be built (said once, here). */
+    static SendDigests of(Map<String, ?> configs) {
+        Object excluded = configs.get(DIGEST_EXCLUDE);
+        Pattern exclude = excluded == null || String.valueOf(excluded).isBlank()
+                ? null : Pattern.compile(String.valueOf(excluded));
+        try {
+            return new SendDigests(serializer(configs, ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, true),
+                    serializer(configs, ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, false), exclude);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            log.warn("kaudit: the producer's serializers cannot be built again: its count records carry no content"
+                    + " digest, its windows are judged by counts: error={}", e.toString());
+            return null;
+        }
+    }
+
+    @SuppressWarnings("unchecked")
+    private static Serializer<Object> serializer(Map<String, ?> configs, String key, boolean isKey)
+            throws ReflectiveOperationException {
+        Object named = configs.get(key);
+        Class<?> type = named instanceof Class<?> given ? given
+                : Class.forName(String.valueOf(named).trim(), true, Thread.currentThread().getContextClassLoader());
+        Serializer<Object> serializer = (Serializer<Object>) type.getDeclaredConstructor().newInstance();
+        serializer.configure(configs, isKey);
+        return serializer;
+    }
+
+    /** At send time: the record's hash, kept until its acknowledgement. */
+    void sent(ProducerRecord<Object, Object> record) {
+        if (exclude != null && exclude.matcher(record.topic()).find()) {
+            return;
+        }
+        Headers headers = record.headers();
+        byte[] key = keySerializer.serialize(record.topic(), headers, record.key());
+        byte[] value = valueSerializer.serialize(record.topic(), headers, record.value());
+        long hash = ContentDigest.messageHash(key, value);
+        synchronized (pending) {
+            Pending known = pending.get(headers);
+            if (known == null) {
+                pending.put(headers, new Pending(hash));
+            } else {
+                known.sends++;
+            }
+        }
+    }
+
+    /** At the acknowledgement of the record with `headers`: its hash, or null when none was kept. */
+    Long acknowledged(Headers headers) {
+        if (headers == null) {
+            return null;
+        }
+        synchronized (pending) {
+            Pending known = pending.get(headers);
+            if (known == null) {
+                return null;
+            }
+            if (--known.sends == 0) {
+                pending.remove(headers);
+            }
+            return known.hash;
+        }
+    }
+
+    void close() {
+        keySerializer.close();
+        valueSerializer.close();
+    }
+}
