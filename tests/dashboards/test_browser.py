@@ -211,20 +211,15 @@ def test_the_deep_link_keeps_its_window_and_picking_another_topic_navigates(ui):
     wait(lambda: plot_data(driver, ids.CORRELATION), what="the correlation graph")
     time.sleep(2)  # the dropdown has mounted and reported its value: the window must still be there
     assert parse_qs(urlparse(driver.current_url).query).get("window"), driver.current_url
-
-    def picked_payments() -> bool:
-        # Picked again when lost: on a loaded machine the dropdown can still be re-rendering when clicked.
-        if parse_qs(urlparse(driver.current_url).query).get("topic") == ["dc1.payments"]:
-            return True
-        options = driver.find_elements(By.CSS_SELECTOR, "[role=option]")
-        if not options:
-            driver.find_element(By.ID, ids.TOPIC).click()  # opens the list of topics
-            return False
-        next(o for o in options if o.text == "dc1.payments").click()
-        time.sleep(2)  # navigating takes a moment: do not click again before it could have happened
-        return False
-
-    wait(picked_payments, timeout_s=60, what="topic=dc1.payments")
+    driver.find_element(By.ID, ids.TOPIC).click()  # opens the list of topics
+    option = wait(
+        lambda: next(o for o in driver.find_elements(By.CSS_SELECTOR, "[role=option]") if o.text == "dc1.payments"),
+        what="the dc1.payments option",
+    )
+    option.click()
+    wait(
+        lambda: parse_qs(urlparse(driver.current_url).query).get("topic") == ["dc1.payments"], what="topic=dc1.payments"
+    )
     wait(lambda: driver.find_element(By.TAG_NAME, "h2").text == "Topic dc1.payments", what="the payments page")
 
 
