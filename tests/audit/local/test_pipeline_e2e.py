@@ -178,7 +178,7 @@ def test_no_fault_is_exact_a_drop_is_exact_and_duplicates_show_as_over(spark, se
 # Five micro-batches of 4,000 (`--max-offsets-per-trigger`): the kill lands in the second to the fifth. A
 # micro-batch costs seconds of Delta commits and counting whatever its size: ten cost the suite minutes more
 # under load and proved nothing more.
-KILLED_LAKE_MESSAGES = 20_000
+KILLED_LAKE_MESSAGES = 8_000
 
 
 @pytest.mark.slow
@@ -205,7 +205,7 @@ def test_lake_job_killed_at_random_moments_lands_every_row_and_count_once(
         "--cluster",
         "aggregate",
         "--max-offsets-per-trigger",
-        "4000",
+        "2000",
         "--until-caught-up",
     ]
     rng = random.Random(7)
@@ -213,7 +213,7 @@ def test_lake_job_killed_at_random_moments_lands_every_row_and_count_once(
     # One kill here (the soak kills the lake job again at random moments under load, and checks bronze
     # against the hub the same way): each run costs a Spark start.
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # Mid-stream: after its first micro-batch landed (of five), at a random moment of the next ones. A fixed
+    # Mid-stream: after its first micro-batch landed (of four), at a random moment of the next ones. A fixed
     # delay from the start can miss the stream: with a fast JVM start it has finished.
     commits = Path(default_checkpoint(settings, "aggregate")) / "commits"
     wait_for(lambda: commits.is_dir() and any(commits.iterdir()), "the lake job's first micro-batch", 300, 0.2)
@@ -222,7 +222,7 @@ def test_lake_job_killed_at_random_moments_lands_every_row_and_count_once(
         process.send_signal(signal.SIGKILL)
         kills += 1
     process.wait(30)
-    # Sized for a loaded 2-core machine: ten micro-batches after a Spark start take 90 s alone, 300+ beside other work.
+    # Sized for a loaded 2-core machine: a Spark start and its micro-batches can take minutes beside other work.
     finished = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert kills >= 1
