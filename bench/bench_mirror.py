@@ -49,6 +49,7 @@ from audit.io.clients import ensure_topics
 from audit.local import mirrormaker2
 from audit.local.clusters import LocalClusters
 from audit.local.mirrormaker2 import mm2_properties
+from audit.local.processes import terminate
 from audit.settings import load_settings
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -228,12 +229,7 @@ def measure(
                     )
                 time.sleep(POLL_S)
         finally:
-            process.terminate()
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            terminate({process.pid}, 60)
             consumer.close()
     # A copy faster than one poll shows as one poll and one clock tick, never as zero.
     copy_s, copy_cpu_s = max(now - first_at, POLL_S), max(end_cpu - first_cpu, 1 / CLOCK_TICKS)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from audit.io import jvm
 from audit.local.clusters import JVM_OPTIONS
-from audit.local.processes import free_port
+from audit.local.processes import free_port, terminate
 
 LOG4J2 = """\
 status = warn
@@ -95,9 +95,4 @@ def running_mm2(folder: Path, name: str, properties: dict[str, str], target: str
     try:
         yield folder / f"{name}.log"
     finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        terminate({process.pid}, 20)
