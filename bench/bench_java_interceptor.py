@@ -1,6 +1,6 @@
 """Kafka's own Java producer with the kafka-audit interceptor against without it, same cluster, topic and settings.
 
-    .venv/bin/python -m bench.bench_java_interceptor [--messages 2000000] [--size 100] [--rounds 3]
+    .venv/bin/python -m bench.bench_java_interceptor [--messages 2000000] [--size 100] [--rounds 3] [--digest]
 
 Starts its own local cluster in a temporary folder and alternates the two sides, each one run of Apache Kafka's
 ProducerPerformance in a JVM of its own (--throughput -1, acks=all, linger.ms=5, the same class path and JVM flags
@@ -11,7 +11,8 @@ heap starts at a 64th of the machine's memory and grows during the run, and its 
 each) vary more from run to run than the interceptor costs.
 Reports the msg/s ProducerPerformance measures and the CPU seconds of the whole java process (utime + stime of
 the child, JVM start and the interceptor's own audit producer included), then the ratio with / without.
-Goal: at least 0.95.
+Goal: at least 0.95 as the interceptor runs by default; with --digest (the content digest on), the figure is
+reported, since that cost is why the digest is off by default for Java producers.
 """
 
 from __future__ import annotations
@@ -65,11 +66,12 @@ def producer_performance(bootstrap: str, messages: int, size: int, extra: dict[s
 
 
 def main() -> None:
-    args = parse_args(__doc__, messages=2_000_000)
+    args = parse_args(__doc__, messages=2_000_000, flags={"--digest": "the interceptor's side with kaudit.digest=true"})
+    interceptor = {**INTERCEPTOR, **({"kaudit.digest": "true"} if args.digest else {})}
     cpu: dict[str, list[float]] = {"plain": [], "interceptor": []}
     with bench_cluster() as bootstrap:
         ensure_topics({"bootstrap.servers": bootstrap}, {TOPIC: PARTITIONS, AUDIT_TOPIC: 1})
-        warm_up = {"plain": {}, "interceptor": INTERCEPTOR}
+        warm_up = {"plain": {}, "interceptor": interceptor}
         for name, extra in warm_up.items():
             rate, _ = producer_performance(bootstrap, args.messages, args.size, extra)
             print(f"  warm-up, not counted: {name} {rate:,.0f} msg/s")
@@ -83,7 +85,7 @@ def main() -> None:
 
             return name, run
 
-        compare(side("plain", {}), side("interceptor", INTERCEPTOR), rounds=args.rounds, goal=0.95)
+        compare(side("plain", {}), side("interceptor", interceptor), rounds=args.rounds, goal=0.95)
         records, rejects = read_audit_topic({"bootstrap.servers": bootstrap}, AUDIT_TOPIC)
         counted = sum(counts_by_window(records, PRODUCER_TIER).values())
         print(

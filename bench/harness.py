@@ -17,8 +17,11 @@ from audit.local.clusters import LocalCluster
 from audit.settings import load_settings
 
 
-def parse_args(doc: str, *, messages: int) -> argparse.Namespace:
+def parse_args(doc: str, *, messages: int, flags: dict[str, str] | None = None) -> argparse.Namespace:
+    """The common options, and a boolean option per `flags` entry (name -> help)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, help_text in (flags or {}).items():
+        parser.add_argument(name, action="store_true", help=help_text)
     parser.add_argument("--messages", type=int, default=messages, help=f"messages per round (default {messages:,})")
     parser.add_argument("--size", type=int, default=100, help="value size in bytes (default 100)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each side, alternating (default 3)")

@@ -2,7 +2,8 @@
 // `java -cp <kafka jars>:<interceptor jar> InterceptedProduce.java BOOTSTRAP TOPIC AUDIT_TOPIC AUDIT_PAYLOAD TS...`
 // sends one message (key "k", value "vv") to partition 0 of TOPIC per timestamp TS (epoch ms), then AUDIT_PAYLOAD
 // to AUDIT_TOPIC itself (which the interceptor must not count), and prints `sent N`. Its cluster is `dc1`.
-// Used by tests/jvm/test_java_interceptor.py to check windows and messages without a usable timestamp.
+// The content digest is on. Used by tests/jvm/test_java_interceptor.py to check windows, digests and messages
+// without a usable timestamp.
 import java.nio.charset.StandardCharsets;
 import java.util.Properties;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -18,6 +19,7 @@ public class InterceptedProduce {
         props.put("acks", "all");
         props.put("interceptor.classes", "io.kaudit.KafkaAuditInterceptor");
         props.put("kaudit.cluster", "dc1");
+        props.put("kaudit.digest", "true");
         props.put("kaudit.audit.topic", args[2]);
         byte[] key = "k".getBytes(StandardCharsets.UTF_8);
         byte[] value = "vv".getBytes(StandardCharsets.UTF_8);

@@ -2,7 +2,7 @@
 Python contract's byte for byte, and count per partition exactly what the cluster holds and what the cluster
 counter counts (ProducerPerformance), with the same content digests; a message counts in the window of its timestamp, one without a usable
 timestamp in the window of now as no_timestamp, and the audit topic's own messages never (jvm/probe); a failed
-send counts as send_failed only; a topic kaudit.digest.exclude matches carries no digest; a missing kaudit.cluster stops the producer from starting, and so does a
+send counts as send_failed only; no digest without kaudit.digest=true, nor for a topic kaudit.digest.exclude matches; a missing kaudit.cluster stops the producer from starting, and so does a
 kafka-clients outside the versions the interceptor was tested with (jvm/interceptor/pom.xml)."""
 
 from __future__ import annotations
@@ -133,7 +133,13 @@ def test_a_java_producer_is_counted_per_partition_as_the_cluster_and_the_counter
         topic,
         20_000,
         100,
-        **{"kaudit.cluster": "dc1", "kaudit.audit.topic": audit_topic, "kaudit.service": SERVICE, "kaudit.host": HOST},
+        **{
+            "kaudit.cluster": "dc1",
+            "kaudit.audit.topic": audit_topic,
+            "kaudit.service": SERVICE,
+            "kaudit.host": HOST,
+            "kaudit.digest": "true",
+        },
     )
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -179,12 +185,15 @@ def test_a_failed_send_counts_as_send_failed_and_nowhere_else(local_clusters, to
     assert held_by_partition(dc1, topic, 3) == {0: 0, 1: 0, 2: 0}
 
 
-def test_a_producer_without_kaudit_cluster_does_not_start(local_clusters, topic_factory):
+def test_a_producer_without_kaudit_cluster_or_with_a_bad_setting_does_not_start(local_clusters, topic_factory):
     dc1 = local_clusters["dc1"].bootstrap_servers
     topic = topic_factory("dc1")
     done = producer_performance(dc1, topic, 1, 10)
     assert done.returncode != 0
     assert 'Missing required configuration "kaudit.cluster"' in done.stdout + done.stderr
+    done = producer_performance(dc1, topic, 1, 10, **{"kaudit.cluster": "dc1", "kaudit.digest": "yes"})
+    assert done.returncode != 0
+    assert "Invalid value yes for configuration kaudit.digest: true or false" in done.stdout + done.stderr
     assert held_by_partition(dc1, topic, 1) == {0: 0}
 
 
@@ -273,12 +282,14 @@ def test_a_message_counts_in_the_window_of_its_timestamp_and_without_one_in_the_
     }
 
 
-def test_a_topic_digest_exclude_matches_is_counted_without_a_digest(local_clusters, topic_factory, unique_name):
+def test_without_kaudit_digest_or_in_a_topic_it_excludes_no_digest_is_sent(local_clusters, topic_factory, unique_name):
     dc1 = local_clusters["dc1"].bootstrap_servers
     topic = topic_factory("dc1", partitions=2)
     audit_topic = topic_factory("dc1", name=unique_name("_audit"))
-    props = {"kaudit.cluster": "dc1", "kaudit.audit.topic": audit_topic, "kaudit.digest.exclude": f"^{topic}$"}
-    done = producer_performance(dc1, topic, 500, 50, **props)
-    assert done.returncode == 0, done.stderr[-3000:]
+    props = {"kaudit.cluster": "dc1", "kaudit.audit.topic": audit_topic}
+    excluded = {**props, "kaudit.digest": "true", "kaudit.digest.exclude": f"^{topic}$"}
+    for config in (props, excluded):  # off by default; on, but not for the topics it excludes
+        done = producer_performance(dc1, topic, 500, 50, **config)
+        assert done.returncode == 0, done.stderr[-3000:]
     ours = [r for r in audit_records(dc1, audit_topic) if r.tier == PRODUCER_TIER]
-    assert sum(r.count for r in ours) == 500 and all(r.digest_by_partition is None for r in ours)
+    assert sum(r.count for r in ours) == 1000 and all(r.digest_by_partition is None for r in ours)

@@ -23,7 +23,8 @@ record AuditSettings(
         long flushIntervalMs,
         String service,
         String host,
-        String clientId) {
+        String clientId,
+        boolean digest) {
 
     static final String CLUSTER = "kaudit.cluster";
     static final String AUDIT_TOPIC = "kaudit.audit.topic";
@@ -31,6 +32,7 @@ record AuditSettings(
     static final String FLUSH_INTERVAL_MS = "kaudit.flush.interval.ms";
     static final String SERVICE = "kaudit.service";
     static final String HOST = "kaudit.host";
+    static final String DIGEST = "kaudit.digest";
 
     static final int MINUTES_PER_DAY = 1440;
     static final int MAX_SERVICE_CHARS = 128; // keeps `<service>-<12 hex>:<sequence>` within the 200 a record id may have
@@ -73,8 +75,13 @@ record AuditSettings(
         long flushMs = number(configs, FLUSH_INTERVAL_MS, 10_000, Long.MAX_VALUE / 2);
         String host = text(configs, HOST, null);
         Object clientId = configs.get(CommonClientConfigs.CLIENT_ID_CONFIG);
+        String digest = text(configs, DIGEST, "false");
+        if (!digest.equals("true") && !digest.equals("false")) {
+            throw new ConfigException(DIGEST, digest, "true or false");
+        }
         return new AuditSettings(cluster, auditTopic, minutes, flushMs, service,
-                host == null || host.isEmpty() ? hostName() : host, clientId == null ? "" : String.valueOf(clientId));
+                host == null || host.isEmpty() ? hostName() : host, clientId == null ? "" : String.valueOf(clientId),
+                digest.equals("true"));
     }
 
     /** The audit producer's config: the host's way to the cluster, acks=all, idempotence, no interceptor. */

@@ -1,6 +1,5 @@
 package io.kaudit;
 
-import java.util.IdentityHashMap;
 import java.util.Map;
 import java.util.regex.Pattern;
 import org.apache.kafka.clients.producer.ProducerConfig;
@@ -22,20 +21,10 @@ final class SendDigests {
     static final String DIGEST_EXCLUDE = "kaudit.digest.exclude";
     private static final Logger log = LoggerFactory.getLogger(SendDigests.class);
 
-    /** A record's hash and how many of its sends (a record object may be sent again) await acknowledgement. */
-    private static final class Pending {
-        final long hash;
-        int sends = 1;
-
-        Pending(long hash) {
-            this.hash = hash;
-        }
-    }
-
     private final Serializer<Object> keySerializer;
     private final Serializer<Object> valueSerializer;
     private final Pattern exclude;
-    private final Map<Headers, Pending> pending = new IdentityHashMap<>();
+    private final PendingHashes pending = new PendingHashes();
 
     private SendDigests(Serializer<Object> keySerializer, Serializer<Object> valueSerializer, Pattern exclude) {
         this.keySerializer = keySerializer;
@@ -78,31 +67,12 @@ final class SendDigests {
         byte[] key = keySerializer.serialize(record.topic(), headers, record.key());
         byte[] value = valueSerializer.serialize(record.topic(), headers, record.value());
         long hash = ContentDigest.messageHash(key, value);
-        synchronized (pending) {
-            Pending known = pending.get(headers);
-            if (known == null) {
-                pending.put(headers, new Pending(hash));
-            } else {
-                known.sends++;
-            }
-        }
+        pending.add(headers, hash);
     }
 
     /** At the acknowledgement of the record with `headers`: its hash, or null when none was kept. */
     Long acknowledged(Headers headers) {
-        if (headers == null) {
-            return null;
-        }
-        synchronized (pending) {
-            Pending known = pending.get(headers);
-            if (known == null) {
-                return null;
-            }
-            if (--known.sends == 0) {
-                pending.remove(headers);
-            }
-            return known.hash;
-        }
+        return headers == null ? null : pending.take(headers);
     }
 
     void close() {
