@@ -54,4 +54,6 @@ def test_short_demo_finds_the_loss_exactly_and_shows_the_stall_as_lag(tmp_path):
         result.stdout,
     )
     assert re.search(r"email \S+\.eml: .*dc1\.orders", result.stdout), "the loss email is in the mailbox"
+    judged = [line for line in result.stdout.splitlines() if "] windows: " in line]
+    assert judged and not [line for line in judged if "mismatch" in line], "no content mismatch where none was made"
     assert not list((tmp_path / "state" / "run").glob("*.pid")), "every service was stopped"
