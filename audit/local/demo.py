@@ -121,6 +121,7 @@ def observe(settings: Settings, plan: PipelinePlan, findings: Findings) -> None:
         tier_status[(tier_status["origin_cluster"] == plan.stall.cluster) & (tier_status["tier"] == plan.hub)][
             "stalled"
         ]
+        .astype("boolean")  # a declared flow's placeholder row has no stall flag yet
         .fillna(False)
         .any()
     )
