@@ -26,6 +26,7 @@ from audit.io.clients import watermarks
 from audit.io.interceptor_jar import INTERCEPTOR_CLASS, interceptor_jar, tools_jars
 from tests.audit.hops.test_counter import BASE_MS, WINDOW_MINUTES, WINDOW_MS, counter_for
 from tests.conftest import cache_dir
+from tests.traffic import held_by_partition
 
 pytestmark = pytest.mark.kafka
 
@@ -114,14 +115,6 @@ def clients_range(jar: Path) -> dict[str, str]:
     return {key.removeprefix("tested.clients."): value.strip() for key, value in pairs}
 
 
-def held_by_partition(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
-    try:
-        return {p: high - low for p in range(partitions) for low, high in [watermarks(consumer, topic, p)]}
-    finally:
-        consumer.close()
-
-
 def test_a_java_producer_is_counted_per_partition_as_the_cluster_and_the_counter_count_it(
     local_clusters, topic_factory, unique_name
 ):
@@ -194,6 +187,11 @@ def test_a_producer_without_kaudit_cluster_or_with_a_bad_setting_does_not_start(
     done = producer_performance(dc1, topic, 1, 10, **{"kaudit.cluster": "dc1", "kaudit.digest": "yes"})
     assert done.returncode != 0
     assert "Invalid value yes for configuration kaudit.digest: true or false" in done.stdout + done.stderr
+    done = producer_performance(dc1, topic, 1, 10, **{"kaudit.cluster": "dc1", "kaudit.digest.exclude": "("})
+    assert done.returncode != 0
+    assert (
+        "Invalid value ( for configuration kaudit.digest.exclude: not a regular expression" in done.stdout + done.stderr
+    )
     assert held_by_partition(dc1, topic, 1) == {0: 0}
 
 

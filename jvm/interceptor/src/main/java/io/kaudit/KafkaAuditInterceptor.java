@@ -6,6 +6,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.regex.Pattern;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerInterceptor;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -50,7 +51,8 @@ public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object
     public void configure(Map<String, ?> configs) {
         settings = AuditSettings.from(configs);
         tally = new WindowTally(settings.windowMs());
-        digests = settings.digest() ? SendDigests.of(configs) : null;
+        Pattern digestExclude = SendDigests.excludePattern(configs); // refused when bad, even with the digest off
+        digests = settings.digest() ? SendDigests.of(configs, digestExclude) : null;
         KafkaProducer<byte[], byte[]> auditProducer = new KafkaProducer<>(settings.auditProducerConfig(configs));
         String clientsVersion;
         try {
