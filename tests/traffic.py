@@ -10,9 +10,10 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 
 from audit.contract.windows import window_start
+from audit.io.clients import watermarks
 from audit.io.transactions import abort_written
 
 WINDOW_MINUTES = 10
@@ -91,3 +92,12 @@ class SteadyProducer:
         self.stopping.set()
         self.thread.join(10)
         self.producer.flush(self.flush_s)
+
+
+def held_by_partition(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """Messages each partition of `topic` holds (high minus low watermark): at once, without reading them."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        return {p: high - low for p in range(partitions) for low, high in [watermarks(consumer, topic, p)]}
+    finally:
+        consumer.close()

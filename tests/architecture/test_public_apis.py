@@ -5,7 +5,10 @@ objects, and the plugin is built against librdkafka's public header alone."""
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
+
+from native.build import RDKAFKA_TESTED_BEYOND
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE_SOURCES = sorted(
@@ -44,3 +47,13 @@ def test_the_plugin_includes_only_librdkafkas_public_header_xxhash_and_its_own()
     xxhash = {"xxhash.h"}  # the content digest's XXH64, compiled in from the header (XXH_INLINE_ALL): not a client
     system = {name for name in includes - ours - xxhash if "/" not in name or name.startswith("sys/")}
     assert includes - ours - system == {"librdkafka/rdkafka.h", *xxhash}
+
+
+def test_confluent_kafka_may_only_be_a_version_whose_librdkafka_the_plugin_accepts():
+    """confluent-kafka x.y bundles librdkafka x.y: a release past the plugin's gate would install, then refuse it."""
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    [spec] = [d.split("#")[0].strip() for d in dependencies if d.startswith("confluent-kafka")]
+    major, minor = RDKAFKA_TESTED_BEYOND
+    assert spec.endswith(f",<{major}.{minor}"), spec
+    pinned = (ROOT / "constraints.txt").read_text().split("confluent-kafka==", 1)[1].split()[0]
+    assert tuple(int(part) for part in pinned.split(".")[:2]) < RDKAFKA_TESTED_BEYOND

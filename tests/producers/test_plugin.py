@@ -11,12 +11,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 
 from audit.contract.record import Kind
 from audit.io.audit_log import read_audit_topic
 from audit.io.plugin import plugin_config, totals
 from native.build import plugin_command
+from tests import traffic
 from tests.audit.hops.test_counter import counter_for
 
 pytestmark = pytest.mark.kafka
@@ -36,15 +37,8 @@ def producer_counts(bootstrap: str, audit_topic: str) -> tuple[Counter, Counter,
 
 
 def held_by_partition(bootstrap: str, topic: str, partitions: int) -> Counter:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "offsets"})
-    try:
-        held = Counter()
-        for partition in range(partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            held[(topic, partition)] = high - low
-        return held
-    finally:
-        consumer.close()
+    """What each partition holds, keyed (topic, partition) as the audit records' counts are."""
+    return Counter({(topic, p): held for p, held in traffic.held_by_partition(bootstrap, topic, partitions).items()})
 
 
 def counter_by_partition(bootstrap: str, topic: str) -> Counter:

@@ -24,9 +24,9 @@ from tests.audit.local.test_pipeline_e2e import (
     land,
     mirror,
     produce,
-    windows_of_topic,
 )
 from tests.conftest import cache_dir
+from tests.traffic import held_by_partition
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -97,7 +97,7 @@ def mirrormaker_2(settings, topics: list[str], folder):
 
 def copied_to_aggregate(settings, topics: list[str]) -> bool:
     aggregate = settings.cluster("aggregate").bootstrap_servers
-    return all(sum(windows_of_topic(aggregate, f"dc1.{topic}").values()) == PER_TOPIC for topic in topics)
+    return all(sum(held_by_partition(aggregate, f"dc1.{topic}", PARTITIONS).values()) == PER_TOPIC for topic in topics)
 
 
 def test_a_flipped_byte_and_a_hidden_loss_are_mismatches_only_where_they_happened(
