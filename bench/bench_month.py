@@ -5,13 +5,14 @@
 One pair of local Kafka clusters. Before each run, the next `--windows-per-run` 10-minute windows of
 `--topics` topics get their count records (5 tiers) and status records, as counters that flush steadily
 would write them; event time starts a month back, so 1,000 runs of 4 windows cover about 28 days. Each
-run is `reconcile` in one session with its RunMemory, as `--continuous` runs it. With maintenance on, a
-pass (`audit.io.maintenance.maintain`, the books' default policy, a 60 s budget) runs every
-`--maintain-every` runs between runs, as the continuous loop runs it every `maintenance.interval_s`.
+run is `reconcile` in one session with its RunMemory, as `--continuous` runs it. With maintenance on, the
+continuous loop's own schedule (`MaintenanceSchedule`, the default settings) runs between runs on a clock that
+advances `--interval-s` per run: a full pass every `maintenance.interval_s` (360 runs at 10 s) and a compaction
+pass every `maintenance.compact_every_runs` runs that wrote.
 
 Both sides share the same audit topics (one is written and read by both lakes in turn, sides alternating
 run by run), so they read the same records. At runs 10, 100, 500 and the last, prints per side the median
-run time of the five runs up to it, the UI overview's load time (a new LakeCache: cold), and the files and
+run time of the ten runs up to it, the UI overview's load time (a new LakeCache: cold), and the files and
 log entries of each table, and last the maintained lake's tables compacted in full. Goal with maintenance on:
 the last run within 20 % of run 10, no table over twice the files of a freshly compacted one. `--store` puts both lakes on a SeaweedFS object store.
 """
@@ -30,7 +31,7 @@ from audit.contract.windows import window_start
 from audit.io.clients import ensure_topics
 from audit.io.lake import Lake, lake_of
 from audit.io.logs import setup_logging
-from audit.io.maintenance import log_listing, maintain
+from audit.io.maintenance import MaintenanceSchedule, log_listing
 from audit.io.spark import session_for
 from audit.local.clusters import LocalClusters
 from audit.local.object_store import start_object_store
@@ -66,24 +67,27 @@ def table_sizes(lake: Lake) -> dict[str, tuple[int, int]]:
 class Side:
     """One lake and its session memory: maintenance on or off."""
 
-    def __init__(self, settings: Settings, maintained: bool) -> None:
+    def __init__(self, settings: Settings, maintained: bool, interval_s: float) -> None:
         self.settings, self.maintained, self.memory = settings, maintained, RunMemory()
         self.run_seconds: list[float] = []
+        self.clock_s, self.interval_s = 0.0, interval_s  # the continuous loop's time, one interval per run
+        self.schedule = MaintenanceSchedule(settings, clock=lambda: self.clock_s) if maintained else None
 
     @property
     def name(self) -> str:
         return "maintenance on" if self.maintained else "maintenance off"
 
-    def run(self, spark, now: int, run: int, every: int) -> None:
+    def run(self, spark, now: int) -> None:
         began = time.monotonic()
-        reconcile(spark, self.settings, now_ms=now, memory=self.memory)
+        report = reconcile(spark, self.settings, now_ms=now, memory=self.memory)
         self.run_seconds.append(time.monotonic() - began)
-        if self.maintained and run % every == 0:
-            maintain(lake_of(self.settings), self.settings.maintenance, budget_s=60)
+        self.clock_s += self.interval_s
+        if self.schedule is not None:
+            self.schedule.between_runs(None, 0.0, wrote=not report.quiet)
 
     def report(self, run: int) -> str:
         lake = lake_of(self.settings)
-        recent = statistics.median(self.run_seconds[-5:])
+        recent = statistics.median(self.run_seconds[-10:])
         sizes = ", ".join(f"{name} {files} files/{logs} log" for name, (files, logs) in table_sizes(lake).items())
         ui_s = overview_seconds(lake, self.settings)
         return f"| {run} | {self.name} | {recent:.2f} s | {ui_s:.2f} s | {sizes} |"
@@ -94,7 +98,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=1000, help="runs per side (default 1000)")
     parser.add_argument("--topics", type=int, default=20, help="topics (default 20)")
     parser.add_argument("--windows-per-run", type=int, default=4, help="new windows before each run (default 4)")
-    parser.add_argument("--maintain-every", type=int, default=20, help="runs between maintenance passes (20)")
+    parser.add_argument(
+        "--interval-s", type=float, default=10.0, help="seconds of the continuous loop's clock per run (default 10)"
+    )
     parser.add_argument("--store", action="store_true", help="both lakes on a SeaweedFS object store")
     return parser.parse_args()
 
@@ -118,14 +124,16 @@ def main() -> None:
                 )
             base = bench_settings(clusters, state, storage=storage or StorageSettings())
             root = "s3a://month" if store else str(state)
-            sides = [Side(base.replace(lake_path=f"{root}/{name}"), name == "on") for name in ("on", "off")]
+            sides = [
+                Side(base.replace(lake_path=f"{root}/{name}"), name == "on", args.interval_s) for name in ("on", "off")
+            ]
             lines = simulate(args, base, sides)
         finally:
             if store:
                 store.stop()
             clusters.down()
     print()
-    print("| run | side | run time (median of 5) | UI overview, cold | files / log entries per table |")
+    print("| run | side | run time (median of 10) | UI overview, cold | files / log entries per table |")
     print("|---|---|---|---|---|")
     print("\n".join(lines))
 
@@ -146,7 +154,7 @@ def simulate(args: argparse.Namespace, base: Settings, sides: list[Side]) -> lis
         produce(dc1, base.audit_topic, batch, per_run)
         now = time.time_ns() // 1_000_000
         for side in sides if run % 2 else reversed(sides):
-            side.run(spark, now, run, args.maintain_every)
+            side.run(spark, now)
         if run in REPORTED_AT or run == args.runs:
             lines += [side.report(run) for side in sides]
             print("\n".join(lines[-2:]), flush=True)

@@ -161,7 +161,7 @@ class _Steps:
 
     def done(self, step: str, **fields) -> None:
         now = time.monotonic()
-        log.info("reconcile step done", extra={"step": step, "seconds": round(now - self._last, 1), **fields})
+        log.info("reconcile step done", extra={"step": step, "seconds": round(now - self._last, 3), **fields})
         self._last = now
 
 

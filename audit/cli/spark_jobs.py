@@ -120,7 +120,7 @@ def _reconcile_runs(args: argparse.Namespace, settings: Settings, spark, lease) 
 
     stop = threading.Event()
     stop_on_signals(stop.set)
-    runs, failed, memory = 0, False, RunMemory()
+    runs, failed, memory, wrote = 0, False, RunMemory(), True
     maintenance = MaintenanceSchedule(settings)  # between runs, in this lease holder: never beside a run
     while True:
         runs += 1
@@ -128,7 +128,7 @@ def _reconcile_runs(args: argparse.Namespace, settings: Settings, spark, lease) 
             lease.check()
             report = reconcile(spark, settings, memory=memory)
             print(report.line(), flush=True)
-            failed = bool(report.unreachable)
+            failed, wrote = bool(report.unreachable), not report.quiet
         except LakeError:
             raise  # the lease is lost: another writer has the lake, this one must not commit again
         except Exception as exc:
@@ -137,7 +137,7 @@ def _reconcile_runs(args: argparse.Namespace, settings: Settings, spark, lease) 
             # A run is idempotent and the next one reads from the stored offsets: a run that failed
             # (a broker gone mid-read, say) is simply done again, never the end of the service.
             log.error("reconcile run failed; next run in interval_s", extra={"error": str(exc)[:500], "run": runs})
-            failed, memory = True, RunMemory()  # what it remembered may be half done: the next run does all
+            failed, memory, wrote = True, RunMemory(), True  # it may be half done: the next run does all
         if args.continuous and not args.no_alerts:
             lease.check()
             _alerts(settings)
@@ -150,7 +150,7 @@ def _reconcile_runs(args: argparse.Namespace, settings: Settings, spark, lease) 
         status_delay_ms = int((3 * settings.flush_interval_s + 1) * 1000)
         wait_s = memory.seconds_to_next_run(args.interval_s, time.time_ns() // 1_000_000, status_delay_ms)
         started = time.monotonic()
-        maintained = maintenance.between_runs(lease, wait_s)  # within wait_s + maintenance.budget_s
+        maintained = maintenance.between_runs(lease, wait_s, wrote=wrote)  # within wait_s + maintenance.budget_s
         if maintained is not None:
             print(maintained.line(), flush=True)
         if stop.wait(max(0.0, wait_s - (time.monotonic() - started))):

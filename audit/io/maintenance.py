@@ -2,8 +2,9 @@
 engine wrote a table (Spark's MERGEs and the driver's `deltalake` writes alike).
 
 Per table, in this order (`plan_table` says what is due, `maintain` does it within a time budget):
-1. retention properties: `delta.logRetentionDuration` and `delta.deletedFileRetentionDuration` as the policy says
-   (a metadata commit, only when they differ), so Spark's own VACUUM and log cleanup agree with ours;
+1. table properties: `delta.logRetentionDuration` and `delta.deletedFileRetentionDuration` as the policy says,
+   `delta.checkpointInterval` (a metadata commit, only when they differ), so Spark's own VACUUM and log cleanup
+   agree with ours;
 2. expiry: rows older than the table's `*_days` deleted by `date` partition (whole files: nothing rewritten);
    `audit_records` and `tier_counts` never past the oldest window the books still judge (not final, pending or
    lagging), which the next run sums or judges again from them;
@@ -11,6 +12,13 @@ Per table, in this order (`plan_table` says what is due, `maintain` does it with
 4. VACUUM (in full) of the data files unreferenced for longer than `vacuum_retention_hours`: every reader, and time
    travel to a version inside it, reads files younger than that;
 5. a checkpoint of the version reached, then the log behind it cleaned up past `log_retention_hours`.
+
+Each run of `reconcile --continuous` leaves a small file and a commit in most tables, and every later read pays for
+them until the next compaction and checkpoint: on an object store a table load replays each commit since the
+checkpoint and a read opens each file. So two things keep a run's cost flat between the full passes, whatever
+`interval_s` is: every writer checkpoints each `CHECKPOINT_INTERVAL` commits (a table property, which deltalake
+and Spark both follow), and every `compact_every_runs` runs that wrote, a compaction pass (step 3 alone, from a
+plan that reads no log listing and no verdicts) rewrites the small files those runs left.
 
 Safe beside a concurrent run because it never runs beside one: a `deltalake` commit (optimize, delete, the
 properties) is a conditional put, safe against another `deltalake` writer but not against a Spark driver's commit
@@ -29,7 +37,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,6 +58,9 @@ GUARDED = ("audit_records", "tier_counts")  # summed or judged again for open wi
 SMALL_FILE_BYTES = 32 * 1024 * 1024  # a file below this is small: a partition's count of them triggers compaction
 TARGET_BYTES = 100 * 1024 * 1024  # deltalake's target file size: it rewrites the files below it
 MIN_SMALL_FILES = 4  # a partition holding fewer small files waits: each compaction is a commit and a rewrite
+# Spark's default; deltalake's is 100, and a table load on an object store replays each commit since the newest
+# checkpoint (about a millisecond each on loopback), so a table written every run would cost up to 100 of them.
+CHECKPOINT_INTERVAL = 10
 FIRST_BYTES_PER_S = 20e6  # compaction speed assumed until one is measured (a laptop: 50-200 MB/s)
 COMMIT = re.compile(r"^(\d{20})\.json$")
 CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
@@ -77,6 +88,7 @@ class MaintenancePolicy:
         return {
             "delta.logRetentionDuration": f"interval {self.log_retention_hours} hours",
             "delta.deletedFileRetentionDuration": f"interval {self.vacuum_retention_hours} hours",
+            "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
         }
 
 
@@ -210,8 +222,11 @@ def expiry_cutoff(lake: Lake, name: str, days: int, partitions: Sequence[date], 
     return cutoff
 
 
-def plan_table(lake: Lake, name: str, policy: MaintenancePolicy, today: date) -> TablePlan | None:
-    """What maintenance would do to table `name` now; None when it does not exist."""
+def plan_table(
+    lake: Lake, name: str, policy: MaintenancePolicy, today: date, *, compact_only: bool = False
+) -> TablePlan | None:
+    """What maintenance would do to table `name` now; None when it does not exist. `compact_only`: the partitions
+    to compact alone, from the table's snapshot (no log listing, no verdicts read for the expiry)."""
     from deltalake.exceptions import TableNotFoundError
 
     try:
@@ -224,16 +239,25 @@ def plan_table(lake: Lake, name: str, policy: MaintenancePolicy, today: date) ->
         for partition, sizes in partitions.items()
         if sum(size < policy.small_file_bytes for size in sizes) >= policy.min_small_files
     ]
-    commits, checkpoints = log_listing(lake, name)
-    configured = delta.metadata().configuration
-    return TablePlan(
+    plan = TablePlan(
         table=name,
         version=delta.version(),
         files=sum(len(s) for s in partitions.values()),
+        log_entries=0,
+        set_properties=False,
+        expire_before=None,
+        compact=tuple(sorted(due, key=lambda item: item[0] or date.min, reverse=True)),
+        checkpoint=False,
+    )
+    if compact_only:
+        return plan
+    commits, checkpoints = log_listing(lake, name)
+    configured = delta.metadata().configuration
+    return replace(
+        plan,
         log_entries=len(commits),
         set_properties=any(configured.get(k) != v for k, v in policy.properties().items()),
         expire_before=expiry_cutoff(lake, name, policy.kept_days.get(name, 0), list(partitions), today),
-        compact=tuple(sorted(due, key=lambda item: item[0] or date.min, reverse=True)),
         checkpoint=not checkpoints or checkpoints[-1] < delta.version(),
     )
 
@@ -257,16 +281,17 @@ def _compact(delta, plan: TablePlan, report: TableReport, budget: Budget, check:
     return True
 
 
-def _steps(delta, plan: TablePlan, policy: MaintenancePolicy, report: TableReport, budget: Budget, check):
-    """The steps due for one table, in order, each only while the budget lasts."""
+def _steps(delta, plan: TablePlan, policy: MaintenancePolicy, report: TableReport, budget: Budget, check, full: bool):
+    """The steps due for one table, in order, each only while the budget lasts (`full`: else compaction alone)."""
     if plan.set_properties:
         yield "properties", lambda: delta.alter.set_table_properties(policy.properties())
     if plan.expire_before is not None:
         yield "expire", lambda: _expire(delta, plan, report)
     if plan.compact:
         yield "compact", lambda: _compact(delta, plan, report, budget, check)
-    yield "vacuum", lambda: _vacuum(delta, policy, report)
-    yield "checkpoint", lambda: _checkpoint(delta, plan)
+    if full:
+        yield "vacuum", lambda: _vacuum(delta, policy, report)
+        yield "checkpoint", lambda: _checkpoint(delta, plan)
 
 
 def _checkpoint(delta, plan: TablePlan) -> None:
@@ -289,13 +314,19 @@ def _vacuum(delta, policy: MaintenancePolicy, report: TableReport) -> None:
 
 
 def maintain_table(
-    lake: Lake, plan: TablePlan, policy: MaintenancePolicy, budget: Budget, check: Callable[[], None]
+    lake: Lake,
+    plan: TablePlan,
+    policy: MaintenancePolicy,
+    budget: Budget,
+    check: Callable[[], None],
+    *,
+    compact_only: bool = False,
 ) -> TableReport:
-    """Do what `plan` says is due for its table, step by step while `budget` lasts."""
+    """Do what `plan` says is due for its table, step by step while `budget` lasts (`compact_only`: compaction)."""
     started = time.monotonic()
     report = TableReport(plan.table, files_before=plan.files, log_entries_before=plan.log_entries)
     delta = lake.delta_table(plan.table)
-    for step, run in _steps(delta, plan, policy, report, budget, check):
+    for step, run in _steps(delta, plan, policy, report, budget, check, full=not compact_only):
         if not budget.fits():
             report.left.append(step)
             continue
@@ -305,7 +336,7 @@ def maintain_table(
         (report.done if finished is not False else report.left).append(step)
     after = lake.delta_table(plan.table)
     report.files_after = len(after.file_uris())
-    report.log_entries_after = len(log_listing(lake, plan.table)[0])
+    report.log_entries_after = plan.log_entries if compact_only else len(log_listing(lake, plan.table)[0])
     report.seconds = round(time.monotonic() - started, 3)
     log.info("maintenance: table done", extra={**_fields(report), "version": after.version()})
     return report
@@ -333,12 +364,14 @@ def maintain(
     budget_s: float | None = None,
     tables: Sequence[str] | None = None,
     today: date | None = None,
+    compact_only: bool = False,
 ) -> MaintenanceReport:
     """Maintain the books' tables of `lake` (all of `BOOKS`, or `tables`, in that order) within `budget_s`
     (None: no limit). Its optimize, DELETE and property changes are `deltalake` commits of their own (conditional
     puts), which on S3 could make a concurrent Spark commit be lost: the caller holds the books' lease, so runs and
     maintenance take turns (module doc); with `lease`, `lease.check()` runs before every commit, and a lost lease
-    stops the pass with a LakeError. `today` (UTC) dates the expiry."""
+    stops the pass with a LakeError. `today` (UTC) dates the expiry. `compact_only`: the compaction pass between
+    full ones (module doc); a table with nothing to compact is left unreported."""
     if not isinstance(policy, MaintenancePolicy):
         policy = MaintenancePolicy.of(policy)
     today = today or datetime.now(UTC).date()
@@ -349,44 +382,58 @@ def maintain(
         if not budget.fits():
             report.tables.append(TableReport(name, left=["all"]))
             continue
-        plan = plan_table(lake, name, policy, today)
-        if plan is not None:
-            report.tables.append(maintain_table(lake, plan, policy, budget, check))
+        plan = plan_table(lake, name, policy, today, compact_only=compact_only)
+        if plan is not None and (plan.compact or not compact_only):
+            report.tables.append(maintain_table(lake, plan, policy, budget, check, compact_only=compact_only))
     report.seconds = round(time.monotonic() - started, 3)
-    log.info("maintenance: pass done", extra={"lake": lake.root, "summary": report.line()})
+    log.info(
+        "maintenance: pass done", extra={"lake": lake.root, "compact_only": compact_only, "summary": report.line()}
+    )
     return report
 
 
 class MaintenanceSchedule:
-    """Maintenance inside `reconcile --continuous`: a pass every `maintenance.interval_s`, between runs, in the
-    lease holder. A pass may use the wait before the next run plus `budget_s`; tables it did not finish go first in
-    the next pass, which is then due at once (the backlog of a first pass on an old lake takes several)."""
+    """Maintenance inside `reconcile --continuous`, between runs, in the lease holder: a full pass every
+    `maintenance.interval_s`, and between full passes a compaction pass every `compact_every_runs` runs that
+    wrote (module doc). A pass may use the wait before the next run plus `budget_s`; tables a full pass did not
+    finish go first in the next one, which is then due at once (the backlog of a first pass on an old lake takes
+    several)."""
 
     def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
         from audit.io.lake import lake_of
 
         self.lake, self.config, self.clock = lake_of(settings), settings.maintenance, clock
         self.next_at, self.first = clock(), ()  # due after the first run
+        self.runs_written = 0  # runs that wrote since the last pass
 
-    def between_runs(self, lease: LakeLease, wait_s: float) -> MaintenanceReport | None:
-        """A pass when one is due, within `wait_s + budget_s`; None when not due or disabled. A failure is logged
-        and left for the next pass, except a lost lease (a LakeError), which must stop the holder."""
+    def between_runs(self, lease: LakeLease | None, wait_s: float, *, wrote: bool = True) -> MaintenanceReport | None:
+        """The pass due after a run (`wrote`: it committed to the books), within `wait_s + budget_s`; None when
+        none is due or maintenance is disabled. A failure is logged and left for the next pass, except a lost
+        lease (a LakeError), which must stop the holder."""
+        if not self.config.enabled:
+            return None
+        self.runs_written += wrote
+        started = self.clock()
+        budget_s = max(wait_s, 0) + self.config.budget_s
+        if started >= self.next_at:
+            order = (*self.first, *(name for name in BOOKS if name not in self.first))
+            report = self._pass(lease, budget_s, tables=order)
+            self.first = report.unfinished if report else ()
+            self.next_at = self.clock() if report and report.unfinished else started + self.config.interval_s
+        elif self.config.compact_every_runs and self.runs_written >= self.config.compact_every_runs:
+            report = self._pass(lease, budget_s, compact_only=True)
+        else:
+            return None
+        self.runs_written = 0
+        return report
+
+    def _pass(self, lease: LakeLease | None, budget_s: float, **what) -> MaintenanceReport | None:
         from audit.contract.errors import LakeError
 
-        if not self.config.enabled or self.clock() < self.next_at:
-            return None
-        started = self.clock()
-        order = (*self.first, *(name for name in BOOKS if name not in self.first))
         try:
-            report = maintain(
-                self.lake, self.config, lease=lease, budget_s=max(wait_s, 0) + self.config.budget_s, tables=order
-            )
+            return maintain(self.lake, self.config, lease=lease, budget_s=budget_s, **what)
         except LakeError:
             raise
         except Exception as exc:  # maintenance must never stop the books from being balanced
-            log.error("maintenance failed; next pass in interval_s", extra={"error": str(exc)[:500]})
-            self.next_at = started + self.config.interval_s
+            log.error("maintenance failed; tried again at the next pass", extra={"error": str(exc)[:500]})
             return None
-        self.first = report.unfinished
-        self.next_at = self.clock() if report.unfinished else started + self.config.interval_s
-        return report

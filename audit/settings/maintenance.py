@@ -67,6 +67,12 @@ def _log_days(days: int) -> int:
     return days
 
 
+def _runs(runs: int) -> int:
+    if runs < 0:
+        raise invalid(f"{runs} is negative: a number of runs >= 1, or 0 to compact in the full pass only")
+    return runs
+
+
 Days = Annotated[StrictInt, AfterValidator(_days)]
 
 
@@ -79,6 +85,11 @@ class MaintenanceSettings(SettingsModel):
         "reconcile --continuous maintains the tables between its runs (kaudit maintain runs whenever asked)", True
     )
     interval_s: PositiveSeconds = setting("seconds from the start of one maintenance pass to the next", 3600.0)
+    compact_every_runs: Annotated[StrictInt, AfterValidator(_runs)] = setting(
+        "between full passes, a compaction pass after this many runs that wrote, so the small file and commit each "
+        "run leaves do not slow the runs after it until the next full pass (0: compaction in the full pass only)",
+        10,
+    )
     budget_s: PositiveSeconds = setting(
         "seconds a pass inside reconcile --continuous may hold the next run back (it first uses the wait before "
         "it); a step starts only when its estimated time fits, what is left waits for the next pass",

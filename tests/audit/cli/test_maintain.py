@@ -120,6 +120,7 @@ def test_maintain_on_a_lake_without_books_says_so(tmp_path):
 
 class FakeRun:
     unreachable: dict = {}
+    quiet = False
 
     def line(self) -> str:
         return "a reconcile-like run"
@@ -143,7 +144,7 @@ def test_reconcile_continuous_maintains_between_its_runs_in_the_lease_holder(tmp
     monkeypatch.setattr(books, "reconcile", run)
     monkeypatch.setattr(spark_jobs, "stop_on_signals", lambda stop: None)  # pytest keeps its own handlers
     settings = Settings(lake_path=lake.root).replace(
-        maintenance=Settings().maintenance.replace(interval_s=3600.0, budget_s=5.0)
+        maintenance=Settings().maintenance.replace(interval_s=3600.0, budget_s=5.0, compact_every_runs=0)
     )
     checks = []
     with LakeLease(lake, "books", purpose="reconcile --continuous") as lease:

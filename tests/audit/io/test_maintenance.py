@@ -18,7 +18,16 @@ from audit.contract.tables import ALERTS, AUDIT_RECORDS, AUDIT_REJECTS, COMPLETE
 from audit.io import delta_io
 from audit.io.lake import Lake
 from audit.io.lease import LakeLease
-from audit.io.maintenance import Budget, MaintenancePolicy, log_listing, maintain, plan_table
+from audit.io.maintenance import (
+    CHECKPOINT_INTERVAL,
+    Budget,
+    MaintenancePolicy,
+    MaintenanceSchedule,
+    log_listing,
+    maintain,
+    plan_table,
+)
+from audit.settings import Settings
 from audit.settings.maintenance import MaintenanceSettings
 
 TODAY = datetime.now(UTC).date()  # `kaudit maintain` expires by the real date
@@ -178,7 +187,46 @@ def test_the_configured_policy_is_what_deltalake_is_given():
     assert policy.properties() == {
         "delta.logRetentionDuration": "interval 192 hours",
         "delta.deletedFileRetentionDuration": "interval 168 hours",
+        "delta.checkpointInterval": "10",
     }
+
+
+def test_once_a_pass_set_the_properties_every_writer_checkpoints_each_interval_of_commits(tmp_path):
+    """A table load replays the commits since the newest checkpoint: without the property deltalake's writes
+    checkpoint every 100 commits, and a table written each run would replay up to 100."""
+    lake = Lake.of(tmp_path / "lake")
+    small_files(lake, COMPLETENESS, appends=1, days=1)
+    maintain(lake, KEEP_ALL, tables=["completeness"], today=TODAY)
+    small_files(lake, COMPLETENESS, appends=3 * CHECKPOINT_INTERVAL, days=1)
+    _commits, checkpoints = log_listing(lake, "completeness")
+    version = lake.version("completeness")
+    assert version > 3 * CHECKPOINT_INTERVAL
+    assert version - checkpoints[-1] < CHECKPOINT_INTERVAL, (version, checkpoints)
+    assert sum(c > 1 for c in checkpoints) >= 3
+
+
+def test_between_full_passes_a_compaction_pass_follows_every_compact_every_runs_runs_that_wrote(tmp_path):
+    lake = Lake.of(tmp_path / "lake")
+    maintenance = Settings().maintenance.replace(interval_s=100.0, compact_every_runs=3)
+    now = [0.0]
+    schedule = MaintenanceSchedule(Settings(lake_path=lake.root).replace(maintenance=maintenance), lambda: now[0])
+    small_files(lake, COMPLETENESS, appends=2, days=1)
+    first = schedule.between_runs(None, 0.0)
+    assert first is not None and "vacuum" in first.tables[0].done and "checkpoint" in first.tables[0].done
+
+    small_files(lake, COMPLETENESS, appends=6, days=1)  # small files of runs since
+    now[0] = 50.0
+    assert schedule.between_runs(None, 0.0) is None
+    assert schedule.between_runs(None, 0.0, wrote=False) is None  # a quiet run left nothing
+    assert schedule.between_runs(None, 0.0) is None
+    compaction = schedule.between_runs(None, 0.0)
+    assert compaction is not None
+    assert [(t.table, t.done) for t in compaction.tables] == [("completeness", ["compact"])]
+    assert compaction.tables[0].files_before > 1 and compaction.tables[0].files_after == 1
+
+    now[0] = 100.0
+    full = schedule.between_runs(None, 0.0, wrote=False)
+    assert full is not None and "vacuum" in full.tables[0].done
 
 
 def lake_commits(lake: Lake) -> int:
