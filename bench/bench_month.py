@@ -12,7 +12,7 @@ pass every `maintenance.compact_every_runs` runs that wrote.
 
 Both sides share the same audit topics (one is written and read by both lakes in turn, sides alternating
 run by run), so they read the same records. At runs 10, 100, 500 and the last, prints per side the median
-run time of the ten runs up to it, the UI overview's load time (a new LakeCache: cold), and the files and
+run time of the ten runs up to it, the mean time of the maintenance after them, the UI overview's load time (a new LakeCache: cold), and the files and
 log entries of each table, and last the maintained lake's tables compacted in full. Goal with maintenance on:
 the last run within 20 % of run 10, no table over twice the files of a freshly compacted one. `--store` puts both lakes on a SeaweedFS object store.
 """
@@ -70,6 +70,7 @@ class Side:
     def __init__(self, settings: Settings, maintained: bool, interval_s: float) -> None:
         self.settings, self.maintained, self.memory = settings, maintained, RunMemory()
         self.run_seconds: list[float] = []
+        self.maintenance_seconds: list[float] = []  # per run: the pass after it, 0 when none was due
         self.clock_s, self.interval_s = 0.0, interval_s  # the continuous loop's time, one interval per run
         self.schedule = MaintenanceSchedule(settings, clock=lambda: self.clock_s) if maintained else None
 
@@ -82,15 +83,18 @@ class Side:
         report = reconcile(spark, self.settings, now_ms=now, memory=self.memory)
         self.run_seconds.append(time.monotonic() - began)
         self.clock_s += self.interval_s
+        began = time.monotonic()
         if self.schedule is not None:
             self.schedule.between_runs(None, 0.0, wrote=not report.quiet)
+        self.maintenance_seconds.append(time.monotonic() - began)
 
     def report(self, run: int) -> str:
         lake = lake_of(self.settings)
         recent = statistics.median(self.run_seconds[-10:])
+        upkeep = statistics.mean(self.maintenance_seconds[-10:])
         sizes = ", ".join(f"{name} {files} files/{logs} log" for name, (files, logs) in table_sizes(lake).items())
         ui_s = overview_seconds(lake, self.settings)
-        return f"| {run} | {self.name} | {recent:.2f} s | {ui_s:.2f} s | {sizes} |"
+        return f"| {run} | {self.name} | {recent:.2f} s | {upkeep:.2f} s | {ui_s:.2f} s | {sizes} |"
 
 
 def parse_args() -> argparse.Namespace:
@@ -100,6 +104,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--windows-per-run", type=int, default=4, help="new windows before each run (default 4)")
     parser.add_argument(
         "--interval-s", type=float, default=10.0, help="seconds of the continuous loop's clock per run (default 10)"
+    )
+    parser.add_argument(
+        "--off-runs", type=int, help="stop the side without maintenance after this many runs (default: --runs)"
     )
     parser.add_argument("--store", action="store_true", help="both lakes on a SeaweedFS object store")
     return parser.parse_args()
@@ -133,8 +140,10 @@ def main() -> None:
                 store.stop()
             clusters.down()
     print()
-    print("| run | side | run time (median of 10) | UI overview, cold | files / log entries per table |")
-    print("|---|---|---|---|---|")
+    print(
+        "| run | side | run time (median of 10) | maintenance per run (mean of 10) | UI overview, cold | files / log entries per table |"
+    )
+    print("|---|---|---|---|---|---|")
     print("\n".join(lines))
 
 
@@ -153,13 +162,14 @@ def simulate(args: argparse.Namespace, base: Settings, sides: list[Side]) -> lis
         batch = records(args.topics, args.windows_per_run, first_window=start, sequence=f"r{run}")
         produce(dc1, base.audit_topic, batch, per_run)
         now = time.time_ns() // 1_000_000
-        for side in sides if run % 2 else reversed(sides):
+        running = [side for side in sides if side.maintained or run <= (args.off_runs or args.runs)]
+        for side in running if run % 2 else reversed(running):
             side.run(spark, now)
         if run in REPORTED_AT or run == args.runs:
-            lines += [side.report(run) for side in sides]
-            print("\n".join(lines[-2:]), flush=True)
+            lines += [side.report(run) for side in running]
+            print("\n".join(lines[-len(running) :]), flush=True)
         elif run % 50 == 0:
-            print(f"run {run}: " + ", ".join(f"{s.name} {s.run_seconds[-1]:.2f} s" for s in sides), flush=True)
+            print(f"run {run}: " + ", ".join(f"{s.name} {s.run_seconds[-1]:.2f} s" for s in running), flush=True)
     lines.append(compacted_in_full(lake_of(sides[0].settings), args.runs))
     print(lines[-1], flush=True)
     return lines
@@ -171,7 +181,7 @@ def compacted_in_full(lake: Lake, run: int) -> str:
         if lake.version(name) is not None:
             lake.delta_table(name).optimize.compact()
     sizes = ", ".join(f"{name} {files} files/{logs} log" for name, (files, logs) in table_sizes(lake).items())
-    return f"| {run} | compacted in full | | | {sizes} |"
+    return f"| {run} | compacted in full | | | | {sizes} |"
 
 
 if __name__ == "__main__":
