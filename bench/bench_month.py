@@ -12,8 +12,8 @@ pass every `maintenance.compact_every_runs` runs that wrote.
 
 Both sides share the same audit topics (one is written and read by both lakes in turn, sides alternating
 run by run), so they read the same records. At runs 10, 100, 500 and the last, prints per side the median
-run time of the ten runs up to it, the mean time of the maintenance after them, the UI overview's load time (a new LakeCache: cold), and the files and
-log entries of each table, and last the maintained lake's tables compacted in full. Goal with maintenance on:
+run time of the ten runs up to it, the mean time of the maintenance after them, the UI overview's load time
+(a new LakeCache: cold), and the files and log entries of each table, and last the maintained lake's tables compacted in full. Goal with maintenance on:
 the last run within 20 % of run 10, no table over twice the files of a freshly compacted one. `--store` puts both lakes on a SeaweedFS object store.
 """
 

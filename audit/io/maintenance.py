@@ -104,6 +104,7 @@ class TablePlan:
     expire_before: date | None  # rows with an earlier date go; None: nothing to expire
     compact: tuple[tuple[date | None, int], ...]  # (partition, bytes of its files below the target), newest first
     checkpoint: bool  # the current version has none
+    compact_only: bool = False  # a compaction pass between full ones: no VACUUM, no checkpoint
 
 
 @dataclass
@@ -248,6 +249,7 @@ def plan_table(
         expire_before=None,
         compact=tuple(sorted(due, key=lambda item: item[0] or date.min, reverse=True)),
         checkpoint=False,
+        compact_only=compact_only,
     )
     if compact_only:
         return plan
@@ -281,15 +283,15 @@ def _compact(delta, plan: TablePlan, report: TableReport, budget: Budget, check:
     return True
 
 
-def _steps(delta, plan: TablePlan, policy: MaintenancePolicy, report: TableReport, budget: Budget, check, full: bool):
-    """The steps due for one table, in order, each only while the budget lasts (`full`: else compaction alone)."""
+def _steps(delta, plan: TablePlan, policy: MaintenancePolicy, report: TableReport, budget: Budget, check):
+    """The steps due for one table, in order, each only while the budget lasts."""
     if plan.set_properties:
         yield "properties", lambda: delta.alter.set_table_properties(policy.properties())
     if plan.expire_before is not None:
         yield "expire", lambda: _expire(delta, plan, report)
     if plan.compact:
         yield "compact", lambda: _compact(delta, plan, report, budget, check)
-    if full:
+    if not plan.compact_only:
         yield "vacuum", lambda: _vacuum(delta, policy, report)
         yield "checkpoint", lambda: _checkpoint(delta, plan)
 
@@ -314,19 +316,13 @@ def _vacuum(delta, policy: MaintenancePolicy, report: TableReport) -> None:
 
 
 def maintain_table(
-    lake: Lake,
-    plan: TablePlan,
-    policy: MaintenancePolicy,
-    budget: Budget,
-    check: Callable[[], None],
-    *,
-    compact_only: bool = False,
+    lake: Lake, plan: TablePlan, policy: MaintenancePolicy, budget: Budget, check: Callable[[], None]
 ) -> TableReport:
-    """Do what `plan` says is due for its table, step by step while `budget` lasts (`compact_only`: compaction)."""
+    """Do what `plan` says is due for its table, step by step while `budget` lasts."""
     started = time.monotonic()
     report = TableReport(plan.table, files_before=plan.files, log_entries_before=plan.log_entries)
     delta = lake.delta_table(plan.table)
-    for step, run in _steps(delta, plan, policy, report, budget, check, full=not compact_only):
+    for step, run in _steps(delta, plan, policy, report, budget, check):
         if not budget.fits():
             report.left.append(step)
             continue
@@ -336,7 +332,7 @@ def maintain_table(
         (report.done if finished is not False else report.left).append(step)
     after = lake.delta_table(plan.table)
     report.files_after = len(after.file_uris())
-    report.log_entries_after = plan.log_entries if compact_only else len(log_listing(lake, plan.table)[0])
+    report.log_entries_after = plan.log_entries if plan.compact_only else len(log_listing(lake, plan.table)[0])
     report.seconds = round(time.monotonic() - started, 3)
     log.info("maintenance: table done", extra={**_fields(report), "version": after.version()})
     return report
@@ -384,7 +380,7 @@ def maintain(
             continue
         plan = plan_table(lake, name, policy, today, compact_only=compact_only)
         if plan is not None and (plan.compact or not compact_only):
-            report.tables.append(maintain_table(lake, plan, policy, budget, check, compact_only=compact_only))
+            report.tables.append(maintain_table(lake, plan, policy, budget, check))
     report.seconds = round(time.monotonic() - started, 3)
     log.info(
         "maintenance: pass done", extra={"lake": lake.root, "compact_only": compact_only, "summary": report.line()}
