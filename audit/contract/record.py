@@ -83,6 +83,13 @@ class AuditRecord:
     # one of them was hashed, with by_partition's partitions.
     digest_by_partition: Mapping[int, int] | None = None
     latency_ms: Latency | None = None
+    # Producer tier: messages the broker acknowledged in transactions the producer then aborted. In no other
+    # count: a read_committed reader never sees them. Written only when not 0.
+    aborted: int = 0
+    # True when this instance cannot vouch for its counts of this window: part of them was dropped, or they hold
+    # messages of transactions whose outcome it did not see. The books then judge the window against the origin
+    # cluster, never against these counts (docs/architecture.md). Written only when true.
+    unknown: bool = False
     emitted_at_ms: int
     partitions: tuple[PartitionStatus, ...] = field(default_factory=tuple)
     watermark_ms: int | None = None
@@ -165,6 +172,10 @@ def to_json(record: AuditRecord) -> dict[str, Any]:
             data["digest_by_partition"] = {str(p): d for p, d in sorted(record.digest_by_partition.items())}
         if record.latency_ms is not None:
             data["latency_ms"] = vars(record.latency_ms).copy()
+        if record.aborted:  # only then: records without transactions stay as they were
+            data["aborted"] = record.aborted
+        if record.unknown:
+            data["unknown"] = True
     else:
         data["partitions"] = [
             {
@@ -228,6 +239,8 @@ def _from_json(data: Any) -> AuditRecord:
         fields["by_partition"] = _by_partition(data, "by_partition")
         fields["digest_by_partition"] = _by_partition(data, "digest_by_partition")
         fields["latency_ms"] = _latency_from_json(data)
+        fields["aborted"] = field_value(data, "aborted", int, required=False, default=0)
+        fields["unknown"] = field_value(data, "unknown", bool, required=False, default=False)
     else:
         fields["partitions"] = tuple(
             _partition_status(item, index) for index, item in enumerate(field_value(data, "partitions", list))
@@ -347,7 +360,7 @@ def _check_window(record: AuditRecord) -> str | None:
 
 
 def _check_counts(record: AuditRecord) -> str | None:
-    for name in COUNT_FIELDS:
+    for name in (*COUNT_FIELDS, "aborted"):
         reason = _check_amount(name, getattr(record, name))
         if reason:
             return reason

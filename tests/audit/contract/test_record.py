@@ -56,6 +56,8 @@ def count_records(draw):
         count=count,
         bytes=draw(amounts),
         send_failed=draw(amounts),
+        aborted=draw(st.sampled_from([0, 0, 1, 600])),
+        unknown=draw(st.booleans()),
         no_timestamp=draw(st.integers(0, count)),
         by_partition=parts or None,
         latency_ms=draw(st.none() | latencies()),
@@ -145,6 +147,9 @@ def test_valid_record_passes_and_unknown_fields_are_ignored():
         (lambda d: d.update(latency_ms={"p50": 1}), "p95: missing"),
         (lambda d: d.update(record_id="x" * 201), "record_id: must have 1 to 200 characters"),
         (lambda d: d.pop("emitted_at"), "emitted_at: missing"),
+        (lambda d: d.update(aborted=-1), "aborted: -1 is negative"),
+        (lambda d: d.update(aborted="6"), "aborted: '6' is not an integer"),
+        (lambda d: d.update(unknown=1), "unknown: 1 is not bool"),
     ],
 )
 def test_each_malformed_count_record_is_refused_with_a_reason_naming_the_field(change, reason):
