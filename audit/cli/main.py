@@ -10,6 +10,7 @@ from pathlib import Path
 
 from audit.contract.errors import KafkaAuditError
 from audit.io.logs import setup_logging
+from audit.io.store_errors import settings_store_failure
 
 log = logging.getLogger("kaudit")
 
@@ -74,17 +75,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.log_level, args.log_format)
+    settings = None
     try:
         from audit.settings import load_settings
 
         settings = load_settings(args.config)
         return int(args.handler(args, settings) or 0)
-    except KafkaAuditError as exc:
-        return _error(str(exc))
+    except KafkaAuditError as exc:  # a job's error may carry the object store's own (a Spark stack trace)
+        return _error(str(settings_store_failure(settings, exc) or exc))
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a user must see what failed and where, never a traceback (that goes to the log)
         log.debug("unexpected error", exc_info=True)
+        if failure := settings_store_failure(settings, exc):  # the lake's store: its cause, not its raw answer
+            return _error(str(failure))
         where = _origin(exc)
         return _error(f"{type(exc).__name__}: {exc} (in {where}); run again with --log-level DEBUG for the traceback")
 
