@@ -46,7 +46,7 @@ from audit.contract.arrow import arrow_table
 from audit.contract.names import DEFAULT_AUDIT_TOPIC
 from audit.contract.naming import data_topic_rows
 from audit.contract.tables import ALERTS
-from audit.io.lake import Lake, lake_of
+from audit.io.lake import Lake, before_commit, lake_of
 from audit.io.lake_read import read_frame
 
 if TYPE_CHECKING:
@@ -162,6 +162,7 @@ def upsert_log(lake: Lake, rows: pd.DataFrame | list[dict]) -> None:
     except TableNotFoundError:
         lake.write("alerts", data, mode="append")
         return
+    before_commit(lake.path("alerts"))
     (
         target.merge(data, predicate="t.alert_id = s.alert_id", source_alias="s", target_alias="t")
         .when_matched_update_all()

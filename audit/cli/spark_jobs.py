@@ -30,7 +30,8 @@ def add_command(commands) -> None:
         description="A Spark Structured Streaming job from one cluster (default: the last configured, the aggregate) "
         "into the Delta table `bronze` under lake_path. Every micro-batch is written once (Delta transaction ids) and "
         "its counts go to the cluster's audit topic as the `lake` tier, under ids a replay repeats, so a crash and "
-        "restart at any moment changes no count and duplicates no row.",
+        "restart at any moment changes no count and duplicates no row. One lake job per table: while another (of any "
+        "cluster) holds the lease of bronze, it refuses with an error naming it (exit 2).",
     )
     lake.add_argument("--cluster", help="cluster to read (default: the last configured cluster)")
     lake.add_argument(
@@ -80,6 +81,7 @@ def _spark(settings: Settings, name: str):
 
 
 def run_lake(args: argparse.Namespace, settings: Settings) -> int:
+    from audit.contract.tables import BRONZE
     from audit.hops.lake import LakeJob, LakeOptions, default_checkpoint
     from audit.io.lake import lake_of
     from audit.io.lease import LakeLease
@@ -93,7 +95,8 @@ def run_lake(args: argparse.Namespace, settings: Settings) -> int:
         trigger_s=args.trigger_s,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
     )
-    with LakeLease(lake_of(settings), f"lake-{cluster}", purpose=f"lake --cluster {cluster}"):
+    # One lease per table written: every cluster's lake job lands in bronze, so one of them at a time.
+    with LakeLease(lake_of(settings), BRONZE.name, purpose=f"lake --cluster {cluster}"):
         job = LakeJob(_spark(settings, f"kaudit-lake-{cluster}"), settings, options, settings.topics.matches)
         stop = threading.Event()
         stop_on_signals(stop.set)
@@ -117,6 +120,7 @@ def _reconcile_runs(args: argparse.Namespace, settings: Settings, spark, lease) 
     from audit.books.run import RunMemory, reconcile
     from audit.contract.errors import LakeError
     from audit.io.maintenance import MaintenanceSchedule
+    from audit.io.store_errors import settings_store_failure
 
     stop = threading.Event()
     stop_on_signals(stop.set)
@@ -136,7 +140,8 @@ def _reconcile_runs(args: argparse.Namespace, settings: Settings, spark, lease) 
                 raise
             # A run is idempotent and the next one reads from the stored offsets: a run that failed
             # (a broker gone mid-read, say) is simply done again, never the end of the service.
-            log.error("reconcile run failed; next run in interval_s", extra={"error": str(exc)[:500], "run": runs})
+            error = str(settings_store_failure(settings, exc) or exc)[:500]  # the lake's store: one line
+            log.error("reconcile run failed; next run in interval_s", extra={"error": error, "run": runs})
             failed, memory, wrote = True, RunMemory(), True  # it may be half done: the next run does all
         if args.continuous and not args.no_alerts:
             lease.check()
@@ -160,8 +165,11 @@ def _reconcile_runs(args: argparse.Namespace, settings: Settings, spark, lease) 
 
 def _alerts(settings: Settings) -> None:
     from audit.alerts.run import AlertJob, run_alerts
+    from audit.contract.errors import LakeError
 
     try:
         print(run_alerts(AlertJob.of(settings)).summary(), flush=True)
+    except LakeError:
+        raise  # the books' lease is lost: the alerts log is the books' too
     except Exception as exc:  # an alert failure must not stop the books from being balanced
         log.error("alerts failed", extra={"error": str(exc)})

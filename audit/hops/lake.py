@@ -24,7 +24,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import OffsetSpec
 from prometheus_client import Counter, Gauge
 
-from audit.contract.errors import JobError
+from audit.contract.errors import JobError, LakeError
 from audit.contract.names import LAKE_TIER
 from audit.contract.record import count_record, encode, status_record
 from audit.contract.tables import BRONZE
@@ -33,7 +33,7 @@ from audit.hops.lake_columns import digest_sum, message_hash_column, with_audit_
 from audit.hops.retention import RetentionGaps, Skip
 from audit.io import delta_io
 from audit.io.clients import Admin, client_config, ensure_topics, spark_kafka_options
-from audit.io.lake import lake_of
+from audit.io.lake import before_commit, lake_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -132,6 +132,7 @@ class LakeJob:
         # audit time of the first row, audit time before the batch); checked against Spark's progress.
         self._read: dict[int, dict[tuple[str, int], tuple[int, int, int, int | None]]] = {}
         self._checked_batches: set[int] = set()
+        self._lease_lost: LakeError | None = None  # set by a micro-batch that found bronze's lease taken
         config = client_config(settings, options.cluster)
         self._producer = Producer({**config, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
         self._admin = Admin(config)
@@ -174,6 +175,7 @@ class LakeJob:
             .persist()
         )
         try:
+            self._fence()
             (
                 rows.select(*BRONZE.column_names)
                 .write.format("delta")
@@ -186,6 +188,27 @@ class LakeJob:
         finally:
             rows.unpersist()
         self._emit_counts(counts, batch_id)
+
+    def _fence(self) -> None:
+        """Before each commit to bronze: a LakeError naming the holder once bronze's lease (`kaudit lake` holds it) is
+        lost; kept, so that the run stops instead of restarting the stream: a lost lease does not come back."""
+        try:
+            before_commit(self.bronze)
+        except LakeError as lost:
+            self._lease_lost = lost
+            raise
+
+    def _await_round(self, query) -> None:
+        """Wait a status interval for the stream; a LakeError once bronze's lease is lost (found by a micro-batch,
+        whose stream then fails with it wrapped, or by this round's own check)."""
+        try:
+            query.awaitTermination(self.options.status_interval_s)
+        except Exception:
+            if self._lease_lost is None:
+                raise
+        if self._lease_lost is not None:
+            raise self._lease_lost
+        self._fence()
 
     def _emit_counts(self, groups: list, batch_id: int) -> None:
         """Send the batch's counts, one record per (topic, window), under ids of (query id, batch id)."""
@@ -405,7 +428,7 @@ class LakeJob:
             while not stop.is_set():
                 if not query.isActive and query.exception() is None:
                     break  # available-now: everything there was is landed
-                query.awaitTermination(self.options.status_interval_s)
+                self._await_round(query)
                 if query.exception() is not None:
                     if not self._may_restart(query, until_caught_up, stop):
                         break

@@ -5,7 +5,8 @@ updates nothing and a replayed batch duplicates nothing: a MERGE, or for the big
 (`tier_counts`, `completeness`) an overwrite of just the windows written (`replace_windows`). Rows are
 updated only when a compared column really changed, which keeps `updated_at` (and the table's history)
 quiet on reruns. Rows with windows are written in window order, so a read that names its windows
-(`window_predicate`) skips the files of the others.
+(`window_predicate`) skips the files of the others. Every commit first passes `before_commit`: while this process
+holds a table's lease (audit/io/lease.py), it commits only while the lease is still its own.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from audit.contract.arrow import arrow_schema, arrow_table
 from audit.contract.tables import EVERY_TABLE, Table
 from audit.io.arrow_rewrite import rewritten, updatable_columns
 from audit.io.delta_checksum import write_first_checksum
-from audit.io.lake import Lake
+from audit.io.lake import Lake, before_commit
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,6 +62,7 @@ def ensure_table(lake: Lake | str, table: Table) -> str:
     path = lake.path(table.name)
     if path in _ENSURED:
         return path
+    before_commit(path)  # a creation, or new columns, is a commit
     try:
         DeltaTable.create(
             lake.uri(table.name),
@@ -167,6 +169,7 @@ def _in_window_order(rows):
 
 def _append(rows, path: str) -> None:
     """Nothing to match against: a plain append writes the same rows as a MERGE would, much faster."""
+    before_commit(path)
     _in_window_order(rows).write.format("delta").mode("append").option("maxRecordsPerFile", WINDOW_FILE_ROWS).save(path)
     _NON_EMPTY.add(path)
 
@@ -199,6 +202,7 @@ def insert_new(spark: SparkSession, lake: Lake | str, table: Table, rows, *, pru
         return
     target = DeltaTable.forPath(spark, path)
     condition = _key_condition(table, rows, prune)
+    before_commit(path)
     target.alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute()
 
 
@@ -227,6 +231,7 @@ def upsert(
     changed = _changed(table, ignore)
     if update_when:
         changed = f"({update_when}) AND ({changed})"
+    before_commit(path)
     (
         target.alias("t")
         .merge(rows.alias("s"), _key_condition(table, rows, dates=dates))
@@ -262,13 +267,16 @@ def upsert_from_driver(
     if update_when:
         changed = f"({update_when}) AND ({changed})" if changed else update_when
     merge = _merge_from_driver(lake, table, rows)
+    before_commit(Lake.of(lake).path(table.name))
     merge.when_matched_update_all(predicate=changed or None).when_not_matched_insert_all().execute()
 
 
 def insert_new_from_driver(lake: Lake | str, table: Table, rows) -> None:
     """`insert_new` of rows this process holds, written by `deltalake` (see `upsert_from_driver`)."""
     if len(rows):
-        _merge_from_driver(lake, table, rows).when_not_matched_insert_all().execute()
+        merge = _merge_from_driver(lake, table, rows)
+        before_commit(Lake.of(lake).path(table.name))
+        merge.when_not_matched_insert_all().execute()
 
 
 def delete_from_driver(lake: Lake | str, table: Table, keys, *, when: str | None = None) -> None:
@@ -279,6 +287,7 @@ def delete_from_driver(lake: Lake | str, table: Table, keys, *, when: str | None
 
         columns = {name: [key[name] for key in keys] for name in table.key}
         rows = pa.table(columns, schema=pa.schema([arrow_schema(table).field(name) for name in table.key]))
+        before_commit(Lake.of(lake).path(table.name))
         Lake.of(lake).delta_table(table.name).merge(
             rows,
             predicate=" AND ".join(f't."{name}" = s."{name}"' for name in table.key),
@@ -390,6 +399,7 @@ def replace_windows(
     ).localCheckpoint()  # read before the table is overwritten
     if not replaced.where("_fresh").take(1):
         return  # nothing changed: the table and its history stay as they are
+    before_commit(path)
     (
         _in_window_order(replaced.drop("_fresh").coalesce(1))
         .write.format("delta")

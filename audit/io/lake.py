@@ -8,11 +8,11 @@ as storage options and `s3://` URIs. Nothing else reads `lake_path`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from audit.contract.errors import LakeError
 from audit.contract.tables import TABLES, table_path
@@ -22,8 +22,41 @@ if TYPE_CHECKING:
     from audit.settings import Settings
 
 OBJECT_STORE_SCHEMES = ("s3://", "s3a://")
+
 DEFAULT_REGION = "us-east-1"
 S3A = "spark.hadoop.fs.s3a."
+
+
+class CommitFence(Protocol):
+    """What a writer's lease does before each commit: raise a LakeError once the lease is no longer its own."""
+
+    def check(self) -> None: ...
+
+
+# Table path -> the leases this process writes it under (audit/io/lease.py): one, but for a lease taken over
+# within one process. Process-wide, not per thread: the books commit from worker threads and the lake job from
+# Spark's foreachBatch callback thread.
+_FENCES: dict[str, list[CommitFence]] = {}
+
+
+def fence_commits(paths: Iterable[str], fence: CommitFence) -> None:
+    """Until `unfence_commits`, every commit of this process to a table at one of `paths` runs `fence.check()`."""
+    for path in paths:
+        held = _FENCES.setdefault(path, [])
+        if all(other is not fence for other in held):
+            held.append(fence)
+
+
+def unfence_commits(paths: Iterable[str], fence: CommitFence) -> None:
+    for path in paths:
+        _FENCES[path] = [held for held in _FENCES.get(path, []) if held is not fence]
+
+
+def before_commit(path: str) -> None:
+    """Call right before a commit to the table at `path`: a LakeError when a lease it is written under was lost.
+    A table no lease of this process covers (a test, a tool) is not fenced."""
+    for fence in list(_FENCES.get(path, ())):
+        fence.check()
 
 
 @dataclass(frozen=True)
@@ -149,6 +182,7 @@ class Lake:
         """`deltalake.write_deltalake` into table `name` (mode, predicate, partition_by as it takes them)."""
         from deltalake import write_deltalake
 
+        before_commit(self.path(name))
         write_deltalake(self.uri(name), data, storage_options=self.storage_options(), **options)
 
     def version(self, name: str) -> int | None:

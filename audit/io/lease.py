@@ -1,10 +1,13 @@
-"""One writer of the books per lake: a lease object `_kaudit/leases/<name>.json` under the lake root.
+"""One writer per table: a lease object `_kaudit/leases/<name>.json` under the lake root, `books` for the books'
+tables, `bronze` for the lake job's.
 
 On S3, Spark's Delta log store is safe within one driver only: two drivers can both write version N and one commit
-is silently lost. So a writer of the books first takes the lease: created only if absent (`If-None-Match: *`),
-renewed every ttl/3 and released only if unchanged since our last write (`If-Match`). A lease not renewed for `ttl_s`
-is taken over by the same compare-and-swap on its stale version: of two takers, exactly one wins. A local lake keeps
-the lease in a folder, swapped under an `fcntl` lock. Fencing is by time (see `LakeLease.valid`).
+is silently lost. So a writer first takes the lease: created only if absent (`If-None-Match: *`), renewed every
+ttl/3 and released only if unchanged since our last write (`If-Match`). A lease that stays unchanged for its `ttl_s`
+while a contender watches it is taken over by the same compare-and-swap on that version: of two takers, exactly one
+wins. A local lake keeps the lease in a folder, swapped under an `fcntl` lock. Every commit to a leased table first
+checks the lease (`before_commit` in audit/io/lake.py), which is valid by time on the holder's monotonic clock
+(`LakeLease.valid`) and read from the store (`LakeLease.check`).
 """
 
 from __future__ import annotations
@@ -14,21 +17,24 @@ import hashlib
 import json
 import logging
 import os
-import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
 from audit.contract.errors import LakeError
-from audit.io.lake import Lake, StoreAccess
+from audit.contract.tables import BRONZE, EVERY_TABLE
+from audit.io.lake import Lake, StoreAccess, fence_commits, unfence_commits
+from audit.io.process_identity import Liveness, ProcessIdentity
 
 log = logging.getLogger(__name__)
 
 LEASES = "_kaudit/leases"
+BOOKS = "books"  # the lease of every table the books write
 LOST_RACE = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey", "412", "409", "404"}
 
 
@@ -133,147 +139,210 @@ class ObjectStore:
         return answer["ETag"]
 
 
-def _gone_from_this_host(body: dict) -> bool:
-    """Whether the holder ran on this host and its process has ended (kill -9, a crash): nobody renews it, so it is
-    taken over at once instead of after its ttl. A pid reused since only delays that to the ttl."""
-    if body.get("host") != socket.gethostname() or body.get("pid") in (None, os.getpid()):
-        return False
-    try:
-        os.kill(int(body["pid"]), 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, ValueError, OverflowError):
-        return False
-    return False
+def fenced_tables(name: str) -> tuple[str, ...]:
+    """The tables the holder of lease `name` commits to: the books' lease covers every table but `bronze`, any
+    other lease is named after the one table it covers (none when `name` is no table)."""
+    if name == BOOKS:
+        return tuple(table for table in EVERY_TABLE if table != BRONZE.name)
+    return (name,) if name in EVERY_TABLE else ()
 
 
 class LakeLease:
-    """The lease `name` of `lake` for one writer. As a context manager: acquire and renew in the background,
-    then stop and release. Skewed clocks between hosts only move when a lease looks stale by its renewed_at; the
-    takeover is safe as long as they run at the same rate, since the taker's own ttl_s of watching decides."""
+    """The lease `name` of `lake` for one writer: `books` for the books' tables, or one table's own (`bronze`).
+    As a context manager: acquire, renew in the background and fence every commit of this process to its tables
+    (`before_commit` in audit/io/lake.py), then stop and release.
+
+    Time is each process's own monotonic `clock`: the holder decides its validity by it, and a contender decides
+    that a lease expired by watching it unchanged for its ttl on its own. The wall-clock times a lease records
+    (`wall_clock`) are for people to read; no decision compares them. `identity`: this process as the lease
+    records it (a test gives two writers one hostname and two pid namespaces)."""
 
     def __init__(
         self,
         lake: Lake,
-        name: str = "books",
+        name: str = BOOKS,
         *,
         purpose: str,
         ttl_s: float | None = None,
         margin_s: float | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        identity: ProcessIdentity | None = None,
     ) -> None:
-        self.lake, self.name, self.purpose = lake, name, purpose
+        self.lake, self.name, self.purpose, self.tables = lake, name, purpose, fenced_tables(name)
         self.ttl_s = float(ttl_s if ttl_s is not None else lake.lease_ttl_s)
         self.margin_s = self.ttl_s / 4 if margin_s is None else margin_s
-        self.clock, self.sleep = clock, sleep
+        self.clock, self.wall_clock, self.sleep = clock, wall_clock, sleep
+        self.identity = identity or ProcessIdentity.here()
         key = f"{LEASES}/{name}.json"
         self.store: LeaseStore = ObjectStore(lake, key) if lake.on_object_store else FolderStore(Path(lake.root) / key)
         self.token = uuid.uuid4().hex
         self._etag: str | None = None  # the version we last wrote; None while not held
-        self._acquired_at, self._renewed_at, self._lost = 0.0, 0.0, False
-        self._seen: tuple[str, float] | None = None  # another's stale version, and when we first saw it
-        self._stop, self._thread = threading.Event(), None
+        self._renewals, self._acquired_wall = 0, 0.0
+        self._renewed_at, self._lost = 0.0, False  # on `clock`: when our last confirmed write started
+        self._seen: tuple[str | None, float] | None = None  # another's version, and when we first saw it (`clock`)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def _body(self, **changes) -> dict:
-        mine = {"purpose": self.purpose, "host": socket.gethostname(), "pid": os.getpid(), "token": self.token}
-        times = {"acquired_at": self._acquired_at, "renewed_at": self.clock(), "ttl_s": self.ttl_s}
+        mine = {"purpose": self.purpose, **self.identity.fields(), "token": self.token, "renewals": self._renewals}
+        times = {"acquired_at": self._acquired_wall, "renewed_at": self.wall_clock(), "renewed_mono": self.clock()}
+        times["ttl_s"] = self.ttl_s
         return mine | times | {"released": False} | changes
 
     def _fields(self, body: dict | None = None, **more) -> dict:
         """Log fields: the lease, and the holder it is about (never the store's keys)."""
         body = body or self._body()
-        holder = {f"holder_{k}": body.get(k) for k in ("purpose", "host", "pid")}
+        holder = {f"holder_{k}": body.get(k) for k in ("purpose", "host", "pid", "pid_ns")}
         return {"lease": self.name, "lake": self.lake.root, **holder, "token": body.get("token", "")[:8], **more}
 
     def acquire(self) -> LakeLease:
-        """Take the lease if free, released or stale; else a LakeError naming the holder. A lease that looks stale
-        by its renewed_at is watched for its holder's `ttl_s` first (it must not change), then taken over."""
+        """Take the lease if it is free or released, or its holder's process is provably gone; refuse with a
+        LakeError naming the holder when it provably runs, or when it renews while this process watches it; take
+        it over once it stayed unchanged for its holder's ttl_s of this process's watching."""
+        self._seen = None
         while True:
-            now, current = self.clock(), self.store.read()
+            current = self.store.read()
             body, etag = current or ({}, None)
             if not body or body.get("released") or body.get("token") == self.token:
-                if self._take(etag, None):
-                    return self
-                continue
-            if _gone_from_this_host(body):
-                if self._take(etag, body):
-                    return self
-                continue
-            ttl = float(body.get("ttl_s", self.ttl_s))  # the holder's: it fences itself by it
-            if now - body["renewed_at"] <= ttl:
-                raise LakeError(self._refusal(body, now, ttl))
-            if self._seen is None or self._seen[0] != etag:
-                self._seen = (etag, now)
-            waited = now - self._seen[1]
-            if waited < ttl:
-                self.sleep(min(ttl - waited, max(ttl / 3, 0.05)))
-                continue
-            if self._take(etag, body):
+                taken = self._take(etag, None)
+            else:
+                liveness = self.identity.liveness_of(body)
+                if liveness is Liveness.ALIVE and self._renewed_lately(body):
+                    raise LakeError(self._refusal(body, "its process runs in this pid namespace"))
+                if liveness is Liveness.DEAD:
+                    taken = self._take(etag, body, "its process is gone from this pid namespace")
+                else:
+                    taken = self._unchanged_for_its_ttl(body, etag) and self._take(etag, body, "not renewed")
+            if taken:
                 return self
 
-    def _take(self, etag: str | None, stale: dict | None) -> bool:
+    def _renewed_lately(self, body: dict) -> bool:
+        """Whether a holder known to run on this boot renewed within its ttl, by the monotonic clock this boot's
+        processes share; one that stopped renewing is watched like any other, then taken over."""
+        renewed = body.get("renewed_mono")
+        return isinstance(renewed, float) and self.clock() - renewed < float(body.get("ttl_s", self.ttl_s))
+
+    def _unchanged_for_its_ttl(self, body: dict, etag: str | None) -> bool:
+        """Watch a lease whose holder this process cannot look up (another host, another pid namespace): True once
+        it stayed at version `etag` for the holder's ttl_s on our clock, a LakeError once it changed."""
+        now, ttl = self.clock(), float(body.get("ttl_s", self.ttl_s))  # the holder's: it fences itself by it
+        if self._seen is None:
+            self._seen = (etag, now)
+            log.info("lease: held elsewhere; watching it for a renewal", extra=self._fields(body, ttl_s=ttl))
+        elif self._seen[0] != etag:
+            raise LakeError(self._refusal(body, "it was renewed while this process watched it"))
+        waited = now - self._seen[1]
+        if waited >= ttl:
+            return True
+        self.sleep(min(ttl - waited, max(ttl / 12, 0.05)))
+        return False
+
+    def _take(self, etag: str | None, stale: dict | None, why: str = "") -> bool:
         """Create (etag None) or swap in our lease; False when another writer changed it first."""
-        self._acquired_at = self._renewed_at = self.clock()
+        self._renewed_at, self._acquired_wall, self._renewals = self.clock(), self.wall_clock(), 0
         body = self._body()
         new = self.store.create(body) if etag is None else self.store.swap(etag, body)
         if new is None:
             return False
-        self._etag, self._lost, self._seen = new, False, None
+        self._etag, self._lost = new, False
         if stale is not None:
-            age = round(self._acquired_at - stale["renewed_at"], 1)
-            log.warning("lease: took over a stale lease", extra=self._fields(stale, stale_for_s=age))
+            watched = round(self._renewed_at - self._seen[1], 1) if self._seen else 0.0
+            log.warning("lease: took over", extra=self._fields(stale, why=why, watched_s=watched))
+        self._seen = None
+        fence_commits(self._paths(), self)
         log.info("lease: acquired", extra=self._fields(body, ttl_s=self.ttl_s, where=self.store.where))
         return True
 
-    def _refusal(self, body: dict, now: float, ttl: float) -> str:
-        renewed = now - body["renewed_at"]
+    def _paths(self) -> list[str]:
+        return [self.lake.path(table) for table in self.tables]
+
+    def _refusal(self, body: dict, why: str) -> str:
+        ttl = float(body.get("ttl_s", self.ttl_s))
+        renewed = body.get("renewed_at")
+        at = datetime.fromtimestamp(renewed, UTC).strftime("%H:%M:%S UTC") if isinstance(renewed, int | float) else "?"
         return (
             f"another writer holds the lake {self.lake.root} (lease {self.store.where}): "
-            f"{body.get('purpose')!r} on host {body.get('host')}, pid {body.get('pid')}, "
-            f"acquired {now - body['acquired_at']:.1f} s ago, last renewed {renewed:.1f} s ago; it becomes stale "
-            f"if not renewed for {ttl:.0f} s (in {max(ttl - renewed, 0):.1f} s at the earliest). Stop it, or wait"
+            f"{body.get('purpose')!r} on host {body.get('host')}, pid {body.get('pid')} "
+            f"(pid namespace {body.get('pid_ns')}), renewed {body.get('renewals', 0)} times, last at {at} by its "
+            f"clock; {why}. Stop it, or wait: a lease left unrenewed for {ttl:.0f} s is taken over"
         )
 
     def renew(self) -> bool:
-        """Write a fresh renewed_at if the lease is still ours. False on failure; when another writer changed
-        the lease, it was taken over: the lease is lost for good."""
+        """Write the lease again, one renewal more, if it is still ours. False on failure; when another writer
+        changed the lease, it was taken over: the lease is lost for good."""
         if self._etag is None or self._lost:
             return False
         started = self.clock()  # the store may apply the write at any moment of the request: count from its start
         try:
-            new = self.store.swap(self._etag, self._body(renewed_at=started))
+            new = self.store.swap(self._etag, self._body(renewals=self._renewals + 1))
         except Exception as error:  # the store unreachable: try again at the next tick, valid() counts the time
             log.warning("lease: renewal failed", extra=self._fields(error=type(error).__name__))
             return False
         if new is None:
             return self._changed_under_us()
-        self._etag, self._renewed_at = new, started
+        self._etag, self._renewed_at, self._renewals = new, started, self._renewals + 1
         return True
 
     def _changed_under_us(self) -> bool:
         """A failed swap: our own earlier write that landed after a timeout (same token), or a takeover."""
         current = self.store.read()
         if current and current[0].get("token") == self.token and not current[0].get("released"):
-            self._etag = current[1]  # ours: adopt its version, the renewal time stays the last confirmed one
+            # ours: adopt its version and count, the renewal time stays the last confirmed one
+            self._etag, self._renewals = current[1], int(current[0].get("renewals", self._renewals))
             return False
         self._lost = True
         log.error("lease: lost", extra=self._fields(current[0] if current else None, taken_by=bool(current)))
         return False
 
     def valid(self) -> bool:
-        """Whether we may still commit: held, not seen taken over, and renewed within `ttl_s - margin_s` (counted
-        from the start of the renewal's request), while a taker waits `ttl_s` of its own watching of an unchanged
-        lease: we stop before anyone can take over. A writer paused for longer than the margin between `check()`
-        and its commit can still commit after a takeover: that is the residual risk of fencing by time."""
+        """Whether we may still commit: held, not seen taken over, and renewed within `ttl_s - margin_s` on our
+        clock (counted from the start of the renewal's request), while a contender watches the lease unchanged
+        for `ttl_s` on its own: we stop before anyone can take over. A writer paused for longer than the margin
+        between `check()` and its commit can still commit after a takeover: the residual risk of fencing by time."""
         held = self._etag is not None and not self._lost
         return held and self.clock() - self._renewed_at < self.ttl_s - self.margin_s
 
     def check(self) -> None:
-        """Call before each commit step: a LakeError when the lease is no longer ours to write under."""
+        """Call right before each commit (`before_commit` does, for the tables of this lease): a LakeError naming
+        the holder once the lease is no longer ours to write under. It reads the lease too, so a takeover stops the
+        next commit even before a renewal would have found it."""
         if not self.valid():
-            why = "was taken over" if self._lost else "is not held or was not renewed in time"
-            raise LakeError(f"the lease {self.store.where} ({self.purpose!r}) {why}: stopping before the next commit")
+            why = "was taken over" if self._lost else "is not held, or was not renewed in time"
+            raise LakeError(self._stopping(why, self._holder_or_none()))
+        taker = self._taken_by()
+        if taker is not None:
+            raise LakeError(self._stopping("was taken over", taker))
+
+    def _taken_by(self) -> dict | None:
+        """The lease as it is now when it is no longer ours (lost for good then); None while it is ours, or when the
+        store does not answer (valid() bounds how long a writer goes on without it)."""
+        try:
+            current = self.store.read()
+        except Exception as error:
+            log.warning("lease: not read before a commit", extra=self._fields(error=type(error).__name__))
+            return None
+        if current and current[0].get("token") == self.token and not current[0].get("released"):
+            return None
+        self._lost = True
+        log.error("lease: lost", extra=self._fields(current[0] if current else None, taken_by=bool(current)))
+        return current[0] if current else {}
+
+    def _stopping(self, why: str, holder: dict | None) -> str:
+        held_by = ""
+        if holder and holder.get("token") != self.token:
+            held_by = f"; held now by {holder.get('purpose')!r} on host {holder.get('host')}, pid {holder.get('pid')}"
+        return (
+            f"the lease {self.store.where} ({self.purpose!r}) {why}{held_by}: "
+            f"stopping before the next commit, nothing more is written"
+        )
+
+    def _holder_or_none(self) -> dict | None:
+        try:
+            return self.holder()
+        except Exception:  # the store unreachable: the refusal names no holder
+            return None
 
     def holder(self) -> dict | None:
         """What the lease object says now; None when there is none or it was released."""
@@ -295,8 +364,10 @@ class LakeLease:
             self._thread.join()
 
     def release(self) -> None:
-        """Mark the lease released if it is still ours (compare-and-swap), so the next writer need not wait."""
+        """Mark the lease released if it is still ours (compare-and-swap), so the next writer need not wait; this
+        process's commits to its tables are no longer fenced by it."""
         self.stop_renewing()
+        unfence_commits(self._paths(), self)
         try:
             for _ in range(2):  # a first swap may fail only because our own earlier write landed late
                 if self._etag is None or self._lost:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from audit.contract.tables import RETENTION_GAPS
+from audit.io.lake import before_commit
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,6 +67,7 @@ def store_retention_gaps(spark: SparkSession, lake: Lake, checked) -> None:
     if rows.isEmpty():
         return
     target = DeltaTable.forPath(spark, lake.path(RETENTION_GAPS.name))
+    before_commit(lake.path(RETENTION_GAPS.name))
     (
         target.alias("t")
         .merge(rows.alias("s"), " AND ".join(f"t.`{name}` = s.`{name}`" for name in key))

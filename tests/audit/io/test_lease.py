@@ -1,10 +1,12 @@
-"""The lake's writer lease (audit/io/lease.py), on a local folder and on a real S3 store: one holder at a time."""
+"""The lake's writer lease (audit/io/lease.py), on a local folder and on a real S3 store: one holder at a time.
+How it fences commits, tells pid namespaces apart and keeps time: tests/audit/io/test_lease_fence.py."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +20,7 @@ import pytest
 from audit.contract.errors import LakeError
 from audit.io.lake import Lake, StoreAccess
 from audit.io.lease import LakeLease
+from audit.io.process_identity import ProcessIdentity
 from audit.settings.clusters import Secret
 
 TTL_S = 2.0  # real-time tests: short, yet room for a late renewal (every ttl/3) beside a busy suite
@@ -95,7 +98,8 @@ def wait_until_stale(lake: Lake, ttl_s: float = TTL_S) -> None:
         time.sleep(0.1)
 
 
-def test_a_second_writer_is_refused_naming_the_holder_and_its_ages(lake):
+def test_a_second_writer_is_refused_at_once_naming_the_holder(lake):
+    """The holder runs in this pid namespace and renewed within its ttl: a same-host contender refuses at once."""
     clock = FakeClock()
     first = lease(lake, ttl_s=60, clock=clock).acquire()
     clock.advance(12)
@@ -106,8 +110,8 @@ def test_a_second_writer_is_refused_naming_the_holder_and_its_ages(lake):
     message = str(refused.value)
     assert "'reconcile --continuous'" in message and f"pid {os.getpid()}" in message
     assert socket.gethostname() in message and lake.root in message
-    assert "acquired 17.0 s ago, last renewed 5.0 s ago" in message
-    assert "stale if not renewed for 60 s (in 55.0 s at the earliest)" in message
+    assert f"pid namespace {os.stat('/proc/self/ns/pid').st_ino}" in message and "renewed 1 times" in message
+    assert "its process runs in this pid namespace" in message and "unrenewed for 60 s is taken over" in message
     assert first.valid() and first.holder()["token"] == first.token
 
 
@@ -154,8 +158,8 @@ def test_a_stale_lease_is_taken_over_and_its_old_holder_finds_it_lost(lake, capl
     assert new.holder()["token"] == new.token, "the old holder's release leaves the new lease alone"
 
     by_message = {record.getMessage(): record for record in caplog.records}
-    takeover = by_message["lease: took over a stale lease"]
-    assert takeover.holder_purpose == "reconcile --continuous" and takeover.stale_for_s >= 30
+    takeover = by_message["lease: took over"]
+    assert takeover.holder_purpose == "reconcile --continuous" and takeover.watched_s >= 30
     assert by_message["lease: lost"].holder_purpose == "backfill"
     secret = lake.access.secret_access_key.reveal() if lake.access else "no secret"
     assert all(secret not in str(record.__dict__) for record in caplog.records)
@@ -214,15 +218,27 @@ sys.stdin.readline()  # hold the lease until told (or killed)
 """
 
 
-def child(lake: Lake, purpose: str) -> subprocess.Popen:
-    """A separate process that acquires the lease when sent a line, says whether it won, then holds it."""
+UNSHARED = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child"]
+# In its own pid namespace, the child takes a pid past every pid of this one (ns_last_pid), so it names no
+# process here; it is forked, not exec'ed, so that the shell stays the namespace's init.
+FAR_PID = 'echo 4100000 > /proc/sys/kernel/ns_last_pid 2>/dev/null; "$0" -c "$1"; exit $?'
+
+
+def namespaces_available() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run([*UNSHARED, "true"]).returncode == 0
+
+
+def child(lake: Lake, purpose: str, *, own_pid_namespace: bool = False) -> subprocess.Popen:
+    """A separate process that acquires the lease when sent a line, says whether it won, then holds it; with
+    `own_pid_namespace`, in a pid namespace of its own under this hostname (a container on host networking)."""
     access = None
     if lake.access:
         access = {"endpoint": lake.access.endpoint, "path_style": True, "access_key_id": lake.access.access_key_id}
         access["secret_access_key"] = lake.access.secret_access_key.reveal()
     spec = {"root": lake.root, "access": access, "purpose": purpose, "ttl_s": TTL_S}
+    command = [*UNSHARED, "sh", "-c", FAR_PID, sys.executable, CHILD] if own_pid_namespace else []
     process = subprocess.Popen(
-        [sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO
+        command or [sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO
     )
     process.stdin.write(json.dumps(spec) + "\n")
     process.stdin.flush()
@@ -267,16 +283,45 @@ def test_a_holder_killed_with_sigkill_on_this_host_is_taken_over_at_once(lake):
     assert taker.holder()["token"] == taker.token and taker.valid()
 
 
-def test_a_holder_on_another_host_is_taken_over_only_after_its_ttl(lake):
+ELSEWHERE = ProcessIdentity("another-host", 1, "another-boot", 4026531836, 12345)
+
+
+def test_a_holder_on_another_host_is_refused_once_seen_renewing_and_taken_over_only_after_its_ttl(lake):
     clock = FakeClock()
-    holder = LakeLease(lake, purpose="elsewhere", ttl_s=60, clock=clock, sleep=clock.advance)
-    holder.acquire()
-    body, etag = holder.store.read()
-    assert holder.store.swap(etag, body | {"host": "another-host", "pid": 1}) is not None
-    taker = LakeLease(lake, purpose="here", ttl_s=60, clock=clock, sleep=clock.advance)
-    with pytest.raises(LakeError, match="another-host"):
-        taker.acquire()
-    clock.advance(61)
-    started = clock()
-    taker.acquire()
-    assert clock() - started >= 60, "a stale lease of another host is watched for its ttl before the takeover"
+    holder = LakeLease(lake, purpose="elsewhere", ttl_s=60, clock=clock, identity=ELSEWHERE).acquire()
+
+    def renewing_meanwhile(seconds: float) -> None:
+        clock.advance(seconds)
+        holder.renew()
+
+    with pytest.raises(LakeError, match="another-host.*renewed while this process watched it"):
+        LakeLease(lake, purpose="here", ttl_s=60, clock=clock, sleep=renewing_meanwhile).acquire()
+    assert holder.valid()
+
+    started = clock()  # the holder stops renewing (dead, or cut off from the store): it is watched, then taken
+    taker = LakeLease(lake, purpose="here", ttl_s=60, clock=clock, sleep=clock.advance).acquire()
+    assert clock() - started >= 60, "a lease of another host is watched unchanged for its ttl before the takeover"
+    assert taker.holder()["token"] == taker.token and not holder.valid()
+
+
+@pytest.mark.skipif(not namespaces_available(), reason="no unprivileged user and pid namespaces here")
+def test_a_holder_in_another_pid_namespace_under_this_hostname_is_never_taken_at_once(lake):
+    """Its pid names no process here, which is no proof it is gone: it is watched, refused while it renews, and
+    taken over only after its ttl once it is killed."""
+    holder = child(lake, "reconcile (container)", own_pid_namespace=True)
+    try:
+        go(holder)
+        assert holder.stdout.readline().strip() == "won"
+        body = lease(lake, "observer").holder()
+        assert body["host"] == socket.gethostname() and body.get("pid_ns") != os.stat("/proc/self/ns/pid").st_ino
+        assert not Path(f"/proc/{body['pid']}").exists(), "its pid names no process of this namespace"
+        with pytest.raises(LakeError, match="renewed while this process watched it"):
+            lease(lake, "backfill").acquire()
+        assert lease(lake, "observer").holder()["token"] == body["token"]
+    finally:
+        holder.kill()
+        holder.wait()
+    killed_at = time.monotonic()
+    taker = lease(lake, "backfill").acquire()
+    assert time.monotonic() - killed_at >= TTL_S, "not provably dead from here: watched unchanged for its ttl"
+    assert taker.holder()["token"] == taker.token
