@@ -308,6 +308,8 @@ def likely_cause(
             f"duplicated between {hop}: an at-least-once hop delivered some messages twice "
             "(a replicator or lake job restart)"
         ]
+    if where := describe_partitions(mismatched_partitions(row)):  # a worse status keeps naming them
+        causes.append(f"and content differs though the counts balance in {where}")
     causes.extend(_status_causes(row, (first_bad, row.tier), tier_status, now=now, lag_minutes=lag_minutes))
     causes.extend(_send_failed_causes(row, tier_counts))
     return "; ".join(causes)
@@ -333,11 +335,12 @@ def first_bad_hop(row, completeness: pd.DataFrame) -> tuple[str, str]:
 
 
 def _hop_name(row, previous: str, first_bad: str) -> str:
-    """What moves messages from `previous` into `first_bad`: the counter, the replicator or the lake job."""
+    """What moves messages from `previous` into `first_bad`: the origin cluster's brokers (an acknowledged message
+    Kafka lost, as an acks=1 leader dies) or its counter, the replicator or the lake job."""
     if first_bad == LAKE_TIER:
         return "the lake job"
     if previous == row.reference_tier and first_bad == row.origin_cluster:
-        return "the counter"
+        return f"the {first_bad} brokers or its counter"
     return "the replicator"
 
 

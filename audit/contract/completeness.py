@@ -12,12 +12,22 @@ The rules, in order (see docs/tables.md):
   every tier upstream of it): not final, so never a loss.
 - incomplete: final, missing > 0 and (expected - missing) / expected below the threshold.
 - over: final and duplicated > 0 (at-least-once hops repeat messages): never shown as complete.
-- mismatch: final, nothing missing and nothing duplicated, but in some partition both the tier's and the
-  reference tier's content digests (audit/contract/digest.py) are known and differ: the counts balance, the
-  content differs (a changed message, or a loss hidden by a duplicate). Never complete; before the window
-  is final such a row is pending or lagging like any other that does not balance. An unknown digest on
-  either side leaves the window to its counts.
+- mismatch: final, nothing duplicated and no loss below the threshold, but some partition's content differs.
+  Content is judged per partition: a partition differs when its counts balance (the same number at both tiers)
+  and both the tier's and the reference tier's content digests (audit/contract/digest.py) of it are known and
+  differ (a changed message, or a loss hidden by a duplicate). The digests of a partition whose counts differ
+  say nothing the counts do not. Without partition counts on both sides the window's totals must balance.
+  Never complete; before the window is final such a row is pending or lagging like any other that does not
+  balance. An unknown digest on either side leaves the window to its counts.
 - complete: otherwise.
+- unknown: set after these rules (audit/contract/unknown_counts.py) where the counts a row rests on are unknown
+  (`tier_counts.unknown`: the tier's or its reference's). A window whose producer counts are unknown is judged
+  against the origin cluster (its `reference_tier`), whose own row is then unknown, never a loss. Nothing is
+  missing or duplicated in an unknown row. Aborted messages (`tier_counts.aborted`) are never expected.
+
+`mismatched_partitions` lists the partitions whose content differs in every final row that has any, whatever
+its status: a row both incomplete (or over) in some partitions and differing in content in others keeps the
+worse status, incomplete (or over), and names its differing partitions, so neither hides the other.
 """
 
 from __future__ import annotations
@@ -30,9 +40,10 @@ import pandas as pd
 
 COMPLETE, INCOMPLETE, OVER, LAGGING, PENDING = "complete", "incomplete", "over", "lagging", "pending"
 MISMATCH = "mismatch"
+UNKNOWN = "unknown"  # audit/contract/unknown_counts.py: never a verdict on counts no tier can vouch for
 DEFAULT_THRESHOLD_PCT = 100.0
 # Every status, the worst last: a loss, then content that differs though the counts balance, then duplicates.
-STATUSES_BY_SEVERITY = (COMPLETE, PENDING, LAGGING, OVER, MISMATCH, INCOMPLETE)
+STATUSES_BY_SEVERITY = (COMPLETE, UNKNOWN, PENDING, LAGGING, OVER, MISMATCH, INCOMPLETE)
 
 
 def partition_differences(expected: Mapping[int, int], observed: Mapping[int, int]) -> dict[int, int]:
@@ -70,16 +81,36 @@ def differing_digests(expected: Mapping[int, int] | None, observed: Mapping[int,
     return [p for p in sorted(set(expected) | set(observed)) if expected.get(p, 0) != observed.get(p, 0)]
 
 
-def mismatched_partitions(frame: pd.DataFrame) -> list[list[int] | None]:
-    """Per row, `differing_digests` of its `expected_digest_by_partition` and `observed_digest_by_partition`
-    (None where either is unknown, or the frame has no such columns)."""
+def mismatched_partitions(frame: pd.DataFrame, balanced: np.ndarray) -> list[list[int] | None]:
+    """Per row, the partitions whose content differs (see the module doc) of its `expected_digest_by_partition`
+    and `observed_digest_by_partition`: None where either is unknown (or the frame has no such columns).
+    `balanced`: per row, whether its totals balance, which decides a row without partition counts on both sides."""
     differing: list[list[int] | None] = [None] * len(frame)
     if "expected_digest_by_partition" not in frame or "observed_digest_by_partition" not in frame:
         return differing
     expected, observed = frame["expected_digest_by_partition"], frame["observed_digest_by_partition"]
+    expected_counts, observed_counts = frame["expected_by_partition"], frame["observed_by_partition"]
     for row in np.flatnonzero((expected.notna() & observed.notna()).to_numpy()):
-        differing[row] = differing_digests(partition_map(expected.iat[row]), partition_map(observed.iat[row]))
+        partitions = differing_digests(partition_map(expected.iat[row]), partition_map(observed.iat[row]))
+        counts = partition_map(expected_counts.iat[row]), partition_map(observed_counts.iat[row])
+        differing[row] = balanced_only(partitions, *counts, totals_balance=bool(balanced[row]))
     return differing
+
+
+def balanced_only(
+    partitions: list[int] | None,
+    expected: Mapping[int, int] | None,
+    observed: Mapping[int, int] | None,
+    *,
+    totals_balance: bool,
+) -> list[int] | None:
+    """Of `partitions`, those whose counts balance; without counts on both sides, all of them if the totals
+    balance, else none."""
+    if partitions is None:
+        return None
+    if expected is None or observed is None:
+        return partitions if totals_balance else []
+    return [p for p in partitions if expected.get(p, 0) == observed.get(p, 0)]
 
 
 def gaps(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -123,16 +154,15 @@ def classify(frame: pd.DataFrame, *, now_ms: int, grace_ms: int) -> pd.DataFrame
     with np.errstate(divide="ignore", invalid="ignore"):
         delivered_pct = np.where(expected > 0, 100.0 * (expected - missing) / expected, 0.0)
     below = (missing > 0) & ~(delivered_pct >= threshold)
-    differing = mismatched_partitions(frame)
+    differing = mismatched_partitions(frame, (missing == 0) & (duplicated == 0))
     content_differs = np.array([bool(partitions) for partitions in differing], dtype=bool)
     exact = (missing == 0) & (duplicated == 0) & ~content_differs
 
     status = np.full(len(frame), COMPLETE, dtype=object)
     status[~exact & ~final & ~still_open] = LAGGING
     status[~exact & ~final & still_open] = PENDING
-    status[final & (duplicated > 0)] = OVER
-    mismatch = final & (missing == 0) & (duplicated == 0) & content_differs
-    status[mismatch] = MISMATCH
+    status[final & content_differs] = MISMATCH
+    status[final & (duplicated > 0)] = OVER  # duplicates outrank a mismatch, which stays named
     status[final & below] = INCOMPLETE  # a loss outranks duplicates shown in the same row
     out["missing"] = missing
     out["duplicated"] = duplicated
@@ -140,7 +170,7 @@ def classify(frame: pd.DataFrame, *, now_ms: int, grace_ms: int) -> pd.DataFrame
     out["final"] = final
     out["status"] = status
     out["mismatched_partitions"] = [
-        partitions if is_mismatch else None for partitions, is_mismatch in zip(differing, mismatch, strict=True)
+        partitions if named else None for partitions, named in zip(differing, final & content_differs, strict=True)
     ]
     return out
 

@@ -7,6 +7,8 @@ regexes must reach its target tier. The rule:
 - A topic counted at a flow's source is expected at its target from its first window; so is it at the targets
   of the flows leaving that target (dc1 -> aggregate -> lake): a hop that never started leaves every tier after
   it waiting. The producer tier counts a topic at the cluster it was written to (its origin).
+- A topic the producer tier counted is expected at its origin cluster too when a flow carrying it leaves that
+  cluster: a counter that never started (or never reported) at a flow's source lags, it is never complete.
 - An expected tier that has not counted the topic is on its path with no watermark: its windows are lagging,
   never complete and never a loss, until it counts and reports.
 - A tier that counted a topic although no declared flow leads there (and it is not where the topic was written)
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from audit.contract.names import LAKE_TIER, PRODUCER_TIER
@@ -56,7 +58,7 @@ def expected_tiers(counted: Iterable[Pair], flows: Iterable[Flow], policy: Namin
         leaving[flow.source].append(flow)
     if not leaving:
         return set()
-    expected: set[Pair] = set()
+    expected = uncounted_sources(counted, leaving, policy)
     reached = deque(at_clusters(counted))
     while reached:
         origin, topic, tier = reached.popleft()
@@ -67,6 +69,18 @@ def expected_tiers(counted: Iterable[Pair], flows: Iterable[Flow], policy: Namin
             expected.add(pair)
             reached.append(pair)
     return expected
+
+
+def uncounted_sources(counted: set[Pair], leaving: Mapping[str, list[Flow]], policy: NamingPolicy) -> set[Pair]:
+    """The origin cluster of each topic the producer tier counted, where a flow (of `leaving`, by source) carrying
+    the topic leaves that cluster and its counter counted nothing of it."""
+    return {
+        (origin, topic, origin)
+        for origin, topic, tier in counted
+        if tier == PRODUCER_TIER
+        and (origin, topic, origin) not in counted
+        and any(flow.carries(name_on(policy, origin, topic, origin)) for flow in leaving.get(origin, ()))
+    }
 
 
 def at_clusters(counted: set[Pair]) -> set[Pair]:
@@ -92,7 +106,13 @@ def undeclared_tiers(counted: Iterable[Pair], flows: Iterable[Flow], policy: Nam
 
 
 def silent_cause(tier: str, logical_topic: str) -> str:
-    """Why an expected tier has no watermark: what the alerts and the UI say of it."""
+    """Why an expected tier has no watermark: what the alerts and the UI say of it. At the topic's origin cluster
+    (the first part of its logical name: cluster names hold no dot) it is that cluster's counter."""
+    if logical_topic.split(".", 1)[0] == tier:
+        return (
+            f"the counter of {tier} never reported {logical_topic}: is kaudit count --cluster {tier} running, "
+            "does its topic selection include it?"
+        )
     hop = "the lake job" if tier == LAKE_TIER else "the replicator"
     return f"nothing of {logical_topic} has reached {tier}: is {hop} running, does its topic regex include it?"
 

@@ -85,6 +85,8 @@ AUDIT_RECORDS = Table(
         _c("bytes", "BIGINT", "key + value bytes counted"),
         _c("send_failed", "BIGINT", "messages the producer could not deliver (producer tier only)"),
         _c("no_timestamp", "BIGINT", "messages without a usable audit time, bucketed by arrival"),
+        _c("aborted", "BIGINT", "count records: acked in transactions the producer aborted; in no other count"),
+        _c("unknown", "BOOLEAN", "count records: the writer cannot vouch for its counts of this window"),
         _c("by_partition", "MAP<INT,BIGINT>", "count per partition, when the writer reports it"),
         _c(
             "digest_by_partition",
@@ -142,6 +144,8 @@ TIER_COUNTS = Table(
         _c("bytes", "BIGINT", "bytes counted"),
         _c("send_failed", "BIGINT", "producer send failures"),
         _c("no_timestamp", "BIGINT", "messages without a usable audit time"),
+        _c("aborted", "BIGINT", "messages acked in transactions the producer aborted: never expected anywhere"),
+        _c("unknown", "BOOLEAN", "a record of the window at this tier cannot vouch for its counts (see completeness)"),
         _c("by_partition", "MAP<INT,BIGINT>", "count per partition; null unless every record reported it"),
         _c(
             "digest_by_partition",
@@ -196,7 +200,12 @@ COMPLETENESS = Table(
         _c("window_end", "TIMESTAMP", "end of the window"),
         _c("tier", "STRING", "counting point"),
         _c("tier_order", "INT", "position of the tier in the data flow (configured `tiers`)"),
-        _c("reference_tier", "STRING", "tier whose count is expected: producer, else the origin cluster"),
+        _c(
+            "reference_tier",
+            "STRING",
+            "tier whose count is expected: producer, else the origin cluster; the origin cluster too in a window "
+            "whose producer counts are unknown (tier_counts.unknown)",
+        ),
         _c("expected", "BIGINT", "the reference tier's count"),
         _c("observed", "BIGINT", "this tier's count"),
         _c(
@@ -209,17 +218,20 @@ COMPLETENESS = Table(
         _c(
             "mismatched_partitions",
             "ARRAY<INT>",
-            "status mismatch: the partitions whose content digest differs from the reference tier's though the "
-            "counts balance; null for every other status",
+            "the partitions whose content digest differs from the reference tier's though their counts balance, in "
+            "every final row with any: a mismatch's, and an incomplete or over window's beside its loss or duplicates "
+            "elsewhere (neither hides the other); null otherwise",
         ),
         _c("completeness_pct", "DOUBLE", "100 * observed / expected; null when nothing was expected"),
         _c("threshold_pct", "DOUBLE", "completeness below which the window is incomplete (per topic pattern)"),
         _c(
             "status",
             "STRING",
-            "complete | incomplete | over | mismatch | lagging | pending. mismatch: final, nothing missing or "
-            "duplicated, but in some partition both tiers' content digests are known and differ (counts balance, "
-            "content differs: a changed message, or a loss hidden by a duplicate); not complete",
+            "complete | incomplete | over | mismatch | lagging | pending | unknown. mismatch: final, nothing "
+            "duplicated and no loss below the threshold, but in some partition whose counts balance both tiers' "
+            "content digests are known and differ (a changed message, or a loss hidden by a duplicate); not complete. "
+            "unknown: the tier's or the reference's counts of the window are unknown, or the row is the origin cluster's "
+            "standing in for a producer whose counts are unknown; missing and duplicated 0, never a loss",
         ),
         _c("final", "BOOLEAN", "the tier's watermark has passed window end + grace"),
         _c("tier_watermark", "TIMESTAMP", "the tier's watermark when this row was computed"),
@@ -358,7 +370,11 @@ COMPLETENESS_WATERMARKS = Table(
             "TIMESTAMP",
             "start of the first window after complete_through that is not final or not complete (null: none)",
         ),
-        _c("first_open_status", "STRING", "that window's status: incomplete | over | mismatch | lagging | pending"),
+        _c(
+            "first_open_status",
+            "STRING",
+            "that window's status: incomplete | over | mismatch | lagging | pending | unknown",
+        ),
         _c("updated_at", "TIMESTAMP", "when a reconciliation run last changed this row"),
     ),
 )

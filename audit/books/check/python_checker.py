@@ -65,6 +65,8 @@ CHECKED_DDL = ", ".join(
         "bytes BIGINT",
         "send_failed BIGINT",
         "no_timestamp BIGINT",
+        "aborted BIGINT",
+        "unknown BOOLEAN",
         "by_partition_json STRING",
         "digest_by_partition_json STRING",
         "latency_p50_ms DOUBLE",
@@ -197,6 +199,7 @@ class RecordChecker:
             fields.update(
                 count=record.count, bytes=record.bytes, send_failed=record.send_failed, no_timestamp=record.no_timestamp
             )
+            fields.update(aborted=record.aborted, unknown=record.unknown)
             if record.by_partition is not None:
                 fields["by_partition_json"] = dict(record.by_partition)
             if record.digest_by_partition is not None:

@@ -41,6 +41,7 @@ PARTITION_TYPE = "STRUCT<end_offset: BIGINT, lag: BIGINT, last_audit_time: STRIN
 GAP_TYPE = "STRUCT<after_time: STRING, before_time: STRING, from_offset: BIGINT, partition: BIGINT, to_offset: BIGINT>"
 PARSED_DDL = ", ".join(
     [
+        "aborted BIGINT",
         "by_partition MAP<STRING, BIGINT>",
         "bytes BIGINT",
         "cluster STRING",
@@ -61,6 +62,7 @@ PARSED_DDL = ", ".join(
         "stalled BOOLEAN",
         "tier STRING",
         "topic STRING",
+        "unknown BOOLEAN",
         "watermark STRING",
         "window_minutes BIGINT",
         "window_start STRING",
@@ -171,6 +173,8 @@ def _fields(p: Column, checker: RecordChecker) -> dict[str, Column]:
         "window_minutes": F.coalesce(p["window_minutes"], F.lit(DEFAULT_WINDOW_MINUTES)),
         "count": F.when(is_count, p["count"]),
         **{name: F.when(is_count, F.coalesce(p[name], F.lit(0))) for name in ("bytes", "send_failed", "no_timestamp")},
+        "aborted": F.when(is_count, F.coalesce(p["aborted"], F.lit(0))),
+        "unknown": F.when(is_count, F.coalesce(p["unknown"], F.lit(False))),
         "by_partition": F.when(is_count, p["by_partition"]),  # its keys become INT as an accepted row's are cast
         "digest_by_partition": F.when(is_count, p["digest_by_partition"]),
         **latency,
@@ -261,7 +265,20 @@ def _canonical(p: Column) -> Column:
         return texts
 
     count, status = with_optional(COUNT_KEYS, COUNT_OPTIONAL), with_optional(STATUS_KEYS, STATUS_OPTIONAL)
-    return F.when(p["kind"] == "count", count).when(p["kind"] == "status", status)
+    return F.when(p["kind"] == "count", _with_set_flags(p, count)).when(p["kind"] == "status", status)
+
+
+def _with_set_flags(p: Column, text: Column) -> Column:
+    """A count record's `text` with the keys `encode` writes only when set: `aborted` when above 0 (the first of
+    the sorted keys), `unknown` when true (between `topic` and `window_minutes`). Spliced in, not one more
+    doubling of `with_optional`'s branches; a quote inside a string value is escaped, so `,"window_minutes":`
+    is only ever the key's own."""
+    from pyspark.sql import functions as F
+
+    aborted = F.concat(F.lit('{"aborted":'), p["aborted"].cast("string"), F.lit(","), F.substring(text, 2, 1 << 30))
+    text = F.when(p["aborted"] > 0, aborted).otherwise(text)
+    unknown = F.replace(text, F.lit(',"window_minutes":'), F.lit(',"unknown":true,"window_minutes":'))
+    return F.when(p["unknown"], unknown).otherwise(text)
 
 
 def _in_range(value: Column, low: int, high: int) -> Column:
@@ -300,7 +317,8 @@ def _window_holds(start_text: Column, start_ms: Column, minutes: Column, kind: C
 def _counts_hold(p: Column) -> Column:
     from pyspark.sql import functions as F
 
-    amounts = [p["count"], *(F.coalesce(p[name], F.lit(0)) for name in ("bytes", "send_failed", "no_timestamp"))]
+    optional_amounts = ("bytes", "send_failed", "no_timestamp", "aborted")
+    amounts = [p["count"], *(F.coalesce(p[name], F.lit(0)) for name in optional_amounts)]
     ok = p["count"].isNotNull()
     for amount in amounts:
         ok = ok & _in_range(amount, 0, MAX_COUNT)

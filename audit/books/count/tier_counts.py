@@ -36,6 +36,7 @@ WINDOW_DDL = "origin_cluster STRING, topic STRING, window_start TIMESTAMP"  # WI
 # What a re-sum reads of `audit_records`.
 SUMMED = (*WINDOW_KEY, "date", "tier", "logical_topic", "window_minutes", "count", "bytes", "send_failed")
 SUMMED += ("no_timestamp", "by_partition", "digest_by_partition", "latency_p99_ms", "latency_max_ms")
+SUMMED += ("aborted", "unknown")
 PARTITION_MAPS = ("by_partition", "digest_by_partition")  # summed per partition, the digests with wraparound
 
 
@@ -143,6 +144,9 @@ def summed_in_driver(counts: pa.Table, windows: frozenset[tuple]) -> pa.Table:
     frame["window_start"] = frame["window_start"].astype("datetime64[us, UTC]")
     frame["row"] = np.arange(len(frame))
     frame = frame.merge(keys, on=list(WINDOW_KEY))  # the rows of `windows` only
+    # Null in the records stored before transactions were counted: none aborted, none unknown.
+    frame["aborted"] = frame["aborted"].fillna(0).astype(np.int64)
+    frame["unknown"] = frame["unknown"].eq(True)
     grouped_by = [*WINDOW_KEY, "tier", "logical_topic"]
     frame["group"] = frame.groupby(grouped_by, sort=False, dropna=False).ngroup()
     group = frame.groupby("group", sort=True)
@@ -151,6 +155,8 @@ def summed_in_driver(counts: pa.Table, windows: frozenset[tuple]) -> pa.Table:
         group[["count", "bytes", "send_failed", "no_timestamp"]].sum(min_count=1).astype("Int64")
     )
     sums["window_minutes"] = group["window_minutes"].min()
+    sums["aborted"] = group["aborted"].sum()
+    sums["unknown"] = group["unknown"].any()
     sums["records"] = group.size()
     sums[["latency_p99_ms", "latency_max_ms"]] = group[["latency_p99_ms", "latency_max_ms"]].max()
     sums["updated_at"] = pd.Timestamp(datetime.now(UTC)).floor("us")
@@ -232,6 +238,8 @@ def _summed(counts):
             F.sum("bytes").alias("bytes"),
             F.sum("send_failed").alias("send_failed"),
             F.sum("no_timestamp").alias("no_timestamp"),
+            F.sum(F.coalesce("aborted", F.lit(0))).alias("aborted"),
+            F.max(F.coalesce("unknown", F.lit(False))).alias("unknown"),
             F.count("*").alias("records"),
             F.count("by_partition").alias("with_partitions"),
             F.count("digest_by_partition").alias("with_digests"),

@@ -27,6 +27,7 @@ from audit.contract.arrow import arrow_table
 from audit.contract.completeness import LAGGING, PENDING, classify
 from audit.contract.restatements import RESTATEMENT_COLUMNS, restatements
 from audit.contract.tables import COMPLETENESS, RESTATEMENTS
+from audit.contract.unknown_counts import window_references, with_unknown
 from audit.contract.windows import MS_PER_MINUTE
 
 PATH_COLUMNS = ("origin_cluster", "topic", "tier", "tier_order", "reference_tier", "tier_watermark_ms", "threshold_pct")
@@ -37,18 +38,27 @@ def judged_frame(
 ) -> pd.DataFrame:
     """`classify`'s verdict on each (window of `windows`, tier on its topic's path), as `completeness` columns
     and `window_end_ms`; `paths`: rows of `PATH_COLUMNS`; `counts`: the windows' `tier_counts` rows (at least
-    WINDOW_KEY, tier, count, by_partition, digest_by_partition, latency_p99_ms, window_minutes). `judged_in_spark` (in_spark.py) in
-    pandas: the same joins, defaults and casts."""
+    WINDOW_KEY, tier, count, by_partition, digest_by_partition, latency_p99_ms, window_minutes, unknown).
+    `judged_in_spark` (in_spark.py) in pandas: the same joins, defaults and casts, and the same rule of unknown
+    counts (audit/contract/unknown_counts.py)."""
     path_frame = pd.DataFrame(list(paths), columns=list(PATH_COLUMNS))
     grid = windows.select(list(WINDOW_KEY)).to_pandas().merge(path_frame, on=["origin_cluster", "topic"])
     tier_counts = counts.to_pandas()
-    sides = [*WINDOW_KEY, "tier", "count", "by_partition", "digest_by_partition", "window_minutes"]
+    references = tier_counts[[*WINDOW_KEY, "tier", "unknown"]]
+    grid = grid.merge(
+        references.rename(columns={"tier": "reference_tier", "unknown": "reference_unknown"}),
+        on=[*WINDOW_KEY, "reference_tier"],
+        how="left",
+    )
+    grid["reference_tier"] = window_references(grid)
+    sides = [*WINDOW_KEY, "tier", "count", "by_partition", "digest_by_partition", "window_minutes", "unknown"]
     observed = tier_counts[[*sides, "latency_p99_ms"]].rename(
         columns={
             "count": "observed",
             "by_partition": "observed_by_partition",
             "digest_by_partition": "observed_digest_by_partition",
             "window_minutes": "tier_window_minutes",
+            "unknown": "observed_unknown",
         }
     )
     expected = tier_counts[sides].rename(
@@ -58,6 +68,7 @@ def judged_frame(
             "by_partition": "expected_by_partition",
             "digest_by_partition": "expected_digest_by_partition",
             "window_minutes": "reference_window_minutes",
+            "unknown": "expected_unknown",
         }
     )
     rows = grid.merge(observed, on=[*WINDOW_KEY, "tier"], how="left").merge(
@@ -71,7 +82,7 @@ def judged_frame(
     start_ms = (rows["window_start"] - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(milliseconds=1)
     rows["window_end_ms"] = start_ms.astype(np.int64) + rows["window_minutes"] * MS_PER_MINUTE
     rows["tier_watermark_ms"] = rows["tier_watermark_ms"].astype("Float64").astype(np.float64)
-    judged = classify(rows, now_ms=now_ms, grace_ms=grace_ms)
+    judged = with_unknown(classify(rows, now_ms=now_ms, grace_ms=grace_ms))
     judged["logical_topic"] = judged["origin_cluster"] + "." + judged["topic"]
     judged["window_end"] = pd.to_datetime(judged["window_end_ms"], unit="ms", utc=True)
     watermark = judged["tier_watermark_ms"]

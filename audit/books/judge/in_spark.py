@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 from audit.books.count.tier_counts import WINDOW_DDL, WINDOW_KEY, Resummed
 from audit.books.judge.verdicts import classified
 from audit.books.read.run_records import held_by_driver
+from audit.contract.completeness import UNKNOWN
 from audit.contract.tables import AUDIT_RECORDS, COMPLETENESS, TIER_COUNTS
+from audit.contract.unknown_counts import CLEARED
 from audit.contract.windows import MS_PER_MINUTE
 from audit.io import delta_io
 from audit.io.spark import broadcast_when_small, local_frame
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 
 # What the judging reads of `tier_counts`.
 JUDGED_COUNTS = (*WINDOW_KEY, "tier", "count", "by_partition", "digest_by_partition", "latency_p99_ms")
-JUDGED_COUNTS += ("window_minutes",)
+JUDGED_COUNTS += ("window_minutes", "unknown")
 
 # What the judge step yields per (window, tier): `classify`'s verdict with times still in epoch ms.
 JUDGED_COLUMNS = {
@@ -52,7 +54,7 @@ JUDGED_COLUMNS = {
 CLASSIFIED = (*WINDOW_KEY, "window_minutes", "tier", "tier_order", "reference_tier", "expected", "observed")
 CLASSIFIED += ("expected_by_partition", "observed_by_partition", "window_end_ms", "tier_watermark_ms")
 CLASSIFIED += ("expected_digest_by_partition", "observed_digest_by_partition")
-CLASSIFIED += ("threshold_pct", "latency_p99_ms")
+CLASSIFIED += ("threshold_pct", "latency_p99_ms", "observed_unknown", "expected_unknown")
 
 
 def is_open():
@@ -152,9 +154,10 @@ def judged_in_spark(windows, paths, counts, *, minutes: int, now_ms: int, grace_
     window no tier counted."""
     from pyspark.sql import functions as F
 
-    counts = counts.select(*JUDGED_COUNTS).localCheckpoint()  # read twice (observed, expected)
-    grid = windows.join(F.broadcast(paths), ["origin_cluster", "topic"])
+    counts = counts.select(*JUDGED_COUNTS).localCheckpoint()  # read thrice (references, observed, expected)
+    grid = _with_window_references(windows.join(F.broadcast(paths), ["origin_cluster", "topic"]), counts)
     judged = classified(_counted(grid, counts, minutes).select(*CLASSIFIED), now_ms=now_ms, grace_ms=grace_ms)
+    judged = _with_unknown(judged)
     judged = judged.select(*(F.col(name).cast(kind).alias(name) for name, kind in JUDGED_COLUMNS.items()))
     return (
         judged.withColumn("logical_topic", F.concat_ws(".", "origin_cluster", "topic"))
@@ -162,6 +165,42 @@ def judged_in_spark(windows, paths, counts, *, minutes: int, now_ms: int, grace_
         .withColumn("tier_watermark", F.timestamp_millis("tier_watermark_ms"))
         .withColumn("updated_at", F.current_timestamp())
         .withColumn("date", F.to_date("window_start"))
+    )
+
+
+def _with_window_references(grid, counts):
+    """`grid` with each row's reference tier for its window: the origin cluster where the reference tier's counts
+    of the window are unknown (`unknown_counts.window_references`)."""
+    from pyspark.sql import functions as F
+
+    unknown = counts.select(
+        *WINDOW_KEY, F.col("tier").alias("reference_tier"), F.col("unknown").alias("reference_unknown")
+    )
+    fall_back = F.coalesce(F.col("reference_unknown"), F.lit(False))
+    return (
+        grid.join(unknown, [*WINDOW_KEY, "reference_tier"], "left")
+        .withColumn("reference_tier", F.when(fall_back, F.col("origin_cluster")).otherwise(F.col("reference_tier")))
+        .drop("reference_unknown")
+    )
+
+
+def _with_unknown(judged):
+    """`unknown_counts.with_unknown`: the rows whose verdict rests on unknown counts, or that are their own
+    reference, as status unknown with nothing missing or duplicated and no partition named."""
+    from pyspark.sql import functions as F
+
+    unknown = (
+        F.coalesce(F.col("observed_unknown"), F.lit(False))
+        | F.coalesce(F.col("expected_unknown"), F.lit(False))
+        | F.coalesce(F.col("tier") == F.col("reference_tier"), F.lit(False))
+    )
+    judged = judged.withColumn("_unknown", unknown).withColumn(
+        "status", F.when(F.col("_unknown"), F.lit(UNKNOWN)).otherwise(F.col("status"))
+    )
+    for name in CLEARED:
+        judged = judged.withColumn(name, F.when(F.col("_unknown"), F.lit(0)).otherwise(F.col(name)))
+    return judged.withColumn("mismatched_partitions", F.when(~F.col("_unknown"), F.col("mismatched_partitions"))).drop(
+        "_unknown"
     )
 
 
@@ -178,6 +217,7 @@ def _counted(grid, counts, minutes: int):
         F.col("digest_by_partition").alias("observed_digest_by_partition"),
         "latency_p99_ms",
         F.col("window_minutes").alias("tier_window_minutes"),
+        F.col("unknown").alias("observed_unknown"),
     )
     expected = counts.select(
         *WINDOW_KEY,
@@ -186,6 +226,7 @@ def _counted(grid, counts, minutes: int):
         F.col("by_partition").alias("expected_by_partition"),
         F.col("digest_by_partition").alias("expected_digest_by_partition"),
         F.col("window_minutes").alias("reference_window_minutes"),
+        F.col("unknown").alias("expected_unknown"),
     )
     return (
         grid.join(observed, [*WINDOW_KEY, "tier"], "left")

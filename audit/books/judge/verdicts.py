@@ -43,8 +43,8 @@ def classified(rows: DataFrame, *, now_ms: int, grace_ms: int) -> DataFrame:
     final, still_open = F.col("final"), F.lit(now_ms) < due_ms
     status = (
         F.when(final & below, INCOMPLETE)  # a loss outranks duplicates shown in the same row
-        .when(final & (F.col("duplicated") > 0), OVER)
-        .when(final & balanced & content_differs, MISMATCH)
+        .when(final & (F.col("duplicated") > 0), OVER)  # duplicates outrank a mismatch, which stays named
+        .when(final & content_differs, MISMATCH)
         .when(~exact & ~final & still_open, PENDING)
         .when(~exact & ~final, LAGGING)
         .otherwise(COMPLETE)
@@ -54,26 +54,37 @@ def classified(rows: DataFrame, *, now_ms: int, grace_ms: int) -> DataFrame:
         .withColumn("duplicated", duplicated)
         .withColumn("completeness_pct", F.when(expected > 0, F.lit(100.0) * observed / expected))
         .withColumn("final", F.coalesce(F.col("tier_watermark_ms") >= due_ms, F.lit(False)))
-        .withColumn("_differing", _differing_digests())
+        .withColumn("_differing", _differing_digests(balanced))
         .withColumn("status", status)
-        .withColumn("mismatched_partitions", F.when(F.col("status") == MISMATCH, F.col("_differing")))
+        .withColumn("mismatched_partitions", F.when(F.col("final") & content_differs, F.col("_differing")))
         .drop("_differing")
     )
 
 
-def _differing_digests() -> Column:
-    """`differing_digests`: the partitions, in order, whose digests differ (a partition one side lacks has the
-    digest of no message, 0); null when either side's digests are unknown."""
+def _differing_digests(balanced: Column) -> Column:
+    """`mismatched_partitions` of the contract: the partitions, in order, whose digests differ (a partition one side
+    lacks has the digest of no message, 0) and whose counts balance (without partition counts on both sides: all
+    of them when the totals balance, `balanced`, else none); null when either side's digests are unknown."""
     from pyspark.sql import functions as F
 
     expected, observed = F.col("expected_digest_by_partition"), F.col("observed_digest_by_partition")
-    partitions = F.array_sort(F.array_union(F.map_keys(expected), F.map_keys(observed)))
+    expected_counts, observed_counts = F.col("expected_by_partition"), F.col("observed_by_partition")
+    counts_known = expected_counts.isNotNull() & observed_counts.isNotNull()
     zero = F.lit(0).cast("bigint")
-    differing = F.filter(partitions, lambda p: F.coalesce(observed[p], zero) != F.coalesce(expected[p], zero))
+
+    def counts_balance(p: Column) -> Column:
+        same = F.coalesce(observed_counts[p], zero) == F.coalesce(expected_counts[p], zero)
+        return F.when(counts_known, same).otherwise(balanced)
+
+    partitions = F.array_sort(F.array_union(F.map_keys(expected), F.map_keys(observed)))
+    differing = F.filter(
+        partitions,
+        lambda p: (F.coalesce(observed[p], zero) != F.coalesce(expected[p], zero)) & counts_balance(p),
+    )
     # One and the same partition on both sides without lambdas, as in `_gaps`.
     key = F.get(F.map_keys(expected), 0)
     one = (F.size(expected) == 1) & (F.size(observed) == 1) & (key == F.get(F.map_keys(observed), 0))
-    one_differs = F.get(F.map_values(expected), 0) != F.get(F.map_values(observed), 0)
+    one_differs = (F.get(F.map_values(expected), 0) != F.get(F.map_values(observed), 0)) & counts_balance(key)
     one_differing = F.when(one_differs, F.array(key)).otherwise(F.array().cast("array<int>"))
     both = expected.isNotNull() & observed.isNotNull()
     return F.when(both & one, one_differing).when(both, differing)

@@ -3,7 +3,9 @@ server on loopback (aiosmtpd) and real Delta tables: routed, deduplicated, retri
 
 from __future__ import annotations
 
-from audit.alerts.rules import MISMATCH_CAUSE, describe_partitions, mismatched_partitions
+import pandas as pd
+
+from audit.alerts.rules import MISMATCH_CAUSE, describe_partitions, mismatched_partitions, window_alerts
 from audit.alerts.run import AlertJob, read_log, run_alerts
 from audit.io.lake import lake_of
 from dashboards.sample import Mismatch
@@ -81,3 +83,31 @@ def test_the_partitions_named():
     assert describe_partitions([0, 2]) == "partitions 0, 2"
     assert describe_partitions(mismatched_partitions(Row())).endswith("25, 26 and 3 more")
     assert mismatched_partitions(object()) == [] and describe_partitions([]) == ""
+
+
+def test_an_over_or_incomplete_window_names_the_partitions_whose_content_differs_too():
+    def judged(status: str, missing: int, duplicated: int) -> dict:
+        return {
+            "origin_cluster": "dc1",
+            "topic": "orders",
+            "logical_topic": "dc1.orders",
+            "window_start": pd.Timestamp(NOW).floor("10min") - pd.Timedelta(hours=1),
+            "tier": "aggregate",
+            "tier_order": 2,
+            "reference_tier": "producer",
+            "expected": 20,
+            "observed": 20 - missing + duplicated,
+            "missing": missing,
+            "duplicated": duplicated,
+            "completeness_pct": 100.0 * (20 - missing + duplicated) / 20,
+            "status": status,
+            "final": True,
+            "mismatched_partitions": [1],  # balanced, content differs (audit/contract/completeness.py)
+        }
+
+    tier_status = pd.DataFrame(columns=["origin_cluster", "topic", "tier", "stalled", "lag", "watermark", "reporters"])
+    for status, missing, duplicated in (("over", 0, 2), ("incomplete", 3, 0)):
+        completeness = pd.DataFrame([judged(status, missing, duplicated)])
+        [alert] = window_alerts(completeness, tier_status, pd.DataFrame(), now=NOW, lag_minutes=30)
+        assert alert.kind == ("over" if status == "over" else "loss"), alert
+        assert "content differs though the counts balance in partition 1" in alert.cause, alert.cause

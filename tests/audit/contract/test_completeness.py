@@ -170,6 +170,68 @@ CASES = [
         0,
         1,
     ),
+    # Content is judged per partition: a partition whose counts balance and whose digests differ is a mismatch
+    # whatever the other partitions' counts; the worse status stays and names it (NAMED).
+    (
+        "duplicates in one partition do not hide changed content in another: over, the other named",
+        20,
+        22,
+        {"exp_parts": {0: 10, 1: 10}, "obs_parts": {0: 12, 1: 10}, "exp_digests": D, "obs_digests": {0: 1, 1: 2}},
+        "over",
+        0,
+        2,
+    ),
+    (
+        "a loss in one partition does not hide changed content in another: incomplete, the other named",
+        20,
+        17,
+        {"exp_parts": {0: 10, 1: 10}, "obs_parts": {0: 10, 1: 7}, "exp_digests": D, "obs_digests": {0: 1, 1: 2}},
+        "incomplete",
+        3,
+        0,
+    ),
+    (
+        "a loss within the threshold beside changed content in another partition: mismatch",
+        20,
+        19,
+        {
+            "threshold": 90.0,
+            "exp_parts": {0: 10, 1: 10},
+            "obs_parts": {0: 10, 1: 9},
+            "exp_digests": D,
+            "obs_digests": {0: 1, 1: 2},
+        },
+        "mismatch",
+        1,
+        0,
+    ),  # fmt: skip
+    (
+        "the digests of a partition whose counts differ are no mismatch",
+        20,
+        21,
+        {"exp_parts": {0: 10, 1: 10}, "obs_parts": {0: 11, 1: 10}, "exp_digests": D, "obs_digests": {0: 1, 1: D[1]}},
+        "over",
+        0,
+        1,
+    ),
+    (
+        "without partition counts differing digests beside duplicates say nothing more",
+        20,
+        21,
+        {"exp_digests": D, "obs_digests": {0: 1, 1: 2}},
+        "over",
+        0,
+        1,
+    ),
+    (
+        "without partition counts but balanced totals differing digests are a mismatch",
+        20,
+        20,
+        {"exp_digests": D, "obs_digests": {0: 1, 1: D[1]}},
+        "mismatch",
+        0,
+        0,
+    ),
     (
         "a tier behind its window whose content differs is lagging, not a mismatch yet",
         20,
@@ -204,6 +266,20 @@ CASES = [
 ]
 
 
+# The partitions each case names in `mismatched_partitions`; every other case names none (null).
+NAMED = {
+    "counts balance, content differs in a partition: mismatch": [0, 1],
+    "a loss hidden by a duplicate in the same partition: mismatch": [0],
+    "a digest of a partition only one side has counts as differing from the digest of nothing": [1],
+    "a loss with differing digests is judged by the counts": [1],  # partition 1 balances: its content differs
+    "duplicates with differing digests are judged by the counts": [1],
+    "duplicates in one partition do not hide changed content in another: over, the other named": [1],
+    "a loss in one partition does not hide changed content in another: incomplete, the other named": [0],
+    "a loss within the threshold beside changed content in another partition: mismatch": [0],
+    "without partition counts but balanced totals differing digests are a mismatch": [0],
+}
+
+
 @pytest.mark.parametrize(
     "why, expected, observed, kwargs, status, missing, duplicated", CASES, ids=[c[0] for c in CASES]
 )
@@ -212,7 +288,12 @@ def test_status_rules(why, expected, observed, kwargs, status, missing, duplicat
     assert (result["status"], result["missing"], result["duplicated"]) == (status, missing, duplicated), why
 
 
-def test_a_mismatch_names_its_partitions_and_no_other_status_names_any():
+@pytest.mark.parametrize("why, expected, observed, kwargs", [c[:4] for c in CASES], ids=[c[0] for c in CASES])
+def test_each_case_names_the_partitions_whose_content_differs(why, expected, observed, kwargs):
+    assert row(expected, observed, **kwargs)["mismatched_partitions"] == NAMED.get(why), why
+
+
+def test_a_mismatch_names_its_partitions_and_a_window_not_final_names_none():
     parts = {0: 10, 1: 10, 2: 10}
     digests = {0: 1, 1: 2, 2: 3}
     mismatch = row(30, 30, exp_parts=parts, obs_parts=parts, exp_digests=digests, obs_digests={0: 1, 1: 5, 2: 0})
@@ -266,3 +347,33 @@ def test_a_window_that_is_not_final_is_never_a_loss(expected, observed, watermar
         assert result["final"] and result["missing"] == expected - observed > 0
     if expected == observed:
         assert result["status"] == "complete"
+
+
+counts_and_digests = st.dictionaries(st.integers(0, 3), st.tuples(st.integers(0, 3), st.integers(-2, 2)), max_size=4)
+
+
+@given(counts_and_digests, counts_and_digests, st.sampled_from([None, 0.0, 90.0]))
+def test_content_is_judged_per_partition_whatever_the_other_partitions_counts(reference, tier, threshold):
+    """A final row names exactly the partitions whose counts balance and whose digests differ; naming any, it is
+    never complete, and it is a mismatch unless a loss below the threshold or duplicates make it worse."""
+    exp_parts, exp_digests = {p: n for p, (n, _) in reference.items()}, {p: d for p, (_, d) in reference.items()}
+    obs_parts, obs_digests = {p: n for p, (n, _) in tier.items()}, {p: d for p, (_, d) in tier.items()}
+    expected, observed = sum(exp_parts.values()), sum(obs_parts.values())
+    result = row(
+        expected,
+        observed,
+        threshold=threshold,
+        exp_parts=exp_parts,
+        obs_parts=obs_parts,
+        exp_digests=exp_digests,
+        obs_digests=obs_digests,
+    )
+    partitions = sorted(set(exp_parts) | set(obs_parts))
+    differing = [
+        p
+        for p in partitions
+        if exp_parts.get(p, 0) == obs_parts.get(p, 0) and exp_digests.get(p, 0) != obs_digests.get(p, 0)
+    ]
+    assert result["mismatched_partitions"] == (differing or None)
+    if differing and result["status"] != "incomplete":
+        assert result["status"] == ("over" if result["duplicated"] else "mismatch")

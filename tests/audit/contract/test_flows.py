@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 
+import pandas as pd
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -28,11 +29,55 @@ def test_a_topic_counted_at_its_origin_is_expected_at_every_hop_after_it():
     assert expected_tiers(counted, HUB, PREFIX) == {("dc1", "orders", "aggregate"), ("dc1", "orders", "lake")}
 
 
-def test_the_producer_tier_stands_for_the_origin_cluster_when_its_counter_is_missing():
+def test_a_topic_only_the_producer_counted_is_expected_at_its_origin_and_every_hop_after_it():
     assert expected_tiers({("dc2", "pay", "producer")}, HUB, PREFIX) == {
+        ("dc2", "pay", "dc2"),  # the flow's source: its counter never reported
         ("dc2", "pay", "aggregate"),
         ("dc2", "pay", "lake"),
     }
+
+
+def test_the_origin_is_expected_only_where_a_flow_carrying_the_topic_leaves_it():
+    produced = {("dc1", "orders", "producer"), ("dc1", "clicks", "producer")}
+    flows = (flow("dc1", "aggregate", "^orders$"),)
+    assert expected_tiers(produced, flows, PREFIX) == {("dc1", "orders", "dc1"), ("dc1", "orders", "aggregate")}
+    assert expected_tiers(produced, (flow("aggregate", "lake"),), PREFIX) == set()  # no flow leaves dc1
+    counted = produced | {("dc1", "orders", "dc1")}
+    assert ("dc1", "orders", "dc1") not in expected_tiers(counted, flows, PREFIX)  # its counter counted it
+
+
+def test_a_counter_that_never_started_at_a_flows_source_lags_there_with_its_cause(tmp_path):
+    from audit.contract.completeness import classify
+    from audit.io.lake import Lake
+
+    rules = JudgeRules(("producer", "dc1", "aggregate"), "producer", 10, 300.0, flows=HUB[:1], naming=PREFIX)
+    found = paths.tier_paths(Lake.of(tmp_path / "lake"), rules, counted={("dc1", "orders", "producer")})
+    assert found is not None and ("dc1", "orders", "dc1") in found.silent, found
+    [at_origin] = [row for row in found.rows if row[2] == "dc1"]
+    assert at_origin[4:6] == ("producer", None), at_origin  # judged against the producer, no watermark
+    window_end = 1_700_000_600_000
+    judged = classify(
+        pd.DataFrame(
+            [
+                {
+                    "expected": 600,
+                    "observed": 0,
+                    "expected_by_partition": None,
+                    "observed_by_partition": None,
+                    "window_end_ms": window_end,
+                    "tier_watermark_ms": float("nan") if at_origin[5] is None else at_origin[5],
+                    "threshold_pct": at_origin[6],
+                }
+            ]
+        ),
+        now_ms=window_end + 3_600_000,
+        grace_ms=300_000,
+    )
+    assert judged["status"].tolist() == ["lagging"]
+    assert silent_cause("dc1", "dc1.orders") == (
+        "the counter of dc1 never reported dc1.orders: is kaudit count --cluster dc1 running, does its topic "
+        "selection include it?"
+    )
 
 
 def test_a_tier_that_counted_is_not_expected_and_the_hop_after_it_still_is():
@@ -106,6 +151,9 @@ def test_expected_tiers_are_new_and_each_reached_by_a_flow_from_a_tier_that_hold
     assert not expected & counted
     holding = {(o, t, o if tier == "producer" else tier) for o, t, tier in counted} | expected
     for origin, topic, tier in expected:
-        assert any((origin, topic, f.source) in holding and f.target == tier for f in flows)
+        reached = any((origin, topic, f.source) in holding and f.target == tier for f in flows)
+        # or the origin of a topic the producer counted, which a flow leaves: its own counter is expected
+        source = tier == origin and (origin, topic, "producer") in counted and any(f.source == tier for f in flows)
+        assert reached or source, (origin, topic, tier)
     # adding what is expected as counted expects nothing more: the closure is complete
     assert expected_tiers(counted | expected, flows, PREFIX) == set()

@@ -136,6 +136,22 @@ def test_a_digest_is_carried_and_one_that_does_not_fit_by_partition_is_rejected_
     assert pd.isna(out["reason"].iloc[5]) and pd.isna(out["digest_by_partition_json"].iloc[5])
 
 
+def test_aborted_and_unknown_are_carried_and_a_wrong_type_is_rejected_naming_it():
+    out = check(
+        good(aborted=600, unknown=True),
+        good(),
+        patched(aborted=-1),
+        patched(aborted="600"),
+        patched(aborted=True),
+        patched(unknown=1),
+        patched(unknown="true"),
+    )
+    assert pd.isna(out["reason"].iloc[0]) and (out["aborted"].iloc[0], out["unknown"].iloc[0]) == (600, True)
+    assert pd.isna(out["reason"].iloc[1]) and (out["aborted"].iloc[1], out["unknown"].iloc[1]) == (0, False)
+    for name, reason in zip(["aborted"] * 3 + ["unknown"] * 2, out["reason"].iloc[2:], strict=True):
+        assert reason.startswith(f"{name}: "), reason
+
+
 def test_a_status_whose_lags_sum_past_int64_is_rejected_not_a_crash():
     partitions = [PartitionStatus(p, 0, 2**63 - 1, 2**63 - 1) for p in (0, 1)]
     value = encode(status_record(record_id="m-1:9", tier="dc1", cluster="dc1", topic="orders", partitions=partitions))

@@ -91,6 +91,18 @@ VALID = [
         latency_ms={"p50": 1.5, "p95": 2.0, "p99": 30.25, "max": 1000.0},
     ),
     good(record_id="d-1:5", count=0, by_partition={}, digest_by_partition={}),
+    # transactions: aborted apart, counts the writer cannot vouch for
+    good(
+        record_id="t-1:1", tier="producer", cluster="dc1", topic="orders", count=3_900, by_partition=None, aborted=600
+    ),
+    good(record_id="t-1:2", tier="producer", cluster="dc1", topic="orders", unknown=True),
+    good(record_id="t-1:3", aborted=1, unknown=True, digest_by_partition={0: 1, 1: 2}),
+    good(
+        record_id="t-1:4",
+        aborted=10**15,
+        unknown=True,
+        latency_ms={"p50": 1.5, "p95": 2.0, "p99": 30.25, "max": 1000.0},
+    ),
 ]
 
 HOSTILE = [
@@ -184,6 +196,22 @@ HOSTILE = [
         b'"digest_by_partition":{"0":1,"1":2}', b'"digest_by_partition":{"0":1,"0":2}'
     ),
     status_patched(digest_by_partition={"0": 1}),
+    # aborted and unknown: wrong types and ranges are rejects; a 0 or a false is valid but not as encode writes
+    canonical_patched(aborted=-1),
+    canonical_patched(aborted=10**15 + 1),
+    canonical_patched(aborted=2**63),
+    canonical_patched(aborted="600"),
+    canonical_patched(aborted=600.0),
+    canonical_patched(aborted=True),
+    canonical_patched(aborted=None),
+    canonical_patched(aborted=0),
+    canonical_patched(unknown=1),
+    canonical_patched(unknown="true"),
+    canonical_patched(unknown=None),
+    canonical_patched(unknown=False),
+    canonical_patched(unknown=[True]),
+    good(unknown=True).replace(b'"unknown":true', b'"unknown":true,"unknown":false'),
+    status_patched(aborted=5, unknown=True),
 ]
 
 TRICKY_VALUES = [None, "NaN", "", "x", -1, 0, 1, 2**31, 2**63, 1.5, True, [], {}, [None], {"0": 1}]
@@ -298,6 +326,14 @@ def test_the_canonical_keys_are_the_ones_encode_writes_in_its_order():
     )
     assert tuple(count) == tuple(sorted((*COUNT_KEYS, *COUNT_OPTIONAL)))
     assert tuple(json.loads(good(by_partition=None))) == COUNT_KEYS
+    flagged = tuple(json.loads(good(by_partition=None, aborted=1, unknown=True)))
+    assert flagged == (
+        "aborted",
+        *COUNT_KEYS[: COUNT_KEYS.index("window_minutes")],
+        "unknown",
+        "window_minutes",
+        "window_start",
+    )
     assert tuple(json.loads(status())) == STATUS_KEYS
     gaps = json.loads(status(retention_gaps=[RetentionGap(0, 1, 2)]))
     assert tuple(gaps) == tuple(sorted((*STATUS_KEYS, *STATUS_OPTIONAL)))

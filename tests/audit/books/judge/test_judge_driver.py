@@ -31,13 +31,15 @@ FIRST = datetime(2026, 11, 23, 22, 0)  # windows cross midnight: two dates
 TIERS = ("producer", "dc1", "aggregate", "lake")
 COUNTS_DDL = (
     "origin_cluster STRING, topic STRING, window_start TIMESTAMP, tier STRING, count BIGINT, "
-    "by_partition MAP<INT, BIGINT>, digest_by_partition MAP<INT, BIGINT>, latency_p99_ms DOUBLE, window_minutes INT"
+    "by_partition MAP<INT, BIGINT>, digest_by_partition MAP<INT, BIGINT>, latency_p99_ms DOUBLE, window_minutes INT, "
+    "unknown BOOLEAN"
 )
 
 
 def scenario(seed: int = 5):
-    """(windows, path rows, count rows, now_ms) of 6 topics x 18 windows on a four-tier path."""
-    rng = random.Random(seed)
+    """(windows, path rows, count rows, now_ms) of 6 topics x 18 windows on a four-tier path; some windows'
+    counts unknown, the producer's most often (then judged against dc1)."""
+    rng, unknown = random.Random(seed), random.Random(seed + 1)
     windows = [("dc1", f"t{t}", FIRST + timedelta(minutes=10 * w)) for t in range(6) for w in range(18)]
     due = int(FIRST.replace(tzinfo=UTC).timestamp() * 1000) + 9 * 600_000 + GRACE_MS
     paths = [
@@ -64,7 +66,8 @@ def scenario(seed: int = 5):
             count = sum(parts.values()) if parts is not None else rng.choice([0, 7, 1000])
             minutes = rng.choice([10, 10, 10, 60])
             latency = rng.choice([None, 12.5, 3000.0])
-            counts.append((origin, topic, start, tier, count, parts, digests_of(parts, rng), latency, minutes))
+            flag = unknown.random() < (0.2 if tier == "producer" else 0.04)
+            counts.append((origin, topic, start, tier, count, parts, digests_of(parts, rng), latency, minutes, flag))
     return windows, paths, counts, due + rng.choice([-1, 0, 1])
 
 
@@ -98,7 +101,8 @@ def test_the_driver_judges_every_window_and_tier_as_spark_does(spark):
     assert len(driver_rows) == len(windows) * len(TIERS)
     assert driver_rows == spark_rows
     statuses = {row["status"] for row in driver_rows}
-    assert {"complete", "incomplete", "over", "mismatch", "lagging"} <= statuses  # every rule but pending
+    assert {"complete", "incomplete", "over", "mismatch", "lagging", "unknown"} <= statuses  # every rule but pending
+    assert {row["reference_tier"] for row in driver_rows if row["tier"] != "producer"} == {"producer", "dc1"}
     assert {row["window_minutes"] for row in driver_rows} == {10, 60}
 
 
@@ -109,13 +113,15 @@ def sorted_rows(rows: list[dict]) -> list[dict]:
 RECORDS_DDL = (
     "origin_cluster STRING, topic STRING, window_start TIMESTAMP, date DATE, tier STRING, logical_topic STRING, "
     "window_minutes INT, count BIGINT, bytes BIGINT, send_failed BIGINT, no_timestamp BIGINT, "
-    "by_partition MAP<INT, BIGINT>, digest_by_partition MAP<INT, BIGINT>, latency_p99_ms DOUBLE, latency_max_ms DOUBLE"
+    "by_partition MAP<INT, BIGINT>, digest_by_partition MAP<INT, BIGINT>, latency_p99_ms DOUBLE, latency_max_ms DOUBLE, "
+    "aborted BIGINT, unknown BOOLEAN"
 )
 
 
 def count_records(seed: int = 7) -> list[tuple]:
-    """1-3 count records per (topic, window, tier): partition maps on all, some or none of them, nulls."""
-    rng = random.Random(seed)
+    """1-3 count records per (topic, window, tier): partition maps on all, some or none of them, nulls; aborted and
+    unknown set on some, null on others (records stored before they were read)."""
+    rng, flags = random.Random(seed), random.Random(seed + 1)
     rows = []
     for t in range(4):
         for w in range(8):
@@ -144,6 +150,8 @@ def count_records(seed: int = 7) -> list[tuple]:
                             digests_of(parts, rng),
                             rng.choice([None, 12.5, 3000.0]),
                             rng.choice([None, 40.0]),
+                            flags.choice([None, 0, 0, 600]),
+                            flags.choice([None, False, False, True]),
                         )
                     )
     return rows
@@ -171,6 +179,8 @@ def test_the_driver_sums_tier_counts_as_spark_does(spark):
     digests = [row["digest_by_partition"] for row in spark_rows]
     assert any(d is None for d in digests) and any(d is not None and len(d) > 1 for d in digests)
     assert all(d is None or b is not None for d, b in zip(digests, maps, strict=True))
+    assert {row["unknown"] for row in spark_rows} == {False, True}
+    assert 0 in {row["aborted"] for row in spark_rows} and any(row["aborted"] >= 1200 for row in spark_rows)
 
 
 STATUS_DDL = (
