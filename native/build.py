@@ -32,7 +32,7 @@ def contract_header() -> str:
     from audit.contract.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS, SCHEMA_VERSION
     from audit.contract.tally import latency_floor_values
     from audit.contract.windows import DEFAULT_WINDOW_MINUTES
-    from audit.io.plugin import DEFAULT_FLUSH_INTERVAL_MS
+    from audit.io.plugin import DEFAULT_FLUSH_INTERVAL_MS, DEFAULT_MAX_ENTRIES, MOST_MAX_ENTRIES
 
     floors, values = latency_floor_values()
     major, minor = RDKAFKA_TESTED_BEYOND
@@ -50,6 +50,8 @@ def contract_header() -> str:
             f"#define KAUDIT_SCHEMA_VERSION {SCHEMA_VERSION}",
             f"#define KAUDIT_DEFAULT_WINDOW_MINUTES {DEFAULT_WINDOW_MINUTES}",
             f"#define KAUDIT_DEFAULT_FLUSH_INTERVAL_MS {DEFAULT_FLUSH_INTERVAL_MS}",
+            f"#define KAUDIT_DEFAULT_MAX_ENTRIES {DEFAULT_MAX_ENTRIES}",
+            f"#define KAUDIT_MAX_MAX_ENTRIES {MOST_MAX_ENTRIES}",
             f"#define KAUDIT_DIGEST_SEED {DIGEST_SEED}ULL",
             f"#define KAUDIT_DIGEST_KEY_NULL {KEY_NULL}U",
             f"#define KAUDIT_DIGEST_VALUE_NULL {VALUE_NULL}U",

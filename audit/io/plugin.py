@@ -3,7 +3,9 @@ that loads it into a librdkafka client, and what a client can ask it.
 
 Any librdkafka client becomes an audited producer with two settings, `plugin.library.paths` (first) and
 `kaudit.cluster`; the plugin counts each message once the broker acknowledged it or it failed for good,
-and writes the producer tier's count records into the audit topic itself.
+and writes the producer tier's count records into the audit topic itself. A client with a `transactional.id`
+that does not tell the plugin of its transactions (`transaction`) gets count records marked `unknown`: an
+interceptor sees no commit and no abort.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import ctypes
 import json
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,10 @@ from audit.contract.errors import KafkaClientError
 
 PLUGIN_PATH = Path(__file__).resolve().parent / "kaudit_plugin.so"
 DEFAULT_FLUSH_INTERVAL_MS = 10_000
+# kaudit.tally.max.entries: the (topic, window) entries a producer holds while the audit topic takes no records; an
+# entry with latencies is about 7 KB, so this bounds an outage to some 70 MB whatever its length.
+DEFAULT_MAX_ENTRIES = 10_000
+MOST_MAX_ENTRIES = 1_000_000  # the largest bound either client accepts (Java's AuditSettings too)
 _library: ctypes.CDLL | None = None
 _library_lock = threading.Lock()
 
@@ -40,6 +47,8 @@ def plugin_config(
     host: str | None = None,
     instance_id: str | None = None,
     digest_exclude: Sequence[str] = (),
+    max_entries: int | None = None,
+    close_timeout_ms: int | None = None,
 ) -> dict[str, str]:
     """The librdkafka settings that load the plugin with these kaudit.* keys (those given), path first."""
     keys = {
@@ -51,6 +60,8 @@ def plugin_config(
         "kaudit.host": host,
         "kaudit.instance.id": instance_id,
         "kaudit.digest.exclude": digest_exclude_regex(digest_exclude),
+        "kaudit.tally.max.entries": max_entries,
+        "kaudit.close.timeout.ms": close_timeout_ms,
     }
     return {
         "plugin.library.paths": plugin_path(),
@@ -89,6 +100,8 @@ def library() -> ctypes.CDLL:
                     ctypes.POINTER(ctypes.c_longlong),
                     ctypes.POINTER(ctypes.c_longlong),
                 ]
+            loaded.kaudit_backlog.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_longlong), ctypes.c_int]
+            loaded.kaudit_transaction.argtypes = [ctypes.c_char_p, ctypes.c_int]
             loaded.kaudit_take_consumed.argtypes = [ctypes.c_char_p]
             loaded.kaudit_take_consumed.restype = ctypes.c_void_p
             loaded.kaudit_sample_record.argtypes = [
@@ -99,6 +112,8 @@ def library() -> ctypes.CDLL:
                 ctypes.POINTER(ctypes.c_longlong),
                 ctypes.c_int,
                 ctypes.c_longlong,
+                ctypes.c_longlong,
+                ctypes.c_int,
             ]
             loaded.kaudit_sample_record.restype = ctypes.c_void_p
             loaded.kaudit_free.argtypes = [ctypes.c_void_p]
@@ -134,6 +149,36 @@ def held(instance_id: str) -> tuple[int, int]:
     if library().kaudit_held(instance_id.encode(), ctypes.byref(entries), ctypes.byref(pending)) != 0:
         raise KafkaClientError(f"no client with kaudit.instance.id {instance_id!r} in this process")
     return entries.value, pending.value
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What a producer's plugin holds and lost (native/plugin/held.c)."""
+
+    entries: int  # (topic, window) entries of the tally, merged since the last records were made
+    transaction_entries: int  # entries of the open transaction the application told of
+    undelivered: int  # count records made and not yet taken by the audit topic
+    lost_windows: int  # (topic, window) entries dropped at kaudit.tally.max.entries: written as unknown
+    untold_transactional: bool  # a transactional.id and no word of its transactions: every count is unknown
+
+
+def backlog(instance_id: str) -> Backlog:
+    """What the producer client's plugin holds and lost since it started."""
+    values = (ctypes.c_longlong * 5)()
+    if library().kaudit_backlog(instance_id.encode(), values, 5) != 0:
+        raise KafkaClientError(f"no producer with kaudit.instance.id {instance_id!r} in this process")
+    entries, transaction_entries, undelivered, lost_windows, untold = values
+    return Backlog(entries, transaction_entries, undelivered, lost_windows, untold_transactional=bool(untold))
+
+
+TRANSACTION_EVENTS = {"begin": 0, "commit": 1, "abort": 2}
+
+
+def transaction(instance_id: str, event: str) -> None:
+    """Tell the producer client's plugin of its transaction: `begin` once begin_transaction returned, `commit`
+    once commit_transaction returned, `abort` once abort_transaction returned."""
+    if library().kaudit_transaction(instance_id.encode(), TRANSACTION_EVENTS[event]) != 0:
+        raise KafkaClientError(f"no producer with kaudit.instance.id {instance_id!r} in this process")
 
 
 def take_text(pointer: int | None) -> str | None:

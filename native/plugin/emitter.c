@@ -3,7 +3,8 @@
  * application destroys its client. They go out on a producer of the plugin's own (acks=all, idempotent) made
  * from the client's connection settings only, so the application's delivery reports, callbacks and
  * transactions never see them. A record whose delivery failed is sent again, with its record id, at the next
- * emission; the books drop the duplicates of an id. */
+ * emission; the books drop the duplicates of an id. No new records are made while the audit topic has not taken
+ * the ones made before: the counts stay merged in the tally meanwhile (held.c bounds it). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,8 +12,6 @@
 #include <time.h>
 
 #include "kaudit_plugin.h"
-
-#define MAX_PENDING 100000 /* records kept while the audit topic does not answer; beyond, new ones are dropped */
 
 /* The client's settings the emitter copies: where the cluster is and how to reach it securely. */
 static int is_connection_setting(const char *name) {
@@ -25,13 +24,13 @@ static int is_connection_setting(const char *name) {
     return 0;
 }
 
+static void pending_free(Pending *record) {
+    free(record->payload);
+    free(record->topic);
+    free(record);
+}
+
 static void keep_pending(Instance *instance, Pending *record) {
-    if (instance->n_pending >= MAX_PENDING) {
-        instance->dropped++;
-        free(record->payload);
-        free(record);
-        return;
-    }
     record->next = instance->pending;
     instance->pending = record;
     instance->n_pending++;
@@ -42,15 +41,21 @@ static void on_delivery(rd_kafka_t *emitter, const rd_kafka_message_t *message, 
     Instance *instance = opaque;
     Pending *record = message->_private;
     if (!message->err) {
-        free(record->payload);
-        free(record);
+        pending_free(record);
         return;
     }
-    char line[300];
-    snprintf(line, sizeof line, "an audit record was not delivered, sent again at the next emission: %s",
-             rdk.err2str(message->err));
-    plugin_log("warning", instance, line);
+    if (!instance->stopping) {
+        char line[300];
+        snprintf(line, sizeof line, "an audit record was not delivered, sent again at the next emission: %s",
+                 rdk.err2str(message->err));
+        plugin_log("warning", instance, line);
+    }
     keep_pending(instance, record);
+}
+
+/* Records made and not yet taken by the audit topic: pending, or in the emitter. Under emit_lock. */
+static long long undelivered(Instance *instance) {
+    return instance->n_pending + (instance->emitter != NULL ? rdk.outq_len(instance->emitter) : 0);
 }
 
 /* The value of `name` in `pairs` (a conf dump), or NULL. */
@@ -105,26 +110,50 @@ static void send_pending(Instance *instance) {
     instance->pending = kept;
 }
 
-/* The counts since the last emission, as pending records, then sent. Under emit_lock. */
-static void emit_counts(Instance *instance) {
-    pthread_mutex_lock(&instance->lock);
-    Tally taken = tally_take(&instance->tally);
-    pthread_mutex_unlock(&instance->lock);
-    int64_t now = now_ms();
-    for (size_t i = 0; i < taken.n_slots; i++) {
-        for (Entry *entry = taken.slots[i]; entry != NULL; entry = entry->next_in_slot) {
-            Pending *record = calloc(1, sizeof *record);
-            if (record != NULL)
-                record->payload = entry_record(entry, &instance->settings, ++instance->sequence, now, &record->length);
-            if (record == NULL || record->payload == NULL) {
-                free(record);
-                plugin_log("error", instance, "out of memory: a count record was lost");
-                continue;
-            }
-            keep_pending(instance, record);
-        }
+typedef struct {
+    Instance *instance;
+    int64_t now;
+} Making;
+
+static void make_record(Entry *entry, void *context) {
+    Making *making = context;
+    Instance *instance = making->instance;
+    Pending *record = calloc(1, sizeof *record);
+    if (record != NULL) {
+        record->payload = entry_record(entry, &instance->settings, ++instance->sequence, making->now, &record->length);
+        record->topic = strdup(entry->topic);
+        record->window_start = entry->window_start;
     }
+    if (record == NULL || record->payload == NULL || record->topic == NULL) {
+        if (record != NULL) pending_free(record);
+        plugin_log("error", instance, "out of memory: a count record was lost");
+        return;
+    }
+    keep_pending(instance, record);
+}
+
+/* The tally, the windows it dropped (as unknown) and, when `final`, the open transaction, as pending records. */
+static void make_records(Instance *instance, int final) {
+    pthread_mutex_lock(&instance->lock);
+    if (final) settle_open_transaction(instance);
+    Tally taken = tally_take(&instance->tally);
+    Lost lost = instance->lost;
+    instance->lost = (Lost){0};
+    pthread_mutex_unlock(&instance->lock);
+    lost_into(&lost, &taken, instance->settings.window_ms);
+    Making making = {instance, now_ms()};
+    tally_each(&taken, make_record, &making);
     tally_free(&taken);
+}
+
+/* Sends the pending records again, and makes the tally's only once the audit topic took every record made before
+ * (or when `final`): meanwhile the tally merges the counts, so an outage holds the windows open, not one record
+ * per window and interval. Under emit_lock. */
+static void emit_counts(Instance *instance, int final) {
+    if (instance->emitter != NULL) rdk.poll(instance->emitter, 0); /* the delivery reports so far */
+    send_pending(instance);
+    if (!final && undelivered(instance) > 0) return;
+    make_records(instance, final);
     send_pending(instance);
 }
 
@@ -141,10 +170,12 @@ static void *emitter_loop(void *argument) {
         int64_t wake_ns = until.tv_nsec + (instance->settings.flush_interval_ms % 1000) * 1000000;
         until.tv_sec += instance->settings.flush_interval_ms / 1000 + wake_ns / 1000000000;
         until.tv_nsec = wake_ns % 1000000000;
-        while (!instance->stopping && pthread_cond_timedwait(&instance->wake, &instance->emit_lock, &until) != ETIMEDOUT) {
+        while (!instance->stopping && !__atomic_load_n(&instance->early, __ATOMIC_RELAXED) &&
+               pthread_cond_timedwait(&instance->wake, &instance->emit_lock, &until) != ETIMEDOUT) {
         }
         if (instance->stopping) break;
-        emit_counts(instance);
+        __atomic_store_n(&instance->early, 0, __ATOMIC_RELAXED);
+        emit_counts(instance, 0);
         if (instance->emitter != NULL) rdk.poll(instance->emitter, 0);
     }
     pthread_mutex_unlock(&instance->emit_lock);
@@ -158,13 +189,66 @@ int emitter_start(Instance *instance, const rd_kafka_conf_t *client_conf) {
     return 0;
 }
 
+static int remaining_ms(int64_t deadline) {
+    int64_t left = deadline - now_ms();
+    return left > 0 ? (int)left : 0;
+}
+
 long long emit_now(Instance *instance, int timeout_ms) {
     pthread_mutex_lock(&instance->emit_lock);
-    if (!instance->closed) emit_counts(instance);
-    if (instance->emitter != NULL) rdk.flush(instance->emitter, timeout_ms);
-    long long left = instance->n_pending + (instance->emitter != NULL ? rdk.outq_len(instance->emitter) : 0);
+    int64_t deadline = now_ms() + timeout_ms;
+    /* A second round when the first found records of an earlier emission in flight and saw them taken. */
+    for (int round = 0; round < 2 && !instance->closed; round++) {
+        emit_counts(instance, 0);
+        if (instance->emitter != NULL) rdk.flush(instance->emitter, remaining_ms(deadline));
+        if (undelivered(instance) > 0) break;
+    }
+    long long left = undelivered(instance);
     pthread_mutex_unlock(&instance->emit_lock);
     return left;
+}
+
+/* The records the audit topic did not take before the client was destroyed: lost, and said so. */
+static void log_lost_records(Instance *instance) {
+    long long n = 0;
+    for (Pending *record = instance->pending; record != NULL; record = record->next, n++) {
+        if (n >= 100) continue;
+        time_t seconds = (time_t)(record->window_start / 1000);
+        struct tm moment;
+        char window[40], line[400];
+        gmtime_r(&seconds, &moment);
+        strftime(window, sizeof window, "%Y-%m-%dT%H:%M:%SZ", &moment);
+        snprintf(line, sizeof line, "the audit topic did not take the count record of topic %.200s, window %s, "
+                 "before the client ended (kaudit.close.timeout.ms): it is lost", record->topic, window);
+        plugin_log("error", instance, line);
+    }
+    if (n > 100) {
+        char line[200];
+        snprintf(line, sizeof line, "and %lld more count records lost when the client ended", n - 100);
+        plugin_log("error", instance, line);
+    }
+}
+
+/* The last emission: the tally and the open transaction made into records whatever is undelivered, up to
+ * timeout_ms for the audit topic to take them, and what it did not take named in the log. Under emit_lock. */
+static void emit_last(Instance *instance, int timeout_ms) {
+    emit_counts(instance, 1);
+    if (instance->emitter != NULL) {
+        rdk.flush(instance->emitter, timeout_ms);
+        /* What it still holds comes back through on_delivery, to be named in the log. */
+        rdk.purge(instance->emitter, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rdk.poll(instance->emitter, 0);
+    }
+    log_lost_records(instance);
+    instance->closed = 1;
+}
+
+void emit_at_exit(Instance *instance, int timeout_ms) {
+    pthread_mutex_lock(&instance->emit_lock);
+    instance->stopping = 1; /* the emitter's thread ends at its next wake; the exit ends the rest */
+    pthread_cond_signal(&instance->wake);
+    if (!instance->closed) emit_last(instance, timeout_ms);
+    pthread_mutex_unlock(&instance->emit_lock);
 }
 
 void emitter_stop(Instance *instance) {
@@ -176,24 +260,16 @@ void emitter_stop(Instance *instance) {
     pthread_mutex_unlock(&instance->emit_lock);
     if (started) pthread_join(instance->thread, NULL);
     pthread_mutex_lock(&instance->emit_lock);
-    if (!instance->closed) {
-        emit_counts(instance);
-        if (instance->emitter != NULL) {
-            rdk.flush(instance->emitter, (int)instance->settings.close_timeout_ms);
-            long long left = instance->n_pending + rdk.outq_len(instance->emitter);
-            if (left) plugin_log("error", instance, "audit records not delivered when the client was destroyed");
-            rdk.destroy(instance->emitter);
-            instance->emitter = NULL;
-        }
-        instance->closed = 1;
-    }
+    if (!instance->closed) emit_last(instance, (int)instance->settings.close_timeout_ms);
+    if (instance->emitter != NULL) rdk.destroy(instance->emitter);
+    instance->emitter = NULL;
     if (instance->emitter_conf != NULL) rdk.conf_destroy(instance->emitter_conf);
     instance->emitter_conf = NULL;
     for (Pending *record = instance->pending, *next; record != NULL; record = next) {
         next = record->next;
-        free(record->payload);
-        free(record);
+        pending_free(record);
     }
     instance->pending = NULL;
+    instance->n_pending = 0;
     pthread_mutex_unlock(&instance->emit_lock);
 }

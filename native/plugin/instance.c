@@ -48,6 +48,15 @@ int digest_is_on(Instance *instance, const char *topic) {
     return !instance->has_digest_exclude || regexec(&instance->digest_exclude, topic, 0, NULL, 0) == REG_NOMATCH;
 }
 
+/* The entry a message's acknowledgement counts in: the open transaction's while the application told of one; else
+ * the tally's, which cannot vouch for a transactional client's messages outside a transaction it was told of. */
+static Entry *entry_for(Instance *instance, const char *topic, int64_t window_start, int failed) {
+    if (!failed && instance->in_transaction) return tally_entry(&instance->transaction, topic, window_start);
+    Entry *entry = held_entry(instance, topic, window_start);
+    if (entry != NULL && instance->transactional && (!failed || !instance->told)) entry->unknown = 1;
+    return entry;
+}
+
 static rd_kafka_resp_err_t on_acknowledgement(rd_kafka_t *rk, rd_kafka_message_t *message, void *ic_opaque) {
     Instance *instance = ic_opaque;
     const char *topic = rdk.topic_name(message->rkt);
@@ -55,7 +64,7 @@ static rd_kafka_resp_err_t on_acknowledgement(rd_kafka_t *rk, rd_kafka_message_t
     int64_t now = now_ms();
     AuditTime when = message_audit_time(message, now);
     pthread_mutex_lock(&instance->lock);
-    Entry *entry = tally_entry(&instance->tally, topic, window_start_ms(when.time_ms, instance->settings.window_ms));
+    Entry *entry = entry_for(instance, topic, window_start_ms(when.time_ms, instance->settings.window_ms), message->err != 0);
     if (entry != NULL && message->err) {
         entry->send_failed++;
         instance->failed_total++;
@@ -96,6 +105,17 @@ static void make_instance_id(Settings *settings) {
              random[0], random[1], random[2], random[3], random[4], random[5]);
 }
 
+/* Whether the client's configuration has a transactional.id. */
+static int is_transactional(const rd_kafka_conf_t *conf) {
+    size_t n = 0;
+    const char **pairs = rdk.conf_dump((rd_kafka_conf_t *)conf, &n);
+    int found = 0;
+    for (size_t i = 0; i + 1 < n; i += 2)
+        if (strcmp(pairs[i], "transactional.id") == 0 && pairs[i + 1][0]) found = 1;
+    rdk.conf_dump_free(pairs, n);
+    return found;
+}
+
 static rd_kafka_resp_err_t add_interceptors(rd_kafka_t *rk, Instance *instance) {
     rd_kafka_resp_err_t err = rdk.interceptor_add_on_destroy(rk, PLUGIN_NAME, on_destroy, instance);
     if (!err && instance->is_producer)
@@ -119,6 +139,7 @@ rd_kafka_resp_err_t instance_start(rd_kafka_t *rk, const rd_kafka_conf_t *conf, 
     instance->settings = *settings;
     instance->rk = rk;
     instance->is_producer = is_producer;
+    instance->transactional = is_producer && is_transactional(conf);
     /* settings.c compiled it once already: it compiles here too. */
     instance->has_digest_exclude =
         settings->digest_exclude[0] && regcomp(&instance->digest_exclude, settings->digest_exclude, REG_EXTENDED | REG_NOSUB) == 0;
@@ -133,6 +154,7 @@ rd_kafka_resp_err_t instance_start(rd_kafka_t *rk, const rd_kafka_conf_t *conf, 
         snprintf(errstr, errstr_size, "kaudit plugin: starting on %s failed: %s", rdk.name(rk), rdk.err2str(err));
         return err;
     }
+    instances_exit_once();
     pthread_mutex_lock(&registry_lock);
     instance->next_registered = registered;
     registered = instance;
@@ -140,10 +162,34 @@ rd_kafka_resp_err_t instance_start(rd_kafka_t *rk, const rd_kafka_conf_t *conf, 
     return 0;
 }
 
+/* The process exits with clients its application never destroyed: each emits its last counts, all within the
+ * longest kaudit.close.timeout.ms. The clients are left to the exit, not destroyed: librdkafka clients destroyed
+ * while a process ends are what crashes monitoring interceptors (librdkafka#2611). */
+static void emit_all_at_exit(void) {
+    pthread_mutex_lock(&registry_lock);
+    int64_t deadline = now_ms();
+    for (Instance *instance = registered; instance != NULL; instance = instance->next_registered)
+        if (instance->is_producer && now_ms() + instance->settings.close_timeout_ms > deadline)
+            deadline = now_ms() + instance->settings.close_timeout_ms;
+    for (Instance *instance = registered; instance != NULL; instance = instance->next_registered) {
+        int64_t left = deadline - now_ms();
+        if (instance->is_producer) emit_at_exit(instance, left > 0 ? (int)left : 0);
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+static void register_exit(void) { atexit(emit_all_at_exit); }
+
+void instances_exit_once(void) { pthread_once(&exit_once, register_exit); }
+
 void instance_free(Instance *instance) {
     unregister(instance);
     if (instance->is_producer) emitter_stop(instance);
     tally_free(&instance->tally);
+    tally_free(&instance->transaction);
+    lost_free(&instance->lost);
     consume_free(instance);
     if (instance->has_digest_exclude) regfree(&instance->digest_exclude);
     pthread_mutex_destroy(&instance->lock);

@@ -11,8 +11,8 @@
  *
  * The parts: settings.c (the kaudit.* keys, the conf interceptors), instance.c (one per rd_kafka_t: the
  * interceptors that count, the registry the exported functions look in), tally.c (counts per topic and
- * window), emitter.c (count records into the audit topic, on a producer of the plugin's own), consume.c (the
- * counter's per-batch groups). Compiled with -fvisibility=hidden: only conf_init and the kaudit_* functions
+ * window), held.c (the tally's bound, the windows it dropped, the application's transactions), emitter.c (count
+ * records into the audit topic, on a producer of the plugin's own), consume.c (the counter's per-batch groups). Compiled with -fvisibility=hidden: only conf_init and the kaudit_* functions
  * of kaudit_api.c are exported. */
 #ifndef KAUDIT_PLUGIN_H
 #define KAUDIT_PLUGIN_H
@@ -32,7 +32,8 @@
 
 #define RDK_FUNCTIONS(X)                                                                                        \
     X(version) X(version_str) X(err2str) X(type) X(name) X(conf_new) X(conf_set) X(conf_destroy) X(conf_dump)  \
-    X(conf_dump_free) X(conf_set_dr_msg_cb) X(conf_set_opaque) X(new) X(destroy) X(poll) X(flush) X(producev) X(outq_len)         \
+    X(conf_dump_free) X(conf_set_dr_msg_cb) X(conf_set_opaque) X(new) X(destroy) X(poll) X(flush) X(purge)      \
+    X(producev) X(outq_len)                                                                                     \
     X(topic_name) X(message_timestamp) X(message_headers) X(header_get_last)                                    \
     X(conf_interceptor_add_on_new) X(conf_interceptor_add_on_conf_set) X(conf_interceptor_add_on_conf_dup)      \
     X(conf_interceptor_add_on_conf_destroy) X(interceptor_add_on_acknowledgement)                              \
@@ -53,6 +54,7 @@ int rdk_ready(char *problem, size_t problem_size);
 typedef struct {
     char cluster[65], audit_topic[250], service[128], host[256], instance_id[160];
     int64_t window_ms, flush_interval_ms, close_timeout_ms;
+    int64_t max_entries; /* kaudit.tally.max.entries: the (topic, window) entries the tally holds at most */
     char digest_exclude[2048]; /* a POSIX extended regex: topics counted without a content digest; "" for none */
     struct Instance *instance; /* made by on_new for the client of this conf; freed with the conf */
 } Settings;
@@ -69,6 +71,8 @@ typedef struct Entry {
     uint64_t hash;
     int64_t window_start;
     long long count, bytes, send_failed, no_timestamp, zero_latency;
+    long long aborted; /* acknowledged in transactions the application aborted: in no other count */
+    int unknown;       /* counts this instance cannot vouch for: the record says `unknown: true` */
     long long *partitions;
     int64_t *digests; /* per partition, beside `partitions` */
     int32_t n_partitions;
@@ -84,6 +88,14 @@ typedef struct {
 } Tally;
 
 Entry *tally_entry(Tally *tally, const char *topic, int64_t window_start); /* NULL when out of memory */
+Entry *tally_find(Tally *tally, const char *topic, int64_t window_start);  /* NULL when it holds none */
+void tally_each(const Tally *tally, void (*visit)(Entry *entry, void *context), void *context);
+int64_t tally_oldest(const Tally *tally); /* the oldest window start it holds; it holds at least one entry */
+/* Frees the entries of the window `window_start`, each first handed to `dropped`. */
+void tally_drop_window(Tally *tally, int64_t window_start, void (*dropped)(const Entry *entry, void *context),
+                       void *context);
+/* `from`'s counts added to `into`'s, as if each of its messages had been counted there. */
+void entry_merge(Entry *into, const Entry *from);
 /* One message counted; `hash` is its content hash (digest.h), ignored when the entry's digest is off. */
 void entry_delivered(Entry *entry, int32_t partition, long long size, int64_t latency_ms, int usable, int64_t hash);
 Tally tally_take(Tally *tally); /* hands the entries over; `tally` starts empty */
@@ -92,12 +104,42 @@ void tally_free(Tally *tally);
 char *entry_record(const Entry *entry, const Settings *settings, long long sequence, int64_t emitted_at_ms,
                    size_t *length);
 
+/* ---- held.c: the tally's bound, the windows it dropped, the application's transactions ------------- */
+
+#define LOST_RANGES 16 /* per topic; past it the two closest ranges become one */
+
+typedef struct LostTopic {
+    struct LostTopic *next;
+    char *topic;
+    int n_ranges;
+    int64_t from[LOST_RANGES], to[LOST_RANGES]; /* window starts, sorted, the ranges apart by more than a window */
+} LostTopic;
+
+typedef struct {
+    LostTopic *topics;
+} Lost;
+
+enum { TRANSACTION_BEGIN = 0, TRANSACTION_COMMIT = 1, TRANSACTION_ABORT = 2 };
+
+struct Instance;
+/* The entry of (topic, window) in the instance's tally, within kaudit.tally.max.entries: past it, the oldest
+ * window's entries are dropped and remembered in `lost`. Under the instance's lock; NULL when out of memory. */
+Entry *held_entry(struct Instance *instance, const char *topic, int64_t window_start);
+int transaction_event(struct Instance *instance, int event); /* -1 for an unknown event */
+/* Counts the open transaction's acknowledged messages as unknown (its outcome was not seen). Under the lock. */
+void settle_open_transaction(struct Instance *instance);
+/* An entry with `unknown` in `tally` for each window in `lost` (count 0 unless it holds counts); `lost` freed. */
+void lost_into(Lost *lost, Tally *tally, int64_t window_ms);
+void lost_free(Lost *lost);
+
 /* ---- instance.c ------------------------------------------------------------------------------- */
 
 typedef struct Pending {
     struct Pending *next;
     char *payload;
     size_t length;
+    char *topic; /* and window_start: what it counts, for the log when it is lost */
+    int64_t window_start;
 } Pending;
 
 typedef struct Instance {
@@ -106,9 +148,15 @@ typedef struct Instance {
     int is_producer;
     regex_t digest_exclude; /* compiled from settings.digest_exclude when has_digest_exclude */
     int has_digest_exclude;
-    pthread_mutex_t lock; /* the tally and the totals */
+    pthread_mutex_t lock; /* the tallies, the lost windows, the transaction's state and the totals */
     Tally tally;
     long long delivered_total, failed_total;
+    Tally transaction;          /* acknowledged in the open transaction the application told of */
+    int transactional;          /* the client has a transactional.id */
+    int told, in_transaction;   /* the application tells of its transactions (kaudit_transaction) */
+    Lost lost;                  /* windows whose counts the tally dropped, not yet written as unknown */
+    long long lost_windows;     /* (topic, window) entries dropped since the client started */
+    int early;                  /* the tally is half full: the emitter emits without waiting its interval */
     /* the emitter (producers only) */
     pthread_mutex_t emit_lock; /* one emission at a time; also guards `pending` and `sequence` */
     pthread_cond_t wake;
@@ -117,7 +165,7 @@ typedef struct Instance {
     rd_kafka_conf_t *emitter_conf; /* until the emitter's thread makes the emitter of it */
     rd_kafka_t *emitter;
     Pending *pending; /* records not yet handed to the emitter, or handed back by a failed delivery */
-    long long n_pending, sequence, dropped;
+    long long n_pending, sequence;
     struct ConsumeState *consume; /* consumers only (consume.c) */
     struct Instance *next_registered;
 } Instance;
@@ -125,6 +173,7 @@ typedef struct Instance {
 rd_kafka_resp_err_t instance_start(rd_kafka_t *rk, const rd_kafka_conf_t *conf, Settings *settings, char *errstr,
                                    size_t errstr_size);
 void instance_free(Instance *instance);
+void instances_exit_once(void); /* once per process: the clients alive at its exit emit their last counts */
 Instance *instance_find(const char *instance_id); /* NULL unless registered; caller holds registry_lock */
 extern pthread_mutex_t registry_lock;
 void plugin_log(const char *level, const Instance *instance, const char *message);
@@ -135,6 +184,7 @@ int digest_is_on(Instance *instance, const char *topic); /* not excluded by kaud
 int emitter_start(Instance *instance, const rd_kafka_conf_t *client_conf);
 long long emit_now(Instance *instance, int timeout_ms); /* records left undelivered after timeout_ms */
 void emitter_stop(Instance *instance);
+void emit_at_exit(Instance *instance, int timeout_ms); /* the last emission of a client never destroyed */
 
 /* ---- consume.c -------------------------------------------------------------------------------- */
 

@@ -131,6 +131,7 @@ char *entry_record(const Entry *entry, const Settings *settings, long long seque
                    size_t *length) {
     Buffer buffer = {.text = NULL, .length = 0, .capacity = 0};
     append(&buffer, "{");
+    if (entry->aborted) append(&buffer, "\"aborted\":%lld,", entry->aborted);
     append_partitions(&buffer, entry);
     append(&buffer, "\"bytes\":%lld,\"cluster\":", entry->bytes);
     append_string(&buffer, settings->cluster);
@@ -152,6 +153,7 @@ char *entry_record(const Entry *entry, const Settings *settings, long long seque
     append_string(&buffer, settings->service);
     append(&buffer, ",\"tier\":\"%s\",\"topic\":", KAUDIT_PRODUCER_TIER);
     append_string(&buffer, entry->topic);
+    if (entry->unknown) append(&buffer, ",\"unknown\":true");
     append(&buffer, ",\"window_minutes\":%d,\"window_start\":", (int)(settings->window_ms / 60000));
     append_time(&buffer, entry->window_start, 0);
     append(&buffer, "}");

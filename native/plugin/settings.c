@@ -97,13 +97,16 @@ static rd_kafka_conf_res_t on_conf_set(rd_kafka_conf_t *conf, const char *name, 
         if (!is_regex(value, sizeof settings->digest_exclude - 1))
             return invalid(errstr, errstr_size, name, value, "a POSIX extended regex of topics, short enough");
         snprintf(settings->digest_exclude, sizeof settings->digest_exclude, "%s", value);
+    } else if (strcmp(key, "tally.max.entries") == 0) {
+        if (!parse_number(value, 1, KAUDIT_MAX_MAX_ENTRIES, &number)) return invalid(errstr, errstr_size, name, value, "1 to 1000000");
+        settings->max_entries = number;
     } else if (strcmp(key, "close.timeout.ms") == 0) {
         if (!parse_number(value, 0, 3600000, &number)) return invalid(errstr, errstr_size, name, value, "0 to 3600000");
         settings->close_timeout_ms = number;
     } else {
         snprintf(errstr, errstr_size,
                  "%s: no such setting of the kaudit plugin (cluster, audit.topic, service, host, instance.id, "
-                 "window.minutes, flush.interval.ms, close.timeout.ms, digest.exclude)", name);
+                 "window.minutes, flush.interval.ms, close.timeout.ms, tally.max.entries, digest.exclude)", name);
         return RD_KAFKA_CONF_INVALID;
     }
     return RD_KAFKA_CONF_OK;
@@ -123,6 +126,7 @@ static Settings *settings_new(const Settings *from) {
     settings->window_ms = (int64_t)KAUDIT_DEFAULT_WINDOW_MINUTES * 60000;
     settings->flush_interval_ms = KAUDIT_DEFAULT_FLUSH_INTERVAL_MS;
     settings->close_timeout_ms = 30000;
+    settings->max_entries = KAUDIT_DEFAULT_MAX_ENTRIES;
     return settings;
 }
 

@@ -1,4 +1,4 @@
-/* Counts per (topic, window start) since the last emission, and their count records; the audit time rule.
+/* Counts per (topic, window start) since the last emission; the audit time rule.
  * Guarded by the instance's lock (instance.c). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,7 +67,7 @@ static int grow(Tally *tally) {
     return 0;
 }
 
-Entry *tally_entry(Tally *tally, const char *topic, int64_t window_start) {
+Entry *tally_find(Tally *tally, const char *topic, int64_t window_start) {
     Entry *last = tally->last;
     if (last != NULL && last->window_start == window_start && strcmp(last->topic, topic) == 0) return last;
     uint64_t hash = hash_of(topic, window_start);
@@ -76,6 +76,13 @@ Entry *tally_entry(Tally *tally, const char *topic, int64_t window_start) {
             if (entry->hash == hash && entry->window_start == window_start && strcmp(entry->topic, topic) == 0)
                 return tally->last = entry;
     }
+    return NULL;
+}
+
+Entry *tally_entry(Tally *tally, const char *topic, int64_t window_start) {
+    Entry *found = tally_find(tally, topic, window_start);
+    if (found != NULL) return found;
+    uint64_t hash = hash_of(topic, window_start);
     if (tally->n_entries >= tally->n_slots / 2 && grow(tally) != 0) return NULL;
     Entry *entry = calloc(1, sizeof *entry);
     if (entry == NULL || (entry->topic = strdup(topic)) == NULL) {
@@ -157,17 +164,82 @@ Tally tally_take(Tally *tally) {
     return taken;
 }
 
+static void entry_free(Entry *entry) {
+    free(entry->topic);
+    free(entry->partitions);
+    free(entry->digests);
+    free(entry->histogram);
+    free(entry);
+}
+
 void tally_free(Tally *tally) {
     for (size_t i = 0; i < tally->n_slots; i++) {
         for (Entry *entry = tally->slots[i], *next; entry != NULL; entry = next) {
             next = entry->next_in_slot;
-            free(entry->topic);
-            free(entry->partitions);
-            free(entry->digests);
-            free(entry->histogram);
-            free(entry);
+            entry_free(entry);
         }
     }
     free(tally->slots);
     *tally = (Tally){0};
+}
+
+void tally_each(const Tally *tally, void (*visit)(Entry *entry, void *context), void *context) {
+    for (size_t i = 0; i < tally->n_slots; i++)
+        for (Entry *entry = tally->slots[i], *next; entry != NULL; entry = next) {
+            next = entry->next_in_slot;
+            visit(entry, context);
+        }
+}
+
+int64_t tally_oldest(const Tally *tally) {
+    int64_t oldest = INT64_MAX;
+    for (size_t i = 0; i < tally->n_slots; i++)
+        for (const Entry *entry = tally->slots[i]; entry != NULL; entry = entry->next_in_slot)
+            if (entry->window_start < oldest) oldest = entry->window_start;
+    return oldest;
+}
+
+void tally_drop_window(Tally *tally, int64_t window_start, void (*dropped)(const Entry *entry, void *context),
+                       void *context) {
+    for (size_t i = 0; i < tally->n_slots; i++) {
+        for (Entry **at = &tally->slots[i]; *at != NULL;) {
+            Entry *entry = *at;
+            if (entry->window_start != window_start) {
+                at = &entry->next_in_slot;
+                continue;
+            }
+            *at = entry->next_in_slot;
+            dropped(entry, context);
+            if (tally->last == entry) tally->last = NULL;
+            tally->n_entries--;
+            entry_free(entry);
+        }
+    }
+}
+
+void entry_merge(Entry *into, const Entry *from) {
+    into->count += from->count;
+    into->bytes += from->bytes;
+    into->send_failed += from->send_failed;
+    into->no_timestamp += from->no_timestamp;
+    into->zero_latency += from->zero_latency;
+    into->aborted += from->aborted;
+    into->unknown |= from->unknown;
+    into->unhashed |= from->unhashed;
+    if (!into->digest_checked) {
+        into->digest_checked = from->digest_checked;
+        into->digest_off = from->digest_off;
+    }
+    for (int32_t p = 0; p < from->n_partitions; p++) {
+        if (!from->partitions[p]) continue;
+        if (!hold_partition(into, p)) {
+            into->unhashed = 1;
+            continue;
+        }
+        into->partitions[p] += from->partitions[p];
+        into->digests[p] = kaudit_digest_merge(into->digests[p], from->digests[p]);
+    }
+    if (from->histogram != NULL && into->histogram == NULL) into->histogram = calloc(KAUDIT_N_FLOORS, sizeof(uint32_t));
+    for (int i = 0; from->histogram != NULL && into->histogram != NULL && i < KAUDIT_N_FLOORS; i++)
+        into->histogram[i] += from->histogram[i];
 }

@@ -1,6 +1,7 @@
 """The plugin's count records (native/plugin/record.c) against the contract (audit/contract/record.py): the
 Python parser accepts each, and writes back the same JSON, keys in the same order; its digest_by_partition is each partition's
-wrapping sum of the hashes delivered there, and is left out when the topic's digest is off."""
+wrapping sum of the hashes delivered there, and is left out when the topic's digest is off; `aborted` and `unknown` are
+written only when set."""
 
 from __future__ import annotations
 
@@ -17,14 +18,23 @@ START = 1_764_935_400_000
 BIG = 2**63 - 1
 
 
-def c_record(deliveries: list[tuple[int, int, int]], *, digest_on: bool = True, failed: int = 0) -> bytes:
+def c_record(
+    deliveries: list[tuple[int, int, int]],
+    *,
+    digest_on: bool = True,
+    failed: int = 0,
+    aborted: int = 0,
+    unknown: bool = False,
+) -> bytes:
     """The plugin's record of (partition, latency ms, message hash) deliveries."""
     n = len(deliveries)
     latencies = (ctypes.c_longlong * n)(*(latency for _, latency, _ in deliveries))
     partitions = (ctypes.c_int * n)(*(partition for partition, _, _ in deliveries))
     hashes = (ctypes.c_longlong * n)(*(h for _, _, h in deliveries)) if digest_on else None
     text = plugin.take_text(
-        plugin.library().kaudit_sample_record(b"orders.v1", START, latencies, partitions, hashes, n, failed)
+        plugin.library().kaudit_sample_record(
+            b"orders.v1", START, latencies, partitions, hashes, n, failed, aborted, int(unknown)
+        )
     )
     assert text is not None
     return text.encode()
@@ -70,3 +80,22 @@ def test_a_record_of_failed_sends_only_has_no_partitions_and_no_digest():
     record, why = parse(text)
     assert why is None and record.by_partition is None and record.digest_by_partition is None
     assert same_json(encode(record), text)
+
+
+@pytest.mark.parametrize(
+    ("deliveries", "aborted", "unknown"),
+    [
+        (CASES["sparse partitions"], 600, False),
+        (CASES["one partition"], 0, True),
+        (CASES["sums that wrap"], 3, True),
+        ([], 25, False),  # a window whose every acknowledged message was aborted
+        ([], 0, True),  # a window the tally dropped: count 0, unknown
+    ],
+)
+def test_aborted_and_unknown_are_written_as_the_contract_writes_them(deliveries, aborted, unknown):
+    text = c_record(deliveries, aborted=aborted, unknown=unknown)
+    record, why = parse(text)
+    assert why is None, why
+    assert same_json(encode(record), text)
+    assert (record.aborted, record.unknown, record.count) == (aborted, unknown, len(deliveries))
+    assert (b'"aborted"' in text, b'"unknown"' in text) == (aborted != 0, unknown)
