@@ -96,15 +96,20 @@ $(MIRRORMAKER_JARS): | $(SPARK_JARS)
 	touch $@
 
 # The Java producer interceptor (jvm/interceptor), built from source into $(JARS)/interceptor, with Kafka's kafka-tools
-# jar (ProducerPerformance, for its test and benchmark) in tools/ beside it, and an untested kafka-clients in
-# old-clients/ (for the test that it refuses to load there). Its marker is named by a hash of the pom and the sources
-# (resources too), so only a change to them builds it again; after the other Maven steps, which share the repository.
-INTERCEPTOR_JAR := $(JARS)/interceptor/.done-$(shell cat jvm/interceptor/pom.xml $$(find jvm/interceptor/src -type f | LC_ALL=C sort) | sha256sum | cut -c1-16)
+# jar (ProducerPerformance, for its test and benchmark) in tools/ beside it, an untested kafka-clients in
+# old-clients/ (for the test that it refuses to load there), and in streams/ a tiny Kafka Streams application
+# (jvm/interceptor/streams) with kafka-streams and its runtime jars (for its exactly-once test). Its marker is named by
+# a hash of the poms and the sources (resources too), so only a change to them builds it again; after the other Maven
+# steps, which share the repository.
+INTERCEPTOR_JAR := $(JARS)/interceptor/.done-$(shell cat jvm/interceptor/pom.xml jvm/interceptor/streams/pom.xml $$(find jvm/interceptor/src jvm/interceptor/streams/src -type f | LC_ALL=C sort) | sha256sum | cut -c1-16)
 $(INTERCEPTOR_JAR): | $(MIRRORMAKER_JARS)
 	rm -rf $(JARS)/interceptor
 	cd jvm/interceptor && $(MVN) package -Dkaudit.build.dir=$(JARS)/interceptor/build -Dkaudit.tools.dir=$(JARS)/interceptor/tools \
 		-Dkaudit.old.clients.dir=$(JARS)/interceptor/old-clients
 	mv $(JARS)/interceptor/build/kafka-audit-interceptor.jar $(JARS)/interceptor/ && rm -rf $(JARS)/interceptor/build
+	cd jvm/interceptor/streams && $(MVN) package dependency:copy-dependencies -DincludeScope=runtime \
+		-Dkaudit.build.dir=$(JARS)/interceptor/streams-build -DoutputDirectory=$(JARS)/interceptor/streams
+	mv $(JARS)/interceptor/streams-build/kafka-audit-streams-copy.jar $(JARS)/interceptor/streams/ && rm -rf $(JARS)/interceptor/streams-build
 	touch $@
 
 .PHONY: interceptor

@@ -7,6 +7,8 @@ cannot run: the librdkafka plugin (`native/plugin/`, which the audited producer 
 with), the counter's Python loop, and the lake's Spark columns (`audit/hops/lake_columns.py`).
 `tests/test_contract_parity.py` and `tests/test_digest_parity.py` run every one of them over these cases;
 the Spark ones in the Spark tier.
+The Java producer interceptor (`jvm/interceptor/`, `io.kaudit.AuditTime`) states the producer's forms again: a
+message as acknowledged (`PRODUCER_CASES`), and as sent (`JAVA_SEND_CASES`: where a failed send counts).
 
 The expected values are written out, not computed: the table is the specification the contract is held to
 as well. Times stay within what Spark's Kafka source can hold (milliseconds times 1000 in 64 bits).
@@ -125,6 +127,39 @@ AUDIT_TIME_CASES = [
 ]  # fmt: skip
 
 PRODUCER_CASES = CREATE_TIME_CASES
+
+
+@dataclass(frozen=True)
+class SendCase:
+    """A record as a Java application sends it (a timestamp of its own, or None: the producer stamps its clock), and
+    the time and window its message has: where the Java interceptor counts a failed send of it."""
+
+    why: str
+    timestamp_ms: int | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    audit_ms: int
+    usable: bool
+    window_start_ms: int
+    window_minutes: int = 10
+
+    def __str__(self) -> str:
+        return self.why
+
+
+def _sent(case: AuditTimeCase) -> SendCase:
+    fields = (case.timestamp_ms, case.headers, case.audit_ms, case.usable, case.window_start_ms, case.window_minutes)
+    return SendCase(case.why, *fields)
+
+
+# What a record as sent becomes is the CreateTime case of the same time and headers. ProducerRecord refuses a
+# negative timestamp, and unlike librdkafka a Java producer sends 0 as it is.
+JAVA_SEND_CASES = [
+    *(_sent(case) for case in AUDIT_TIME_CASES if case.kind == Kind.CREATE_TIME and case.timestamp_ms >= 0),
+    SendCase("no timestamp of its own: the producer's clock, a CreateTime", None, (), NOW_MS, True, NOW_W10),
+    SendCase("no timestamp of its own, and a header: still the producer's clock", None, ((H, B_TEXT),), NOW_MS, True, NOW_W10),
+    SendCase("a CreateTime of 0 and the header: the header's time", 0, ((H, B_TEXT),), B, True, B_W10),
+    SendCase("a CreateTime of 0, the header with a null value: now, flagged", 0, ((H, None),), NOW_MS, False, NOW_W10),
+]  # fmt: skip
 
 
 @dataclass(frozen=True)

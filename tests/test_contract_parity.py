@@ -6,6 +6,8 @@ Spark tier)."""
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
 import time
 from collections import defaultdict
 
@@ -26,15 +28,19 @@ from audit.contract.tally import Tally
 from audit.contract.windows import MS_PER_MINUTE, window_start
 from audit.hops import fastcount
 from audit.hops.mirror_state import copy_headers
-from audit.io import plugin
+from audit.io import jvm, plugin
+from audit.io.interceptor_jar import interceptor_jar
 from producers import audited
+from tests.conftest import cache_dir
 from tests.contract_cases import (
     AUDIT_TIME_CASES,
+    JAVA_SEND_CASES,
     NOW_MS,
     PRODUCER_CASES,
     WINDOW_CASES,
     AuditTimeCase,
     Kind,
+    SendCase,
     WindowCase,
 )
 
@@ -202,6 +208,50 @@ def test_the_audited_producer(topic_factory, local_clusters):
                 assert message.timestamp()[1] == case.timestamp_ms and usable == case.usable, case
             assert (count, failed) == (1, 0), case
             assert start == window_start(when, minutes) if usable else start in at_now, case
+
+
+# -- the Java producer interceptor: io.kaudit.AuditTime ---------------------------------------------
+
+
+def java_audit_times(questions: list[str]) -> list[str]:
+    """io.kaudit.AuditTime's answer to each of its question lines (see its main), on the broker's kafka-clients."""
+    classpath = os.pathsep.join([jvm.classpath(cache_dir(), jvm.KAFKA_JARS), str(interceptor_jar(cache_dir()))])
+    command = [jvm.java_executable(), "-cp", classpath, "io.kaudit.AuditTime"]
+    lines = "".join(question + "\n" for question in questions)
+    done = subprocess.run(command, input=lines, capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout.splitlines()
+
+
+def sent_question(case: SendCase) -> str:
+    headers = [f"{name}:{'-' if value is None else value.hex()}" for name, value in case.headers]
+    stamp = "-" if case.timestamp_ms is None else str(case.timestamp_ms)
+    return " ".join(["send", stamp, str(NOW_MS), str(case.window_minutes * MS_PER_MINUTE), *headers])
+
+
+def assert_java_answers(cases: list, questions: list[str]) -> None:
+    got = java_audit_times(questions)
+    expected = [f"{c.audit_ms} {str(c.usable).lower()} {c.window_start_ms}" for c in cases]
+    wrong = [(str(c), g, e) for c, g, e in zip(cases, got, expected, strict=True) if g != e]
+    assert wrong == [], "\n".join(f"{why}: Java {g}, the contract {e}" for why, g, e in wrong)
+
+
+@pytest.mark.jvm
+def test_the_java_interceptors_failed_send_window():
+    """A failed send's acknowledgement carries no timestamp: the interceptor keeps the record's audit time from
+    onSend, and counts the failure where the message would have counted."""
+    assert_java_answers(JAVA_SEND_CASES, [sent_question(case) for case in JAVA_SEND_CASES])
+
+
+@pytest.mark.jvm
+def test_the_java_interceptors_acknowledged_window():
+    questions = [f"ack {c.timestamp_ms} {NOW_MS} {c.window_minutes * MS_PER_MINUTE}" for c in PRODUCER_CASES]
+    assert_java_answers(PRODUCER_CASES, questions)
+
+
+@pytest.mark.jvm
+def test_the_java_interceptors_windows():
+    got = java_audit_times([f"window {c.time_ms} {c.window_minutes * MS_PER_MINUTE}" for c in WINDOW_CASES])
+    assert [int(start) for start in got] == [case.start_ms for case in WINDOW_CASES]
 
 
 # -- the lake's Spark columns ---------------------------------------------------------------------

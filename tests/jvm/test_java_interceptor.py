@@ -2,7 +2,7 @@
 Python contract's byte for byte, and count per partition exactly what the cluster holds and what the cluster
 counter counts (ProducerPerformance), with the same content digests; a message counts in the window of its timestamp, one without a usable
 timestamp in the window of now as no_timestamp, and the audit topic's own messages never (jvm/probe); a failed
-send counts as send_failed only; no digest without kaudit.digest=true, nor for a topic kaudit.digest.exclude matches; a missing kaudit.cluster stops the producer from starting, and so does a
+send counts as send_failed only (tests/jvm/test_java_interceptor_faults.py: in its message's window); no digest without kaudit.digest=true, nor for a topic kaudit.digest.exclude matches; a missing kaudit.cluster stops the producer from starting, and so does a
 kafka-clients outside the versions the interceptor was tested with (jvm/interceptor/pom.xml)."""
 
 from __future__ import annotations
@@ -143,6 +143,7 @@ def test_a_java_producer_is_counted_per_partition_as_the_cluster_and_the_counter
     assert all(r.instance_id.startswith(SERVICE + "-") and r.record_id.startswith(r.instance_id + ":") for r in ours)
     assert sum(r.count for r in ours) == 20_000 and sum(r.bytes for r in ours) == 20_000 * 100
     assert sum(r.send_failed + r.no_timestamp for r in ours) == 0
+    assert not any(r.unknown for r in ours)  # no transactional.id, nothing dropped: it vouches for every count
     produced = by_window_and_partition(ours, PRODUCER_TIER, topic)
     held = held_by_partition(dc1, topic, 3)
     per_partition = Counter()
@@ -191,6 +192,11 @@ def test_a_producer_without_kaudit_cluster_or_with_a_bad_setting_does_not_start(
     assert done.returncode != 0
     assert (
         "Invalid value ( for configuration kaudit.digest.exclude: not a regular expression" in done.stdout + done.stderr
+    )
+    done = producer_performance(dc1, topic, 1, 10, **{"kaudit.cluster": "dc1", "kaudit.tally.max.entries": "0"})
+    assert done.returncode != 0
+    assert "Invalid value 0 for configuration kaudit.tally.max.entries: not between 1 and 1000000" in (
+        done.stdout + done.stderr
     )
     assert held_by_partition(dc1, topic, 1) == {0: 0}
 

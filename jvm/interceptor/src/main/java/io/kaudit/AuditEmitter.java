@@ -8,7 +8,6 @@ import java.time.format.DateTimeFormatter;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashSet;
-import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -22,10 +21,12 @@ import org.slf4j.LoggerFactory;
 /**
  * Turns drained counts into count records (the wire form of audit.contract.record.encode, byte for byte) and
  * sends them with the interceptor's own producer. A record whose send fails stays pending and goes again, with
- * the same record id, at the next emission; the reconciliation keeps each record id once.
+ * the same record id, at the next emission; the reconciliation keeps each record id once. While any record made
+ * is not delivered, no new one is made: the counts keep merging in the {@link WindowTally}, which bounds them and
+ * remembers the windows it had to drop; once the audit topic takes records again, each such (topic, window) gets
+ * a record of count 0 flagged unknown, then the counts merged meanwhile follow.
  */
 final class AuditEmitter {
-    static final int MAX_PENDING = 10_000;
     static final long RETRY_PAUSE_MS = 500;
     private static final Logger log = LoggerFactory.getLogger(AuditEmitter.class);
     private static final DateTimeFormatter SECONDS =
@@ -46,16 +47,21 @@ final class AuditEmitter {
         this.instanceId = settings.service() + "-" + UUID.randomUUID().toString().replace("-", "").substring(0, 12);
     }
 
-    /** One record per drained entry, then every pending record not in flight sent; the number sent. */
-    int emit(List<WindowTally.Entry> entries) {
+    /** Once every record made is delivered, new ones from `tally` (its lost windows first); then every pending
+     * record not in flight sent. The number sent. */
+    int emit(WindowTally tally) {
+        logDropped(tally);
         List<Map.Entry<String, byte[]>> toSend = new ArrayList<>();
         synchronized (this) {
-            long now = System.currentTimeMillis();
-            for (WindowTally.Entry entry : entries) {
-                String recordId = instanceId + ":" + ++sequence;
-                pending.put(recordId, encode(recordId, entry, now).getBytes(StandardCharsets.UTF_8));
+            if (pending.isEmpty()) {
+                long now = System.currentTimeMillis();
+                for (WindowTally.Entry entry : tally.lost.take(settings.maxEntries())) {
+                    add(entry, now);
+                }
+                for (WindowTally.Entry entry : tally.drain()) {
+                    add(entry, now);
+                }
             }
-            dropBeyondLimit();
             for (Map.Entry<String, byte[]> record : pending.entrySet()) {
                 if (inFlight.add(record.getKey())) {
                     toSend.add(Map.entry(record.getKey(), record.getValue()));
@@ -69,26 +75,46 @@ final class AuditEmitter {
         return toSend.size();
     }
 
+    private void add(WindowTally.Entry entry, long now) {
+        String recordId = instanceId + ":" + ++sequence;
+        pending.put(recordId, encode(recordId, entry, now).getBytes(StandardCharsets.UTF_8));
+    }
+
+    private void logDropped(WindowTally tally) {
+        long[] dropped = tally.takeDropped();
+        if (dropped[0] > 0) {
+            log.error("kaudit: the audit topic has not taken the counts, and over {} (topic, window)s are open ({}):"
+                    + " dropped the oldest, to be reported unknown once it does: windows={} messages={}"
+                    + " lost_windows={} audit_topic={}", settings.maxEntries(), AuditSettings.MAX_ENTRIES,
+                    dropped[0], dropped[1], tally.lost, settings.auditTopic());
+        }
+    }
+
     synchronized int pendingCount() {
         return pending.size();
     }
 
-    /** Delivers every pending record by `deadlineMs` (epoch ms), again after a failure, then closes the audit
-     * producer; what is still pending then is lost, and said so. */
-    void close(long deadlineMs) {
+    /** Delivers every pending record, and what `tally` still holds, by `deadlineMs` (epoch ms), again after a
+     * failure, then closes the audit producer; what is still undelivered then is lost, and said so. */
+    void close(WindowTally tally, long deadlineMs) {
         try {
-            while (awaitInFlight(deadlineMs) && System.currentTimeMillis() < deadlineMs) {
-                Thread.sleep(Math.min(RETRY_PAUSE_MS, Math.max(0, deadlineMs - System.currentTimeMillis())));
-                emit(List.of());
+            emit(tally);
+            while ((awaitInFlight(deadlineMs) || !tally.isEmpty() || !tally.lost.isEmpty())
+                    && System.currentTimeMillis() < deadlineMs) {
+                if (pendingCount() > 0) {
+                    Thread.sleep(Math.min(RETRY_PAUSE_MS, Math.max(0, deadlineMs - System.currentTimeMillis())));
+                }
+                emit(tally);
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
         producer.close(Duration.ofMillis(Math.max(0, deadlineMs - System.currentTimeMillis())));
         int left = pendingCount();
-        if (left > 0) {
-            log.warn("kaudit: audit records not delivered at close, lost: count={} cluster={} audit_topic={}",
-                    left, settings.cluster(), settings.auditTopic());
+        if (left > 0 || !tally.isEmpty() || !tally.lost.isEmpty()) {
+            log.warn("kaudit: audit records not delivered at close, lost: count={} undrained_windows={}"
+                    + " lost_windows={} cluster={} audit_topic={}", left, tally.drain().size(), tally.lost,
+                    settings.cluster(), settings.auditTopic());
         }
     }
 
@@ -121,20 +147,6 @@ final class AuditEmitter {
         }
     }
 
-    private void dropBeyondLimit() {
-        int dropped = 0;
-        Iterator<String> oldest = pending.keySet().iterator();
-        while (pending.size() > MAX_PENDING && oldest.hasNext()) {
-            inFlight.remove(oldest.next());
-            oldest.remove();
-            dropped++;
-        }
-        if (dropped > 0) {
-            log.error("kaudit: over {} audit records pending, dropped the oldest: dropped={} audit_topic={}",
-                    MAX_PENDING, dropped, settings.auditTopic());
-        }
-    }
-
     /** A count record as audit.contract.record.encode writes it: compact JSON, keys sorted, ASCII only. */
     String encode(String recordId, WindowTally.Entry entry, long emittedAtMs) {
         StringBuilder json = new StringBuilder(400).append('{');
@@ -158,6 +170,9 @@ final class AuditEmitter {
         string(json.append(",\"service\":"), settings.service());
         json.append(",\"tier\":\"producer\"");
         string(json.append(",\"topic\":"), entry.topic);
+        if (entry.unknown || settings.transactional()) {
+            json.append(",\"unknown\":true");
+        }
         json.append(",\"window_minutes\":").append(settings.windowMinutes());
         string(json.append(",\"window_start\":"), SECONDS.format(Instant.ofEpochMilli(entry.windowStartMs)));
         return json.append('}').toString();

@@ -24,7 +24,9 @@ record AuditSettings(
         String service,
         String host,
         String clientId,
-        boolean digest) {
+        boolean digest,
+        int maxEntries,
+        boolean transactional) {
 
     static final String CLUSTER = "kaudit.cluster";
     static final String AUDIT_TOPIC = "kaudit.audit.topic";
@@ -33,6 +35,11 @@ record AuditSettings(
     static final String SERVICE = "kaudit.service";
     static final String HOST = "kaudit.host";
     static final String DIGEST = "kaudit.digest";
+    // The (topic, window)s whose counts are kept while the audit topic does not take them; beyond, the oldest
+    // windows are dropped and reported unknown once it does.
+    static final String MAX_ENTRIES = "kaudit.tally.max.entries";
+    static final int DEFAULT_MAX_ENTRIES = 10_000;
+    static final int MOST_MAX_ENTRIES = 1_000_000;
 
     static final int MINUTES_PER_DAY = 1440;
     static final int MAX_SERVICE_CHARS = 128; // keeps `<service>-<12 hex>:<sequence>` within the 200 a record id may have
@@ -79,9 +86,28 @@ record AuditSettings(
         if (!digest.equals("true") && !digest.equals("false")) {
             throw new ConfigException(DIGEST, digest, "true or false");
         }
+        int maxEntries = (int) number(configs, MAX_ENTRIES, DEFAULT_MAX_ENTRIES, MOST_MAX_ENTRIES);
+        Object transactionalId = configs.get(ProducerConfig.TRANSACTIONAL_ID_CONFIG);
         return new AuditSettings(cluster, auditTopic, minutes, flushMs, service,
                 host == null || host.isEmpty() ? hostName() : host, clientId == null ? "" : String.valueOf(clientId),
-                digest.equals("true"));
+                digest.equals("true"), maxEntries, transactionalId != null && !String.valueOf(transactionalId).isBlank());
+    }
+
+    /** The longest a record of the host producer can be between onSend and its acknowledgement: its send may wait
+     * max.block.ms, then delivery.timeout.ms bounds the rest; a minute more for the I/O thread to call back. */
+    static long acknowledgedWithinMs(Map<String, ?> configs) {
+        return millis(configs, ProducerConfig.MAX_BLOCK_MS_CONFIG, 60_000)
+                + millis(configs, ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, 120_000) + 60_000;
+    }
+
+    /** A duration the host producer has already validated; its default when unset. */
+    private static long millis(Map<String, ?> configs, String key, long fallback) {
+        try {
+            String value = text(configs, key, null);
+            return value == null || value.isEmpty() ? fallback : Math.max(0, Math.min(Long.parseLong(value), 1L << 40));
+        } catch (NumberFormatException e) {
+            return fallback;
+        }
     }
 
     /** The audit producer's config: the host's way to the cluster, acks=all, idempotence, no interceptor. */

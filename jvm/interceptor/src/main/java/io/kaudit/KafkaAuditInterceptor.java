@@ -24,25 +24,31 @@ import org.slf4j.LoggerFactory;
  * kaudit.audit.topic=_audit           kaudit.window.minutes=10      kaudit.flush.interval.ms=10000
  * kaudit.service=java-app             kaudit.host=(this machine's name)
  * kaudit.digest=false                 kaudit.digest.exclude=(a regex of topics sent without a content digest)
+ * kaudit.tally.max.entries=10000      ((topic, window)s kept while the audit topic takes nothing)
  * </pre>
  *
  * Each acknowledged message counts once in the window of its timestamp (CreateTime, or the broker's
  * LogAppendTime), with its key and value bytes, its partition and, with kaudit.digest=true, its content digest
  * ({@link SendDigests}: the hash of its serialized key and value, taken at send time; off by default, since it
  * costs a producer at full speed about a fifth of its throughput); a failed send counts as {@code send_failed} in
- * the window of now. Every flush interval, and at close, one count record per (topic, window) goes to the audit
- * topic of the same cluster through the interceptor's own producer (acks=all, idempotent, no interceptor). The
- * records sent never change: {@link #onSend} returns each one as it is. It refuses to load on a kafka-clients
+ * the window of the message as sent ({@link AuditTime#ofSend}, kept from {@link #onSend}). Every flush interval,
+ * and at close, one count record per (topic, window) goes to the audit topic of the same cluster through the
+ * interceptor's own producer (acks=all, idempotent, no interceptor); while that topic takes nothing, the counts
+ * merge ({@link AuditEmitter}). A producer with a {@code transactional.id} (Kafka Streams exactly-once, Flink)
+ * flags every record {@code unknown}: an interceptor is told of no commit or abort, so its counts hold messages
+ * of aborted transactions, which a read_committed reader never sees. The records sent never change:
+ * {@link #onSend} returns each one as it is. It refuses to load on a kafka-clients
  * outside the versions it was tested with ({@link ClientVersions}).
  */
 public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object> {
-    static final long MAX_AUDIT_TIME_MS = 253_402_300_799_999L; // 9999-12-31T23:59:59.999Z
     static final long CLOSE_TIMEOUT_MS = 30_000;
     private static final Logger log = LoggerFactory.getLogger(KafkaAuditInterceptor.class);
 
     private AuditSettings settings;
     private WindowTally tally;
     private SendDigests digests; // null: no content digest (said in the log)
+    private final PendingHashes sendTimes = new PendingHashes(); // audit times as sent, for a failed send's window
+    private long acknowledgedWithinMs; // older entries of sendTimes and digests are swept
     private AuditEmitter emitter;
     private ScheduledExecutorService scheduler;
     private final AtomicLong unattributed = new AtomicLong();
@@ -50,7 +56,8 @@ public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object
     @Override
     public void configure(Map<String, ?> configs) {
         settings = AuditSettings.from(configs);
-        tally = new WindowTally(settings.windowMs());
+        tally = new WindowTally(settings.windowMs(), settings.maxEntries());
+        acknowledgedWithinMs = AuditSettings.acknowledgedWithinMs(configs);
         Pattern digestExclude = SendDigests.excludePattern(configs); // refused when bad, even with the digest off
         digests = settings.digest() ? SendDigests.of(configs, digestExclude) : null;
         KafkaProducer<byte[], byte[]> auditProducer = new KafkaProducer<>(settings.auditProducerConfig(configs));
@@ -79,6 +86,9 @@ public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object
         if (digests != null) {
             digests.sent(record);
         }
+        Long timestamp = record.timestamp();
+        long now = timestamp == null ? System.currentTimeMillis() : 0;
+        sendTimes.add(record.headers(), AuditTime.ofSend(timestamp, record.headers(), now));
         return record;
     }
 
@@ -90,6 +100,7 @@ public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object
     @Override
     public void onAcknowledgement(RecordMetadata metadata, Exception exception, Headers headers) {
         Long hash = digests == null ? null : digests.acknowledged(headers);
+        long sentAt = headers == null ? AuditTime.NONE : sendTimes.take(headers, AuditTime.NONE);
         if (metadata == null) {
             long n = unattributed.incrementAndGet();
             if (n == 1 || n % 10_000 == 0) {
@@ -103,11 +114,12 @@ public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object
             return;
         }
         if (exception != null) {
-            tally.failed(topic, System.currentTimeMillis());
+            // The metadata of a failed send carries no timestamp: the window is the one the message was sent for.
+            tally.failed(topic, sentAt == AuditTime.NONE ? System.currentTimeMillis() : sentAt);
             return;
         }
-        long timestamp = metadata.timestamp();
-        boolean usable = timestamp > 0 && timestamp <= MAX_AUDIT_TIME_MS;
+        long timestamp = AuditTime.ofAck(metadata.timestamp());
+        boolean usable = timestamp != AuditTime.NONE;
         long bytes = Math.max(0, metadata.serializedKeySize()) + Math.max(0, metadata.serializedValueSize());
         tally.acked(topic, usable ? timestamp : System.currentTimeMillis(), metadata.partition(), bytes, !usable, hash);
     }
@@ -126,8 +138,7 @@ public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
-        emitQuietly();
-        emitter.close(deadline);
+        emitter.close(tally, deadline);
         if (digests != null) {
             digests.close();
         }
@@ -139,7 +150,12 @@ public class KafkaAuditInterceptor implements ProducerInterceptor<Object, Object
 
     private void emitQuietly() {
         try {
-            emitter.emit(tally.drain());
+            long cutoff = System.currentTimeMillis() - acknowledgedWithinMs;
+            sendTimes.sweep(cutoff);
+            if (digests != null) {
+                digests.sweep(cutoff);
+            }
+            emitter.emit(tally);
         } catch (RuntimeException e) {
             log.error("kaudit: emitting the counts failed: cluster={} audit_topic={}",
                     settings.cluster(), settings.auditTopic(), e);

@@ -1,10 +1,13 @@
 package io.kaudit;
 
 /**
- * Message hashes by the identity of an object (a record's headers) from send to acknowledgement. Sender threads
+ * A long per record (its message hash; its audit time) by the identity of an object (a record's headers) from send
+ * to acknowledgement. Sender threads
  * add and the producer's I/O thread takes, up to the hundreds of thousands of records a producer buffers: the
  * table is split into stripes with a lock each, so the two seldom wait on each other, and holds its entries in
- * arrays (open addressing, linear probing), so a record in flight costs the collector no object of ours.
+ * arrays (open addressing, linear probing), so a record in flight costs the collector no object of ours. An entry
+ * whose acknowledgement never finds it (another interceptor after ours replaced the record, headers and all) is
+ * swept once it is older than any acknowledgement can be.
  */
 final class PendingHashes {
     private static final int STRIPE_BITS = 6;
@@ -25,13 +28,36 @@ final class PendingHashes {
 
     void add(Object key, long hash) {
         int spread = spread(key);
-        stripes[spread >>> (32 - STRIPE_BITS)].add(key, spread, hash);
+        stripes[spread >>> (32 - STRIPE_BITS)].add(key, spread, hash, System.currentTimeMillis());
+    }
+
+    /** Forgets the entries last added before `cutoffMs` (epoch ms); how many. */
+    int sweep(long cutoffMs) {
+        int swept = 0;
+        for (Stripe stripe : stripes) {
+            swept += stripe.sweep(cutoffMs);
+        }
+        return swept;
     }
 
     /** The hash added with `key`, once per time it was added; null when there is none (left). */
     Long take(Object key) {
         int spread = spread(key);
-        return stripes[spread >>> (32 - STRIPE_BITS)].take(key, spread);
+        Stripe stripe = stripes[spread >>> (32 - STRIPE_BITS)];
+        synchronized (stripe) {
+            int slot = stripe.find(key, spread);
+            return slot < 0 ? null : stripe.takeAt(slot);
+        }
+    }
+
+    /** As {@link #take(Object)}, unboxed: `absent` when there is none. */
+    long take(Object key, long absent) {
+        int spread = spread(key);
+        Stripe stripe = stripes[spread >>> (32 - STRIPE_BITS)];
+        synchronized (stripe) {
+            int slot = stripe.find(key, spread);
+            return slot < 0 ? absent : stripe.takeAt(slot);
+        }
     }
 
     private static final class Stripe {
@@ -39,9 +65,10 @@ final class PendingHashes {
         private long[] hashes = new long[FIRST_CAPACITY];
         private int[] times = new int[FIRST_CAPACITY]; // a record object may be sent more than once
         private int[] spreads = new int[FIRST_CAPACITY]; // kept: moving an entry then reads no object of the host's
+        private long[] added = new long[FIRST_CAPACITY];
         private int size;
 
-        synchronized void add(Object key, int spread, long hash) {
+        synchronized void add(Object key, int spread, long hash, long nowMs) {
             if (2 * (size + 1) > keys.length) {
                 grow();
             }
@@ -50,6 +77,7 @@ final class PendingHashes {
             for (; keys[slot] != null; slot = (slot + 1) & mask) {
                 if (keys[slot] == key) {
                     times[slot]++;
+                    added[slot] = nowMs;
                     return;
                 }
             }
@@ -57,21 +85,42 @@ final class PendingHashes {
             hashes[slot] = hash;
             times[slot] = 1;
             spreads[slot] = spread;
+            added[slot] = nowMs;
             size++;
         }
 
-        synchronized Long take(Object key, int spread) {
+        /** An entry may move into the slot just emptied: the same slot is looked at again. */
+        synchronized int sweep(long cutoffMs) {
+            int swept = 0;
+            for (int slot = 0; slot < keys.length; ) {
+                if (keys[slot] != null && added[slot] < cutoffMs) {
+                    removeAt(slot);
+                    swept++;
+                } else {
+                    slot++;
+                }
+            }
+            return swept;
+        }
+
+        /** The slot of `key`, or -1; under the stripe's lock. */
+        int find(Object key, int spread) {
             int mask = keys.length - 1;
             for (int slot = spread & mask; keys[slot] != null; slot = (slot + 1) & mask) {
                 if (keys[slot] == key) {
-                    long hash = hashes[slot];
-                    if (--times[slot] == 0) {
-                        removeAt(slot);
-                    }
-                    return hash;
+                    return slot;
                 }
             }
-            return null;
+            return -1;
+        }
+
+        /** The value in `slot`, taken once; under the stripe's lock. */
+        long takeAt(int slot) {
+            long hash = hashes[slot];
+            if (--times[slot] == 0) {
+                removeAt(slot);
+            }
+            return hash;
         }
 
         /** Backward-shift deletion: the entries after the hole move up where their probe allows. */
@@ -87,6 +136,7 @@ final class PendingHashes {
                     hashes[hole] = hashes[next];
                     times[hole] = times[next];
                     spreads[hole] = spreads[next];
+                    added[hole] = added[next];
                     keys[next] = null;
                     hole = next;
                 }
@@ -98,7 +148,9 @@ final class PendingHashes {
             long[] oldHashes = hashes;
             int[] oldTimes = times;
             int[] oldSpreads = spreads;
+            long[] oldAdded = added;
             keys = new Object[oldKeys.length * 2];
+            added = new long[keys.length];
             hashes = new long[keys.length];
             times = new int[keys.length];
             spreads = new int[keys.length];
@@ -113,6 +165,7 @@ final class PendingHashes {
                     hashes[slot] = oldHashes[i];
                     times[slot] = oldTimes[i];
                     spreads[slot] = oldSpreads[i];
+                    added[slot] = oldAdded[i];
                 }
             }
         }

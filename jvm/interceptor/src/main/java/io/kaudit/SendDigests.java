@@ -107,6 +107,11 @@ final class SendDigests {
         return headers == null ? null : pending.take(headers);
     }
 
+    /** Forgets the hashes kept since before `cutoffMs`, whose acknowledgement will never find them. */
+    int sweep(long cutoffMs) {
+        return pending.sweep(cutoffMs);
+    }
+
     void close() {
         keySerializer.close();
         valueSerializer.close();
