@@ -23,9 +23,17 @@ class ClusterState:
     cluster_id: str
     port: int
     controller_port: int
-    pid: int | None = None
+    pid: int | None = None  # the JVM of a single-node cluster; the controller's of a multi-broker one
     formatted: bool = False
     extra_properties: dict[str, str] = field(default_factory=dict)
+    # A multi-broker cluster's brokers, node ids 1..N: their client ports and pids. Empty for a single node.
+    broker_ports: list[int] = field(default_factory=list)
+    broker_pids: list[int | None] = field(default_factory=list)
+
+    @property
+    def client_ports(self) -> list[int]:
+        """The ports clients connect to: every broker's."""
+        return self.broker_ports or [self.port]
 
 
 def cluster_folder(state_dir: Path | str, name: str) -> Path:
@@ -47,9 +55,9 @@ def load_state(path: Path) -> ClusterState | None:
 
 
 def recorded_bootstrap_servers(state_dir: Path | str, name: str, host: str = LOCAL_HOST) -> str:
-    """The address an embedded cluster was given on its first start; an error if it never started."""
+    """The addresses an embedded cluster's brokers were given on its first start; an error if it never started."""
     path = state_file(cluster_folder(state_dir, name))
     state = load_state(path)
     if state is None:
         raise ClusterError(f"{name}: never started (no {path})")
-    return f"{host}:{state.port}"
+    return ",".join(f"{host}:{port}" for port in state.client_ports)

@@ -1,5 +1,6 @@
 """The files a local broker runs from: its `server.properties` (one node, broker and controller in one JVM,
-PLAINTEXT on loopback, or SASL_SSL with SCRAM users when secured) and its log4j2 configuration."""
+PLAINTEXT on loopback, or SASL_SSL with SCRAM users when secured; or one node of a multi-broker cluster, a
+controller or a broker, PLAINTEXT) and its log4j2 configuration."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from audit.io.local_state import ClusterState
 from audit.local.certs import ClusterSecurity, TlsFiles
+from audit.local.cluster_nodes import CONTROLLER_NODE_ID, CONTROLLER_ROLE, Node, replication_properties
 
 # Small internal topics: a single node needs no replication, and fewer partitions make the first
 # consumer group and the first transaction ready in well under a second.
@@ -70,6 +72,28 @@ def plaintext_properties(host: str, state: ClusterState, data_dir: Path) -> dict
         "controller.quorum.voters": f"1@{host}:{state.controller_port}",
         "log.dirs": str(data_dir),
     }
+
+
+def multi_node_properties(host: str, node: Node, controller_port: int, brokers: int) -> dict[str, str]:
+    """The settings of one node of a multi-broker cluster: the base ones with the replication of `brokers`
+    brokers, its role and node id, its listener on `host` (the controller's alone, or PLAINTEXT) and its log
+    directory. The controller holds the topic defaults too: it creates the topics."""
+    props = {
+        **BASE_BROKER_PROPERTIES,
+        **replication_properties(brokers),
+        "process.roles": node.roles,
+        "node.id": str(node.node_id),
+        "controller.quorum.voters": f"{CONTROLLER_NODE_ID}@{host}:{controller_port}",
+        "log.dirs": str(node.data_dir),
+    }
+    if node.roles == CONTROLLER_ROLE:
+        del props["inter.broker.listener.name"]
+        props["listeners"] = f"CONTROLLER://{host}:{controller_port}"
+        props["listener.security.protocol.map"] = "CONTROLLER:PLAINTEXT"
+    else:
+        props["listeners"] = props["advertised.listeners"] = f"PLAINTEXT://{host}:{node.port}"
+        props["listener.security.protocol.map"] = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    return props
 
 
 def sasl_ssl_properties(host: str, state: ClusterState, security: ClusterSecurity, tls: TlsFiles) -> dict[str, str]:

@@ -1,7 +1,8 @@
-"""Real Apache Kafka clusters on loopback: single-node KRaft (broker and controller in one JVM).
+"""Real Apache Kafka clusters on loopback in KRaft mode: a single node (broker and controller in one JVM) by
+default, or a controller and N brokers, each a process of its own (audit/local/cluster_nodes.py).
 
 Each cluster has its own folder under `<state_dir>/clusters/<name>` holding its data, logs,
-`server.properties` and `cluster.json` (ports, cluster id, pid). Ports are chosen free on the first
+`server.properties` and `cluster.json` (ports, cluster id, pids). Ports are chosen free on the first
 start and kept, so a stopped cluster comes back at the same address. Processes run in their own
 session, so `kaudit clusters up` can exit and leave them running; every JVM carries a
 `-Dkaudit.cluster=<folder>` marker so `down` can find strays whose pid file was lost. Storage is formatted
@@ -9,8 +10,8 @@ once per kind of cluster (Kafka jars and broker settings): Kafka's StorageTool, 
 first, and later ones copy the bootstrap checkpoint it left under `<cache_dir>/kraft-formats/` and write their
 own meta.properties.
 
-Opt-in security (`security=ClusterSecurity(...)`): the client listener is SASL_SSL with SCRAM users
-created when the storage is formatted, TLS certificates generated for the cluster (audit/local/certs.py),
+Opt-in security (`security=ClusterSecurity(...)`, single node only): the client listener is SASL_SSL with SCRAM
+users created when the storage is formatted, TLS certificates generated for the cluster (audit/local/certs.py),
 and the broker talks to itself over the same listener as its first user; the controller listener
 stays PLAINTEXT on loopback. Without it, the cluster is PLAINTEXT as before.
 """
@@ -25,7 +26,7 @@ import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,8 +35,14 @@ from confluent_kafka.admin import AdminClient
 from audit.contract.errors import ClusterError, ConfigError
 from audit.io import jvm
 from audit.io.local_state import ClusterState, cluster_folder, load_state, state_file
-from audit.local.broker_config import plaintext_properties, sasl_ssl_properties, write_broker_files
+from audit.local.broker_config import (
+    multi_node_properties,
+    plaintext_properties,
+    sasl_ssl_properties,
+    write_broker_files,
+)
 from audit.local.certs import ClusterSecurity, TlsFiles, ensure_tls_files
+from audit.local.cluster_nodes import ClusterStatus, Node, cluster_nodes, node_pid, set_node_pid
 from audit.local.kraft_format import (
     BOOTSTRAP_CHECKPOINT,
     format_from_template,
@@ -70,19 +77,9 @@ JVM_OPTIONS = [
 BROKER_JIT_OPTIONS = ["-XX:TieredStopAtLevel=1"]
 
 
-@dataclass(frozen=True)
-class ClusterStatus:
-    """What `kaudit clusters status` prints for one cluster."""
-
-    name: str
-    bootstrap_servers: str
-    pid: int | None
-    healthy: bool
-    folder: str
-
-
 class LocalCluster:
-    """One single-node KRaft cluster on loopback, started from the jars `make setup` cached."""
+    """One KRaft cluster on loopback, started from the jars `make setup` cached: a single node (broker and
+    controller in one JVM) by default, or a controller and `brokers` brokers, each a process of its own."""
 
     def __init__(
         self,
@@ -96,7 +93,12 @@ class LocalCluster:
         security: ClusterSecurity | None = None,
         quick_jit: bool = True,
         class_data_options: list[str] | None = None,
+        brokers: int | None = None,
     ) -> None:
+        if brokers is not None and brokers < 1:
+            raise ConfigError(f"{name}: brokers must be at least 1, not {brokers}")
+        if security is not None and (brokers or 1) > 1:
+            raise ConfigError(f"{name}: a secured local cluster runs a single node")
         self.name = name
         self.folder = cluster_folder(state_dir, name)
         self.cache_dir = Path(cache_dir).expanduser()
@@ -107,7 +109,9 @@ class LocalCluster:
         self.jit_options = BROKER_JIT_OPTIONS if quick_jit else []
         # None: map the class-data archive `make setup` recorded (jvm.class_archive_options).
         self.class_data_options = class_data_options
-        self._process: subprocess.Popen | None = None
+        # None: as many as the cluster had when it was first started (1 for a new one).
+        self.brokers = brokers
+        self._processes: dict[int, subprocess.Popen] = {}
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -137,23 +141,48 @@ class LocalCluster:
                 port=free_port(self.host),
                 controller_port=free_port(self.host),
             )
+            brokers = self.brokers or 1
+            if brokers > 1:
+                state.broker_ports = [state.port] + [free_port(self.host) for _ in range(brokers - 1)]
+                state.broker_pids = [None] * brokers
             self._save_state(state)
+        elif self.brokers is not None and self.brokers != len(state.client_ports):
+            raise ClusterError(
+                f"{self.name}: formatted for {len(state.client_ports)} broker(s), not {self.brokers}; "
+                f"`kaudit clusters down {self.name}` and remove {self.folder} to change it"
+            )
         return state
+
+    def nodes(self, state: ClusterState | None = None) -> list[Node]:
+        """Every JVM of the cluster, the controller (or the single node) first."""
+        return cluster_nodes(self.folder, state or self._state())
 
     @property
     def bootstrap_servers(self) -> str:
         state = self._load_state()
         if state is None:
             raise ClusterError(f"{self.name}: never started (no {self.state_file})")
-        return f"{self.host}:{state.port}"
+        return ",".join(f"{self.host}:{port}" for port in state.client_ports)
 
     @property
     def pid(self) -> int | None:
+        """The single node's pid, or a multi-broker cluster's controller's; None when it is not running."""
         state = self._load_state()
         return state.pid if state and pid_alive(state.pid) else None
 
+    def broker_pid(self, node_id: int) -> int | None:
+        """The pid of broker `node_id` (1..N; 1 is a single node's JVM), None when it is not running."""
+        state = self._state()
+        for node in self.nodes(state):
+            if node.port and node.node_id == node_id:
+                pid = node_pid(state, node)
+                return pid if pid_alive(pid) else None
+        raise ClusterError(f"{self.name}: no broker {node_id}")
+
     def is_running(self) -> bool:
-        return self.pid is not None
+        """Whether every JVM of the cluster runs."""
+        state = self._load_state()
+        return state is not None and all(pid_alive(node_pid(state, node)) for node in self.nodes(state))
 
     # -- security ------------------------------------------------------------------------------
 
@@ -183,17 +212,24 @@ class LocalCluster:
 
     # -- configuration files -------------------------------------------------------------------
 
-    def server_properties(self, state: ClusterState) -> dict[str, str]:
-        props = plaintext_properties(self.host, state, self.folder / "data")
-        if self.security is not None:
-            props.update(sasl_ssl_properties(self.host, state, self.security, self.tls))
+    def server_properties(self, state: ClusterState, node: Node | None = None) -> dict[str, str]:
+        """The settings of `node` (default: the single node, or the controller)."""
+        node = node or self.nodes(state)[0]
+        if state.broker_ports:
+            props = multi_node_properties(self.host, node, state.controller_port, len(state.broker_ports))
+        else:
+            props = plaintext_properties(self.host, state, node.data_dir)
+            if self.security is not None:
+                props.update(sasl_ssl_properties(self.host, state, self.security, self.tls))
         props.update(self.broker_properties)
         return props
 
-    def _write_config(self, state: ClusterState) -> Path:
-        return write_broker_files(self.folder, self.logs_dir, self.server_properties(state))
+    def _write_config(self, state: ClusterState, node: Node | None = None) -> Path:
+        node = node or self.nodes(state)[0]
+        return write_broker_files(node.folder, node.logs_dir, self.server_properties(state, node))
 
-    def _java_command(self, main_class: str, *args: str) -> list[str]:
+    def _java_command(self, main_class: str, *args: str, node: Node | None = None) -> list[str]:
+        folder = node.folder if node else self.folder
         return [
             jvm.java_executable(),
             f"-Xms{min(256, self.heap_mb)}m",
@@ -205,9 +241,9 @@ class LocalCluster:
                 if self.class_data_options is None
                 else self.class_data_options
             ),
-            f"-Dlog4j2.configurationFile={self.folder / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={self.logs_dir}",
-            f"-D{MARKER_PROPERTY}={self.folder}",
+            f"-Dlog4j2.configurationFile={folder / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={folder / 'logs'}",
+            f"-D{MARKER_PROPERTY}={folder}",
             "-cp",
             jvm.classpath(self.cache_dir, jvm.KAFKA_JARS),
             main_class,
@@ -216,23 +252,28 @@ class LocalCluster:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def _format(self, state: ClusterState, props_file: Path) -> None:
+    def _format(self, state: ClusterState) -> None:
         """Format the storage: Kafka's StorageTool, a JVM of its own, the first time; later clusters of the same
-        jars and settings copy what it wrote (`_format_template`)."""
-        data_dir = Path(self.server_properties(state)["log.dirs"])
-        template = self._format_template()
-        if template is None or not format_from_template(template, data_dir, state.cluster_id):
-            self._format_with_storage_tool(state, props_file)
+        jars and settings copy what it wrote (`_format_template`). A multi-broker cluster's brokers copy its
+        controller's format, each with its own node id."""
+        first, *others = self.nodes(state)
+        template = self._format_template(state)
+        if template is None or not format_from_template(template, first.data_dir, state.cluster_id, first.node_id):
+            self._format_with_storage_tool(state, self._write_config(state, first))
             if template is not None:
-                keep_template(data_dir / BOOTSTRAP_CHECKPOINT, template)
+                keep_template(first.data_dir / BOOTSTRAP_CHECKPOINT, template)
+        for node in others:
+            format_from_template(first.data_dir, node.data_dir, state.cluster_id, node.node_id)
         state.formatted = True
 
-    def _format_template(self) -> Path | None:
+    def _format_template(self, state: ClusterState | None = None) -> Path | None:
         """Where a format of this cluster's kind is kept (kraft_format.template_folder). None for a secured
         cluster, whose SCRAM users are written at format time and stay with the cluster alone, or more than one
         log directory."""
-        props = self.server_properties(ClusterState(name="", cluster_id="", port=0, controller_port=0))
-        if self.security is not None or "," in props["log.dirs"]:
+        if self.security is not None:
+            return None
+        props = self.server_properties(state or self._state())
+        if "," in props["log.dirs"]:
             return None
         return template_folder(self.cache_dir, jvm.classpath(self.cache_dir, jvm.KAFKA_JARS), props)
 
@@ -249,6 +290,7 @@ class LocalCluster:
             "--config",
             str(props_file),
             *scram,
+            node=self.nodes(state)[0],
         )
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
@@ -258,45 +300,55 @@ class LocalCluster:
             raise ClusterError(f"{self.name}: formatting storage failed (exit {result.returncode}): {output}")
 
     def launch(self) -> bool:
-        """Start the JVM without waiting for it; False when it is already running."""
+        """Start every JVM of the cluster that is not running, without waiting for them; False when all run."""
         state = self._state()
-        if pid_alive(state.pid):
+        nodes = self.nodes(state)
+        stopped = [node for node in nodes if not pid_alive(node_pid(state, node))]
+        if not stopped:
             return False
-        stray = marked_pids(str(self.folder))
+        running = {node_pid(state, node) for node in nodes} - {None}
+        stray = [pid for node in stopped for pid in marked_pids(str(node.folder)) if pid not in running]
         if stray:
             raise ClusterError(
                 f"{self.name}: a JVM of this cluster is running without a pid file (pids {stray}); run `kaudit clusters down`"
             )
-        props_file = self._write_config(state)
+        props_files = {node.node_id: self._write_config(state, node) for node in stopped}
         if not state.formatted:
-            self._format(state, props_file)
-        stdout = open(self.logs_dir / "stdout.log", "ab")
-        self._process = subprocess.Popen(
-            self._java_command("kafka.Kafka", str(props_file)),
-            stdout=stdout,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=self.folder,
-        )
-        stdout.close()
-        state.pid = self._process.pid
+            self._format(state)
+        for node in stopped:
+            set_node_pid(state, node, self._start_node(node, props_files[node.node_id]))
         self._save_state(state)
         log.info("cluster launched", extra={"cluster": self.name, "pid": state.pid, "port": state.port})
         return True
 
+    def _start_node(self, node: Node, props_file: Path) -> int:
+        stdout = open(node.logs_dir / "stdout.log", "ab")
+        process = subprocess.Popen(
+            self._java_command("kafka.Kafka", str(props_file), node=node),
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=node.folder,
+        )
+        stdout.close()
+        self._processes[node.node_id] = process
+        return process.pid
+
     def wait_ready(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> None:
-        """Block until a metadata request answers with our broker; raise with the log tail if not."""
+        """Block until a metadata request answers with every broker; raise with the log tail if not."""
         deadline = time.monotonic() + timeout_s
+        state = self._state()
         bootstrap = self.bootstrap_servers
         last_error = "no answer yet"
         while time.monotonic() < deadline:
-            if not self.is_running():
-                raise ClusterError(f"{self.name}: the broker exited while starting\n{self.log_tail()}")
-            if port_open(self.host, int(bootstrap.rsplit(":", 1)[1])):
+            exited = [node for node in self.nodes(state) if not pid_alive(node_pid(state, node))]
+            if exited:
+                raise ClusterError(f"{self.name}: {exited[0].label} exited while starting\n{self.log_tail()}")
+            if port_open(self.host, state.client_ports[0]):
                 try:
                     metadata = _admin(self.client_config()).list_topics(timeout=2)
-                    if metadata.brokers:
+                    if len(metadata.brokers) >= len(state.client_ports):
                         return
                 except Exception as exc:  # the broker is still coming up; retry until the deadline
                     last_error = str(exc)
@@ -313,48 +365,68 @@ class LocalCluster:
         return time.monotonic() - began
 
     def stop(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> None:
-        """SIGTERM, then SIGKILL after `timeout_s`; also ends strays carrying our marker."""
+        """SIGTERM, then SIGKILL after `timeout_s`; also ends strays carrying our marker. A multi-broker cluster's
+        brokers go first: a broker's controlled shutdown asks the controller to move its leaders."""
         state = self._load_state()
+        if state:
+            terminate({pid for pid in state.broker_pids if pid_alive(pid)}, timeout_s)
         pids = set(marked_pids(str(self.folder)))
         if state and pid_alive(state.pid):
             pids.add(state.pid)
         terminate(pids, timeout_s)
-        if self._process is not None:
-            self._process.wait(timeout=5)
-            self._process = None
+        self._reap()
         if state:
             state.pid = None
+            state.broker_pids = [None] * len(state.broker_pids)
             self._save_state(state)
 
     def kill(self) -> None:
-        """kill -9, as a crash would: for fault-injection tests."""
-        pid = self.pid
-        if pid:
+        """kill -9 every JVM of the cluster, as a crash would: for fault-injection tests."""
+        state = self._load_state()
+        pids = [node_pid(state, node) for node in self.nodes(state)] if state else []
+        self._kill([pid for pid in pids if pid_alive(pid)])
+
+    def kill_broker(self, node_id: int) -> None:
+        """kill -9 broker `node_id` alone, as a crash of that machine would."""
+        pid = self.broker_pid(node_id)
+        self._kill([pid] if pid else [])
+
+    def _kill(self, pids: list[int]) -> None:
+        for pid in pids:
             os.kill(pid, signal.SIGKILL)
-            wait_gone([pid], 10)
-        if self._process is not None:
-            self._process.wait(timeout=5)
-            self._process = None
+        wait_gone(pids, 10)
+        self._reap()
+
+    def _reap(self) -> None:
+        """Collect the exits of the JVMs this object started that are gone."""
+        for node_id, process in list(self._processes.items()):
+            if not pid_alive(process.pid):
+                process.wait(timeout=5)
+                del self._processes[node_id]
 
     def status(self) -> ClusterStatus:
         state = self._load_state()
         pid = state.pid if state and pid_alive(state.pid) else None
-        bootstrap = f"{self.host}:{state.port}" if state else ""
+        bootstrap = self.bootstrap_servers if state else ""
+        broker_pids = tuple(p if pid_alive(p) else None for p in state.broker_pids) if state else ()
         healthy = False
         if pid:
             try:
-                healthy = bool(_admin(self.client_config()).list_topics(timeout=3).brokers)
+                brokers = _admin(self.client_config()).list_topics(timeout=3).brokers
+                healthy = len(brokers) >= len(state.client_ports)
             except Exception:  # status reports health; it never raises for an unhealthy broker
                 healthy = False
-        return ClusterStatus(self.name, bootstrap, pid, healthy, str(self.folder))
+        return ClusterStatus(self.name, bootstrap, pid, healthy, str(self.folder), broker_pids)
 
     def log_tail(self, lines: int = 30) -> str:
         parts = []
-        for name in ("stdout.log", "server.log"):
-            path = self.logs_dir / name
-            if path.exists():
-                tail = path.read_text(errors="replace").splitlines()[-lines:]
-                parts.append(f"--- {path} (last {len(tail)} lines)\n" + "\n".join(tail))
+        state = self._load_state()
+        for node in self.nodes(state) if state else []:
+            for name in ("stdout.log", "server.log"):
+                path = node.logs_dir / name
+                if path.exists():
+                    tail = path.read_text(errors="replace").splitlines()[-lines:]
+                    parts.append(f"--- {path} (last {len(tail)} lines)\n" + "\n".join(tail))
         return "\n".join(parts)
 
 
@@ -404,11 +476,12 @@ def _admin(config: Mapping[str, str]) -> AdminClient:
     return AdminClient({**config, "log_level": 3, "socket.timeout.ms": 2000})
 
 
-def local_clusters(settings: Settings, names: list[str] | None = None) -> LocalClusters:
-    """The configured clusters that are local (no bootstrap address given), optionally a subset."""
+def local_clusters(settings: Settings, names: list[str] | None = None, brokers: int | None = None) -> LocalClusters:
+    """The configured clusters that are local (no bootstrap address given), optionally a subset; `brokers`:
+    how many brokers each has (None: as each was first started, 1 for a new one)."""
     local = [cluster.name for cluster in settings.clusters if cluster.local]
     chosen = names or local
     unknown = sorted(set(chosen) - set(local))
     if unknown:
         raise ConfigError(f"clusters: {', '.join(unknown)} not among the local clusters ({', '.join(local) or 'none'})")
-    return LocalClusters(chosen, state_dir=settings.state_dir, cache_dir=settings.cache_dir)
+    return LocalClusters(chosen, state_dir=settings.state_dir, cache_dir=settings.cache_dir, brokers=brokers)

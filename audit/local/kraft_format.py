@@ -3,7 +3,8 @@
 Kafka's StorageTool, a JVM of its own, formats the first cluster of a kind (the Kafka jars and the broker
 settings, which decide the bootstrap metadata and its feature levels); its bootstrap checkpoint is kept
 under `<cache_dir>/kraft-formats/`, and later clusters of that kind copy it and write their own
-meta.properties, with their own cluster and directory ids.
+meta.properties, with their own cluster and directory ids. The brokers of a multi-broker cluster copy its
+controller's format the same way, each with its own node id.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-def meta_properties(cluster_id: str) -> str:
-    """A formatted log directory's meta.properties, as StorageTool writes it for node 1 (a fresh directory id)."""
-    return f"cluster.id={cluster_id}\ndirectory.id={new_cluster_id()}\nnode.id=1\nversion=1\n"
+def meta_properties(cluster_id: str, node_id: int = 1) -> str:
+    """A formatted log directory's meta.properties, as StorageTool writes it for `node_id` (a fresh directory id)."""
+    return f"cluster.id={cluster_id}\ndirectory.id={new_cluster_id()}\nnode.id={node_id}\nversion=1\n"
 
 
 def template_folder(cache_dir: Path, classpath: str, properties: Mapping[str, str]) -> Path:
@@ -46,13 +47,14 @@ def template_folder(cache_dir: Path, classpath: str, properties: Mapping[str, st
     return cache_dir / "kraft-formats" / key.hexdigest()[:16]
 
 
-def format_from_template(template: Path, data_dir: Path, cluster_id: str) -> bool:
-    """Format `data_dir` by copying the kept format in `template`; False when there is none yet."""
+def format_from_template(template: Path, data_dir: Path, cluster_id: str, node_id: int = 1) -> bool:
+    """Format `data_dir` for node `node_id` by copying the kept format in `template` (or a formatted data
+    directory of the same cluster); False when there is none yet."""
     if not (template / BOOTSTRAP_CHECKPOINT).is_file():
         return False
     data_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(template / BOOTSTRAP_CHECKPOINT, data_dir / BOOTSTRAP_CHECKPOINT)
-    (data_dir / "meta.properties").write_text(meta_properties(cluster_id))
+    (data_dir / "meta.properties").write_text(meta_properties(cluster_id, node_id))
     return True
 
 
