@@ -3,7 +3,8 @@
 `create_app(settings)` builds it; `kaudit ui` serves it (audit/cli/ui.py). Pages read the Delta tables
 through one `LakeCache` (deltalake, no JVM), reread at most every `ui.refresh_s` seconds. Every page's
 state is in its URL (`/topic?topic=dc1.orders&window=2025-03-04T10:40Z&range=24h`), so an alert email
-links straight to a topic and window.
+links straight to a topic and window. Until the books' first run every page is the waiting page
+(dashboards/waiting.py), which turns into the page asked for once the tables exist.
 """
 
 from __future__ import annotations
@@ -20,18 +21,21 @@ from dashboards import ids
 from dashboards.callbacks import register_callbacks
 from dashboards.context import Context, set_context
 from dashboards.data import LakeCache
+from dashboards.first_run import BooksWatch
+from dashboards.tier_colors import TierColors
 
 PAGES = ("overview", "topic", "lag", "alerts")
 
 
 def create_app(settings, *, lake: Lake | str | None = None) -> dash.Dash:
-    """The Dash app over the tables of `lake` (default: the configured one)."""
+    """The Dash app over the tables of `lake` (default: the configured one); the waiting page until they exist."""
+    tables = Lake.of(lake) if lake else lake_of(settings)
     set_context(
         Context(
             settings=settings,
-            lake=LakeCache(
-                Lake.of(lake) if lake else lake_of(settings), refresh_s=settings.ui.refresh_s, days=settings.ui.days
-            ),
+            lake=LakeCache(tables, refresh_s=settings.ui.refresh_s, days=settings.ui.days),
+            books=BooksWatch(tables),
+            colors=TierColors.of(settings.tiers),
         )
     )
     app = dash.Dash(__name__, use_pages=True, pages_folder="", title="kafka-audit", suppress_callback_exceptions=True)

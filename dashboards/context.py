@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dashboards.data import LakeCache
+from dashboards.first_run import BooksWatch
+from dashboards.tier_colors import TierColors
 
 
 @dataclass
 class Context:
     settings: object
     lake: LakeCache
+    # None: the pages show the tables as they are, never the waiting page.
+    books: BooksWatch | None = None
+    colors: TierColors = field(default_factory=TierColors)
 
 
 _CONTEXT: Context | None = None

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.alerts.loss_partitions import describe, partition_losses
+from audit.contract.completeness import STATUSES_BY_SEVERITY
 from audit.contract.flows import is_placeholder, silent_cause
 from audit.contract.names import DEFAULT_AUDIT_TOPIC
 from audit.contract.naming import data_topic_rows
@@ -26,9 +27,9 @@ from audit.contract.watermarks import FIRST_REAL_WATERMARK as CONTRACT_FIRST_REA
 from audit.io.lake import Lake
 from audit.io.lake_read import read_arrow, table_version
 
-# Worse last, as the books rank them (audit/contract/completeness.py): the counts balance in a mismatch, but its
-# content differs, which may be a loss hidden by a duplicate.
-STATUS_RANK = {"complete": 1, "pending": 2, "lagging": 3, "over": 4, "mismatch": 5, "incomplete": 6}
+# Worse last, as the books rank them: the counts balance in a mismatch, but its content differs, which may be a
+# loss hidden by a duplicate.
+STATUS_RANK = {status: rank for rank, status in enumerate(STATUSES_BY_SEVERITY, start=1)}
 RANK_STATUS = {rank: status for status, rank in STATUS_RANK.items()}
 RANGES = {
     "1h": timedelta(hours=1),

@@ -8,9 +8,11 @@ import plotly.graph_objects as go
 
 from audit.contract.windows import DEFAULT_WINDOW_MINUTES
 from dashboards.data import RANK_STATUS, STATUS_RANK
+from dashboards.tier_colors import TierColors
 
 STATUS_COLORS = {
     "complete": "#2ca02c",
+    "unknown": "#9edae5",  # the producer's counts could not serve: judged against the origin cluster
     "pending": "#c7c7c7",
     "lagging": "#f2c14e",
     "over": "#ff7f0e",
@@ -21,6 +23,8 @@ STATUS_COLORS = {
 # minutes), so an axis with no lag reads 0.
 PLAIN_NUMBERS = dict(tickformat=",~f", rangemode="tozero")
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.2))
+# Tier colours of a figure built without the configured tiers (the pages pass the configured ones).
+UNCONFIGURED = TierColors()
 
 
 def _empty(title: str) -> go.Figure:
@@ -34,7 +38,7 @@ def _empty(title: str) -> go.Figure:
 
 
 def _discrete_scale() -> list[list]:
-    """A colorscale with one flat band per status rank (1..6)."""
+    """A colorscale with one flat band per status rank (1..len(STATUS_RANK))."""
     scale, count = [], len(STATUS_RANK)
     for rank in range(1, count + 1):
         color = STATUS_COLORS[RANK_STATUS[rank]]
@@ -87,6 +91,7 @@ def _by_tier(
     *,
     mode: str = "lines+markers",
     selected: pd.Timestamp | None = None,
+    colors: TierColors = UNCONFIGURED,
 ) -> go.Figure:
     if rows.empty:
         return _empty(title)
@@ -100,7 +105,8 @@ def _by_tier(
                 y=part[value],
                 name=tier,
                 mode=mode,
-                line=dict(width=7 if reference else 2, color="#bbbbbb" if reference else None),
+                line=dict(width=7 if reference else 2, color=colors(tier)),
+                marker=dict(color=colors(tier)),
             )
         )
     figure.update_layout(title=title, yaxis_title=yaxis, xaxis_title="window start (UTC)", **LAYOUT)
@@ -134,18 +140,26 @@ def _mark(figure: go.Figure, selected: pd.Timestamp | None, rows: pd.DataFrame) 
         )
 
 
-def correlation_figure(counts: pd.DataFrame, selected: pd.Timestamp | None = None) -> go.Figure:
+def correlation_figure(
+    counts: pd.DataFrame, selected: pd.Timestamp | None = None, colors: TierColors = UNCONFIGURED
+) -> go.Figure:
     """Producer vs every tier: messages counted per window, one line per tier, on one chart."""
-    return _by_tier(counts, "count", "Messages per window: producer vs each tier", "messages", selected=selected)
+    title = "Messages per window: producer vs each tier"
+    return _by_tier(counts, "count", title, "messages", selected=selected, colors=colors)
 
 
 def completeness_figure(
-    rows: pd.DataFrame, selected: pd.Timestamp | None = None, restated: pd.DataFrame | None = None
+    rows: pd.DataFrame,
+    selected: pd.Timestamp | None = None,
+    restated: pd.DataFrame | None = None,
+    colors: TierColors = UNCONFIGURED,
 ) -> go.Figure:
     """Completeness % per tier and window; windows not final for every tier yet are shaded (in flight),
     restated windows (`restated_changes`) marked with a star on their tier's line, mismatch windows with a
     diamond of the mismatch colour."""
-    figure = _by_tier(rows, "completeness_pct", "Completeness per tier (%)", "% of expected", selected=selected)
+    figure = _by_tier(
+        rows, "completeness_pct", "Completeness per tier (%)", "% of expected", selected=selected, colors=colors
+    )
     shade_windows_in_flight(figure, rows)
     mark_restated(figure, rows, restated)
     mark_mismatches(figure, rows)
@@ -153,11 +167,12 @@ def completeness_figure(
 
 
 def mark_mismatches(figure: go.Figure, rows: pd.DataFrame) -> None:
-    """A trace `mismatch`: a diamond on each mismatch window's tier (100 % counted, content differs), the
-    partitions whose content differs in the hover text."""
+    """A trace `mismatch`: a diamond on each tier of a window whose content differs (a mismatch, or an over or
+    incomplete window that names such partitions too), the partitions whose content differs in the hover text."""
     if rows.empty or "status" not in rows:
         return
-    points = rows[rows["status"] == "mismatch"]
+    named = rows["mismatched_partitions"].map(partition_list) != "" if "mismatched_partitions" in rows else False
+    points = rows[(rows["status"] == "mismatch") | named]
     if points.empty:
         return
     partitions = points["mismatched_partitions"] if "mismatched_partitions" in points else None
@@ -218,8 +233,10 @@ def shade_windows_in_flight(figure: go.Figure, rows: pd.DataFrame) -> None:
         figure.add_vrect(x0=start, x1=end, fillcolor="#7f7f7f", opacity=0.12, line_width=0, name="in flight", **label)
 
 
-def missing_figure(rows: pd.DataFrame, selected: pd.Timestamp | None = None) -> go.Figure:
-    """Missing (down) and duplicated (up) messages per window and tier."""
+def missing_figure(
+    rows: pd.DataFrame, selected: pd.Timestamp | None = None, colors: TierColors = UNCONFIGURED
+) -> go.Figure:
+    """Missing (down, plain) and duplicated (up, hatched) messages per window, in each tier's colour."""
     title = "Missing and duplicated per window"
     if rows.empty:
         return _empty(title)
@@ -227,14 +244,21 @@ def missing_figure(rows: pd.DataFrame, selected: pd.Timestamp | None = None) -> 
     for tier in tier_order(rows):
         part = rows[rows["tier"] == tier]
         final = part[part["final"].fillna(False).astype(bool)]
-        figure.add_trace(go.Bar(x=final["window_start"], y=-final["missing"].fillna(0), name=f"{tier} missing"))
+        figure.add_trace(
+            go.Bar(
+                x=final["window_start"],
+                y=-final["missing"].fillna(0),
+                name=f"{tier} missing",
+                marker_color=colors(tier),
+            )
+        )
         if final["duplicated"].fillna(0).any():
             figure.add_trace(
                 go.Bar(
                     x=final["window_start"],
                     y=final["duplicated"],
                     name=f"{tier} duplicated",
-                    marker_color=STATUS_COLORS["over"],
+                    marker=dict(color=colors(tier), pattern=dict(shape="/", fillmode="overlay", fgcolor="#ffffff")),
                 )
             )
     figure.update_layout(
@@ -248,12 +272,12 @@ def missing_figure(rows: pd.DataFrame, selected: pd.Timestamp | None = None) -> 
     return figure
 
 
-def latency_figure(counts: pd.DataFrame) -> go.Figure:
+def latency_figure(counts: pd.DataFrame, colors: TierColors = UNCONFIGURED) -> go.Figure:
     """p99 latency per tier and window: audit time to counted, ms."""
-    return _by_tier(counts, "latency_p99_ms", "Latency p99 per tier (ms, audit time to counted)", "ms")
+    return _by_tier(counts, "latency_p99_ms", "Latency p99 per tier (ms, audit time to counted)", "ms", colors=colors)
 
 
-def watermark_figure(history: pd.DataFrame) -> go.Figure:
+def watermark_figure(history: pd.DataFrame, colors: TierColors = UNCONFIGURED) -> go.Figure:
     """How far each tier's watermark was behind when it reported, over time (worst topic per report time)."""
     title = "Watermark delay per tier (minutes behind)"
     if history.empty:
@@ -261,7 +285,14 @@ def watermark_figure(history: pd.DataFrame) -> go.Figure:
     worst = history.groupby(["tier", "emitted_at"], as_index=False)["behind_min"].max()
     figure = go.Figure(
         [
-            go.Scatter(x=part["emitted_at"], y=part["behind_min"], name=tier, mode="lines+markers")
+            go.Scatter(
+                x=part["emitted_at"],
+                y=part["behind_min"],
+                name=tier,
+                mode="lines+markers",
+                line=dict(color=colors(tier)),
+                marker=dict(color=colors(tier)),
+            )
             for tier, part in worst.groupby("tier", sort=False)
         ]
     )
@@ -270,7 +301,7 @@ def watermark_figure(history: pd.DataFrame) -> go.Figure:
     return figure
 
 
-def lag_figure(history: pd.DataFrame) -> go.Figure:
+def lag_figure(history: pd.DataFrame, colors: TierColors = UNCONFIGURED) -> go.Figure:
     """Messages of lag per tier over time (summed over topics and reporters)."""
     title = "Lag per tier (messages behind)"
     if history.empty:
@@ -278,7 +309,7 @@ def lag_figure(history: pd.DataFrame) -> go.Figure:
     total = history.groupby(["tier", "emitted_at"], as_index=False)["lag"].sum()
     figure = go.Figure(
         [
-            go.Scatter(x=part["emitted_at"], y=part["lag"], name=tier, mode="lines")
+            go.Scatter(x=part["emitted_at"], y=part["lag"], name=tier, mode="lines", line=dict(color=colors(tier)))
             for tier, part in total.groupby("tier", sort=False)
         ]
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 # shell
 NAV = "nav-location"  # dcc.Location the pages write to when they navigate (heatmap click, controls)
 REFRESH = "refresh-interval"  # dcc.Interval: pages reread the (cached) tables on each tick
+WAITING = "waiting-for-books"  # what every page shows until the books' first run, then the page itself
+WAITING_POLL = "waiting-poll"  # dcc.Interval of the waiting page: have the books run yet?
 
 # controls, on every page that shows data over time
 RANGE = "range-picker"

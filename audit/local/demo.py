@@ -166,7 +166,7 @@ def summary(settings: Settings, plan: PipelinePlan, supervisor: Supervisor, find
         )
     lines += [
         "",
-        f"UI:        {settings.alerts.ui_url}" if plan.with_ui else "UI:        not started (--no-ui)",
+        f"UI:        {ui_state(settings, plan, supervisor)}",
         f"Delta:     {lake_of(settings)}",
         f"Mailbox:   {mail_dir(settings)}",
     ]
@@ -200,6 +200,20 @@ def summary(settings: Settings, plan: PipelinePlan, supervisor: Supervisor, find
         f"ready in {time.monotonic() - began:.0f} s. Stop with Ctrl-C here, or `make down` from another shell.",
     ]
     return "\n".join(lines)
+
+
+def ui_address(settings: Settings) -> str:
+    return f"http://{settings.ui.host}:{settings.ui.port}"
+
+
+def ui_state(settings: Settings, plan: PipelinePlan, supervisor: Supervisor) -> str:
+    """The UI's address while it runs; never an address nothing listens on."""
+    if not plan.with_ui:
+        return "not started (--no-ui)"
+    service = supervisor.services.get("ui")
+    if service is None or not service.alive:
+        return "NOT RUNNING: it exited" + (f", see {service.log_path}" if service else "")
+    return ui_address(settings)
 
 
 def end_stall(supervisor: Supervisor, plan: PipelinePlan, findings: Findings, stall_began: float) -> None:
@@ -267,6 +281,8 @@ def start_pipeline(
     )
     start_services(supervisor, settings, plan)
     stall_began = time.monotonic()
+    if plan.with_ui:
+        print(f"UI on {ui_address(settings)}: it shows the audit from the books' first run on", flush=True)
     print(
         f"backfilling {messages:,} audited messages per regional cluster over {hours:g} h of event time ...",
         flush=True,

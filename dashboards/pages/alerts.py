@@ -9,6 +9,7 @@ from dashboards import ids
 from dashboards.context import context
 from dashboards.data import data_topics
 from dashboards.pages.controls import range_and_search, table
+from dashboards.waiting import until_books
 
 COLUMNS = [
     "created_at",
@@ -40,10 +41,12 @@ def layout(range: str | None = None, q: str | None = None, **_other) -> html.Div
             html.H2("Alert log"),
             range_and_search(range, q),
             html.P(f"{len(log)} alert(s); pending ones are retried by the next `kaudit alert` run."),
-            table(log, COLUMNS, table_id=ids.ALERTS_TABLE, page_size=25),
+            table(log, COLUMNS, table_id=ids.ALERTS_TABLE, page_size=25, spaced_headers=True),
         ]
     )
 
 
 # Registered last, with its layout: the app does not import a pages folder (pages_folder="").
-dash.register_page(__name__, path="/alerts", name="Alerts", order=3, title="kafka-audit: alerts", layout=layout)
+dash.register_page(
+    __name__, path="/alerts", name="Alerts", order=3, title="kafka-audit: alerts", layout=until_books(layout)
+)

@@ -14,8 +14,9 @@ from dashboards.data import DEFAULT_RANGE, NO_WATERMARK, RANGES
 from dashboards.figures import STATUS_COLORS
 from dashboards.links import href
 
-# Columns of free text (an alert's cause, a delivery error): given room, and wrapped within it.
-WIDE_COLUMNS = ("cause", "last_error")
+# Columns of free text (an alert's cause, a delivery error): given room when they hold any, and wrapped within it.
+WIDE_COLUMNS = {"cause": "200px", "last_error": "120px"}
+FREE_TEXT = (*WIDE_COLUMNS, "recipients")
 
 
 def range_and_search(range_key: str | None, search: str | None, *, with_search: bool = True) -> html.Div:
@@ -58,24 +59,24 @@ def status_styles(shown: pd.DataFrame) -> list[dict]:
     ]
 
 
-def table(frame, columns: list[str] | None = None, *, table_id: str | None = None, page_size: int = 15):
-    """A sortable DataTable of `frame` (timestamps shown as UTC minutes)."""
+def table(
+    frame,
+    columns: list[str] | None = None,
+    *,
+    table_id: str | None = None,
+    page_size: int = 15,
+    spaced_headers: bool = False,
+):
+    """A sortable DataTable of `frame` (timestamps shown as UTC minutes). `spaced_headers`: `window start` for
+    `window_start`, a header that can wrap, for a table of many columns."""
     from dash import dash_table
 
     frame = frame if columns is None else frame[[c for c in columns if c in frame]]
-    shown = frame.copy()
-    for name in shown.columns:
-        if str(shown[name].dtype).startswith("datetime64"):
-            # The epoch stands for "not reported yet" (audit/contract/watermarks.py): never shown as a 1970 date.
-            times = pd.to_datetime(shown[name], utc=True)
-            real = times >= pd.Timestamp(FIRST_REAL_WATERMARK)
-            shown[name] = times.dt.strftime("%Y-%m-%d %H:%M").where(real | times.isna(), NO_WATERMARK)
-        elif str(shown[name].dtype).startswith("float"):
-            shown[name] = shown[name].round(2)
+    shown = shown_values(frame)
     kwargs = {"id": table_id} if table_id else {}
     return dash_table.DataTable(
         data=shown.to_dict("records"),
-        columns=[{"name": c, "id": c} for c in shown.columns],
+        columns=[{"name": c.replace("_", " ") if spaced_headers else c, "id": c} for c in shown.columns],
         sort_action="native",
         page_size=page_size,
         # Never wider than the page: long cells (an alert's cause) wrap, and a table still too wide scrolls.
@@ -88,11 +89,40 @@ def table(frame, columns: list[str] | None = None, *, table_id: str | None = Non
             "height": "auto",
             "textAlign": "left",
         },
-        style_cell_conditional=[{"if": {"column_id": c}, "minWidth": "160px"} for c in WIDE_COLUMNS if c in shown],
+        style_cell_conditional=column_widths(frame, shown),
         style_data_conditional=status_styles(shown),
         style_header={"fontWeight": "bold"},
+        # A long word of free text (an address, an error) breaks rather than widening its column past the page. A
+        # rule: the style_* arguments drop the CSS properties the DataTable does not know, overflow-wrap among them.
+        css=[{"selector": f'td[data-dash-column="{c}"]', "rule": "overflow-wrap: anywhere"} for c in FREE_TEXT],
         **kwargs,
     )
+
+
+def column_widths(frame: pd.DataFrame, shown: pd.DataFrame) -> list[dict]:
+    """Room for the free-text columns that hold any text, and for a time's date on one line (it breaks at its
+    space, not at its dashes)."""
+    wide = [
+        {"if": {"column_id": c}, "minWidth": width}
+        for c, width in WIDE_COLUMNS.items()
+        if c in shown and shown[c].fillna("").astype(str).str.strip().any()
+    ]
+    times = [c for c in frame.columns if str(frame[c].dtype).startswith("datetime64")]
+    return wide + [{"if": {"column_id": c}, "minWidth": "76px"} for c in times]
+
+
+def shown_values(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` as a table shows it: timestamps as UTC minutes (the epoch as NO_WATERMARK), floats to 2 places."""
+    shown = frame.copy()
+    for name in shown.columns:
+        if str(shown[name].dtype).startswith("datetime64"):
+            # The epoch stands for "not reported yet" (audit/contract/watermarks.py): never shown as a 1970 date.
+            times = pd.to_datetime(shown[name], utc=True)
+            real = times >= pd.Timestamp(FIRST_REAL_WATERMARK)
+            shown[name] = times.dt.strftime("%Y-%m-%d %H:%M").where(real | times.isna(), NO_WATERMARK)
+        elif str(shown[name].dtype).startswith("float"):
+            shown[name] = shown[name].round(2)
+    return shown
 
 
 @page_callback(

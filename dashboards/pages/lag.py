@@ -9,6 +9,7 @@ from dashboards import figures, ids
 from dashboards.context import context
 from dashboards.data import data_topics, status_history, time_range, with_causes
 from dashboards.pages.controls import range_and_search, table
+from dashboards.waiting import until_books
 
 STATUS_COLUMNS = ["tier", "logical_topic", "watermark", "lag", "stalled", "reporters", "last_status_at", "cause"]
 HISTORY_COLUMNS = [
@@ -40,8 +41,8 @@ def layout(range: str | None = None, q: str | None = None, end: str | None = Non
             html.H2("Watermarks and lag"),
             *unreachable_notice(unreachable),
             range_and_search(range, q),
-            dcc.Graph(id=ids.WATERMARKS, figure=figures.watermark_figure(history)),
-            dcc.Graph(id=ids.LAG, figure=figures.lag_figure(history)),
+            dcc.Graph(id=ids.WATERMARKS, figure=figures.watermark_figure(history, context().colors)),
+            dcc.Graph(id=ids.LAG, figure=figures.lag_figure(history, context().colors)),
             html.H3("Tier status now"),
             table(status, STATUS_COLUMNS, table_id=ids.STATUS_TABLE),
         ]
@@ -64,4 +65,4 @@ def unreachable_notice(unreachable) -> list:
 
 
 # Registered last, with its layout: the app does not import a pages folder (pages_folder="").
-dash.register_page(__name__, path="/lag", name="Lag", order=2, title="kafka-audit: lag", layout=layout)
+dash.register_page(__name__, path="/lag", name="Lag", order=2, title="kafka-audit: lag", layout=until_books(layout))

@@ -12,6 +12,7 @@ from dashboards.context import context
 from dashboards.data import OVERVIEW_COLUMNS, all_cells, data_topics, overview_data
 from dashboards.links import href
 from dashboards.pages.controls import range_and_search, table
+from dashboards.waiting import until_books
 
 
 def load(range_key: str | None, search: str | None, end: str | None = None) -> dict:
@@ -82,4 +83,6 @@ def _refresh(_tick, range_key, search):
 
 
 # Registered last, with its layout: the app does not import a pages folder (pages_folder="").
-dash.register_page(__name__, path="/", name="Overview", order=0, title="kafka-audit: overview", layout=layout)
+dash.register_page(
+    __name__, path="/", name="Overview", order=0, title="kafka-audit: overview", layout=until_books(layout)
+)

@@ -13,6 +13,7 @@ from dashboards.context import context
 from dashboards.data import latest_window, parse_time, restated_changes, time_range, topic_rows, with_partition_losses
 from dashboards.links import href
 from dashboards.pages.controls import range_and_search, table
+from dashboards.waiting import until_books
 
 WINDOW_COLUMNS = [
     "tier",
@@ -68,6 +69,7 @@ def layout(
             mismatched_partitions=[figures.partition_list(p) for p in in_window["mismatched_partitions"]]
         )
     in_window = in_window.merge(restated, on=["window_start", "tier"], how="left")
+    colors = context().colors
     return html.Div(
         [
             html.H2(f"Topic {topic or '(none)'}"),
@@ -93,10 +95,10 @@ def layout(
                 if selected is not None
                 else []
             ),
-            dcc.Graph(id=ids.CORRELATION, figure=figures.correlation_figure(counts, selected)),
-            dcc.Graph(id=ids.COMPLETENESS, figure=figures.completeness_figure(rows, selected, restated)),
-            dcc.Graph(id=ids.MISSING, figure=figures.missing_figure(rows, selected)),
-            dcc.Graph(id=ids.LATENCY, figure=figures.latency_figure(counts)),
+            dcc.Graph(id=ids.CORRELATION, figure=figures.correlation_figure(counts, selected, colors)),
+            dcc.Graph(id=ids.COMPLETENESS, figure=figures.completeness_figure(rows, selected, restated, colors)),
+            dcc.Graph(id=ids.MISSING, figure=figures.missing_figure(rows, selected, colors)),
+            dcc.Graph(id=ids.LATENCY, figure=figures.latency_figure(counts, colors)),
         ]
     )
 
@@ -117,4 +119,6 @@ def _pick_topic(topic, range_key, search):
 
 
 # Registered last, with its layout: the app does not import a pages folder (pages_folder="").
-dash.register_page(__name__, path="/topic", name="Topic", order=1, title="kafka-audit: topic", layout=layout)
+dash.register_page(
+    __name__, path="/topic", name="Topic", order=1, title="kafka-audit: topic", layout=until_books(layout)
+)

@@ -419,3 +419,31 @@ def test_a_mismatch_window_has_its_own_colour_and_legend_entry(ui):
     assert statuses["mismatch"] == "rgb(227, 119, 194)", statuses
     aggregate = next(row for row in cells if row[0][0] == "aggregate")
     assert any(text == "1" for text, _background in aggregate), aggregate
+
+
+def test_the_alert_log_is_readable_whole_in_a_1280_pixel_window(ui):
+    """issue 70: at 1280 px the log was wider than the page, its cause column cut off behind a scrollbar."""
+    base, driver = ui
+    from selenium.webdriver.common.by import By
+
+    driver.set_window_size(1280, 1000)
+    try:
+        driver.get(base + "/alerts")
+        wait(lambda: "dc1.clicks" in driver.find_element(By.ID, ids.ALERTS_TABLE).text, what="the alert table")
+        fit = driver.execute_script(
+            f"const t = document.querySelector('#{ids.ALERTS_TABLE}');"
+            "const cause = Array.from(t.querySelectorAll('td')).find(td => td.innerText.includes('THE-END-OF'));"
+            "const c = cause.getBoundingClientRect(), box = t.getBoundingClientRect();"
+            "return {view: document.documentElement.clientWidth, page: document.documentElement.scrollWidth,"
+            " cause_right: c.right, box_right: box.right, box: box.width,"
+            " table: t.querySelector('table').getBoundingClientRect().width, cause_text: cause.innerText,"
+            " cause_scroll: cause.scrollWidth, cause_client: cause.clientWidth,"
+            " wraps: c.height > 2 * parseFloat(getComputedStyle(cause).fontSize)};"
+        )
+    finally:
+        driver.set_window_size(1400, 1200)
+    assert fit["view"] <= 1280 and fit["page"] <= fit["view"], f"the page scrolls sideways: {fit}"
+    assert fit["cause_right"] <= fit["view"] and fit["cause_right"] <= fit["box_right"] + 1, f"the cause is cut: {fit}"
+    assert fit["table"] <= fit["box"] + 1, f"the table scrolls inside its box: {fit}"
+    assert fit["cause_scroll"] <= fit["cause_client"] + 1 and fit["wraps"], f"the cause is clipped, not wrapped: {fit}"
+    assert fit["cause_text"].endswith("THE-END-OF-THE-CAUSE"), fit

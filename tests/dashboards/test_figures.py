@@ -294,6 +294,16 @@ def test_a_mismatch_has_its_own_colour_rank_and_marker():
     ]
 
 
+def test_an_over_window_whose_content_differs_in_another_partition_is_marked_too():
+    frames = sample_frames(SampleSpec(now=NOW, faults=[Duplicate("payments", "aggregate", 4, count=3)]))
+    rows = frames["completeness"].query("topic == 'payments'").copy()
+    over = rows.index[rows["status"] == "over"]
+    assert len(over) >= 1 and not any(t.name == "mismatch" for t in figures.completeness_figure(rows).data)
+    rows["mismatched_partitions"] = [[1] if index in over else None for index in rows.index]
+    [marks] = [t for t in figures.completeness_figure(rows).data if t.name == "mismatch"]
+    assert len(marks.customdata) == len(over) and marks.customdata[0].endswith("content differs in partition 1")
+
+
 def test_every_app_of_a_process_serves_the_pages_callbacks(tmp_path):
     """dash.callback gives its callbacks to the first app set up only: the UI registers them on each app."""
     from dashboards import ids
@@ -307,3 +317,76 @@ def test_every_app_of_a_process_serves_the_pages_callbacks(tmp_path):
     first, second = callback_inputs(), callback_inputs()
     assert {ids.TOPIC, ids.HEATMAP, ids.RANGE, ids.SEARCH} <= first
     assert second == first
+
+
+def tier_colours_drawn(figure) -> dict[str, str]:
+    """Tier -> the colour each of its traces is drawn in (a tier drawn in two colours fails here)."""
+    drawn: dict[str, str] = {}
+    for trace in figure.data:
+        tier = trace.name.removesuffix(" missing").removesuffix(" duplicated")
+        if tier in ("restated", "mismatch"):  # window marks in their status's colour, not tier traces
+            continue
+        colour = trace.line.color if trace.type == "scatter" else trace.marker.color
+        assert drawn.setdefault(tier, colour) == colour, (figure.layout.title.text, tier, colour, drawn[tier])
+    return drawn
+
+
+def test_every_figure_draws_each_tier_in_the_same_colour(frames):
+    """issue 70: plotly colours traces by position, so a tier changed colour from one chart to the next."""
+    from dashboards.data import status_history
+    from dashboards.tier_colors import TierColors
+
+    colours = TierColors.of(Settings.default().tiers)
+    # A consumer group's tier no configuration names, and charts that hold different tiers in different orders.
+    group = frames["completeness"].query("tier == 'lake'").assign(tier="group.analytics", tier_order=9)
+    rows = pd.concat([frames["completeness"], group]).query("topic == 'orders'")
+    counts = pd.concat([frames["tier_counts"], group.assign(count=1, latency_p99_ms=5.0)]).query("topic == 'orders'")
+    records = frames["audit_records"]
+    history = status_history(records, time_range(records["emitted_at"].max(), "24h"))
+    charts = [
+        figures.correlation_figure(counts, colors=colours),
+        figures.correlation_figure(counts[counts["tier"] != "dc1"], colors=colours),
+        figures.completeness_figure(rows, colors=colours),
+        figures.missing_figure(rows.assign(final=True, duplicated=3), colors=colours),
+        figures.latency_figure(counts.iloc[::-1], colors=colours),
+        figures.watermark_figure(history, colors=colours),
+        figures.lag_figure(history[history["tier"] != "producer"], colors=colours),
+    ]
+    seen: dict[str, str] = {}
+    for chart in charts:
+        for tier, colour in tier_colours_drawn(chart).items():
+            assert seen.setdefault(tier, colour) == colour, (chart.layout.title.text, tier, colour, seen[tier])
+    assert {"producer", "dc1", "aggregate", "lake", "group.analytics"} <= set(seen)
+    assert seen == {tier: colours(tier) for tier in seen}
+    configured = [colours(tier) for tier in Settings.default().tiers]
+    assert len(set(configured)) == len(configured), "each configured tier its own colour"
+    assert colours("group.analytics") == TierColors.of(["producer", "other"])("group.analytics"), "stable by name"
+    assert not set(configured) & set(figures.STATUS_COLORS.values()), "a tier's line never reads as a verdict"
+
+
+def test_the_pages_draw_their_tiers_in_the_configured_colours(tmp_path):
+    import dash
+    from dash import dcc
+
+    from dashboards.app import create_app
+    from dashboards.sample import demo_frames
+    from dashboards.screenshots import recent_now
+    from dashboards.tier_colors import TierColors
+
+    settings = Settings.default().replace(state_dir=tmp_path)
+    write_frames(str(tmp_path / "lake"), demo_frames(recent_now()))
+    create_app(settings, lake=str(tmp_path / "lake"))
+    pages = {
+        "dashboards.pages.topic": dict(topic="dc1.orders", range="24h"),
+        "dashboards.pages.lag": dict(range="24h"),
+    }
+    graphs = [
+        component.figure
+        for module, query in pages.items()
+        for component in dash.page_registry[module]["layout"](**query)._traverse()
+        if isinstance(component, dcc.Graph)
+    ]
+    drawn = {tier: colour for graph in graphs for tier, colour in tier_colours_drawn(graph).items()}
+    assert len(graphs) == 6 and {"producer", "dc1", "aggregate", "lake"} <= set(drawn)
+    colours = TierColors.of(settings.tiers)
+    assert drawn == {tier: colours(tier) for tier in drawn}
