@@ -91,10 +91,11 @@ class SparkStandalone:
             return json.load(answer)
 
     def alive_workers(self) -> int:
-        """Workers the master counts as alive, 0 while it does not answer."""
+        """Workers the master counts as alive, 0 while it does not answer (or answers with a page, not its JSON,
+        as its web UI may while it starts)."""
         try:
             return int(self.state().get("aliveworkers", 0))
-        except OSError:
+        except (OSError, ValueError):
             return 0
 
     def _wait_for_workers(self, timeout_s: float) -> None:

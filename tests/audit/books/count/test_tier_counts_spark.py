@@ -115,10 +115,13 @@ def test_a_first_run_sums_its_records_as_the_table_would_give_them(spark, tmp_pa
         delta_io.append(lake_of(settings), AUDIT_RECORDS, records)
         resummed = update_tier_counts(spark, lake_of(settings), records, every_record=every_record)
         stored = delta_io.read_table(spark, lake_of(settings), TIER_COUNTS.name).drop("updated_at")
-        tables[every_record] = sorted(map(tuple, stored.collect()))
+        tables[every_record] = sorted(
+            (row.asDict() for row in stored.collect()), key=lambda row: (row["window_start"], row["tier"])
+        )
         windows[every_record] = sorted(map(tuple, resummed.windows.select("topic", "window_start", "date").collect()))
 
     assert tables[True] == tables[False]
     assert len(tables[True]) == 3  # producer and aggregate in the first window, producer in the second
-    assert {row[3].minute: row[10] for row in tables[True] if row[5] == "producer"} == {0: {0: 6, 1: 9}, 10: None}
+    producer_rows = [row for row in tables[True] if row["tier"] == "producer"]
+    assert {row["window_start"].minute: row["by_partition"] for row in producer_rows} == {0: {0: 6, 1: 9}, 10: None}
     assert windows[True] == windows[False] and len(windows[True]) == 2
