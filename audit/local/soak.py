@@ -79,7 +79,7 @@ class Soak:
         from audit.local.clusters import local_clusters
 
         self.args, self.settings, self.soak_dir = args, settings, soak_dir
-        self.clusters = local_clusters(settings)
+        self.clusters = local_clusters(settings, brokers=getattr(args, "brokers", None))
         self.regional, self.hub = tuple(settings.cluster_names[:-1]), settings.cluster_names[-1]
         self.rng = random.Random(args.seed)
         self.log = SoakLog(seed=args.seed)
@@ -279,9 +279,15 @@ class Soak:
         if fault.kind == "kill-broker":
             down_s = round(self.rng.uniform(5.0, 15.0), 1)
             cluster = self.clusters[fault.target]
-            cluster.kill()
+            brokers = getattr(self.args, "brokers", None) or 1
+            if brokers > 1:  # one machine of the cluster crashes: its replicas elsewhere take over, nothing is lost
+                node_id = self.rng.randint(1, brokers)
+                cluster.kill_broker(node_id)
+                note = f"broker {node_id}; "
+            else:
+                cluster.kill()
             time.sleep(down_s)
-            note = f"back in {cluster.start():.1f} s"
+            note += f"back in {cluster.start():.1f} s"
             return FaultDone(fault, began_s, down_s, note, ended_at_ms=time.time_ns() // 1_000_000)
         name = {"kill-counter": f"count-{fault.target}", "kill-replicator": f"mirror-{fault.target}"}.get(
             fault.kind, fault.target
