@@ -12,23 +12,10 @@ from audit.cli import spark_jobs
 from audit.contract.errors import LakeError
 from audit.io.lake import lake_of
 from audit.io.lease import BOOKS, LakeLease, fenced_tables
-from audit.io.process_identity import ProcessIdentity
 from tests.audit.books.test_reconcile import NOW, W1, AuditWriter, seed_books
+from tests.audit.io.test_lease import ELSEWHERE, FakeClock
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
-
-ELSEWHERE = ProcessIdentity("another-host", 4711, "another-boot", 4026531836, 1)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def test_a_books_writer_whose_lease_was_taken_commits_nothing_more(spark, settings_factory, monkeypatch):

@@ -14,22 +14,9 @@ from audit.contract.tables import BRONZE
 from audit.hops.lake import LakeJob, LakeOptions, default_checkpoint
 from audit.io.lake import lake_of
 from audit.io.lease import LakeLease
-from audit.io.process_identity import ProcessIdentity
+from tests.audit.io.test_lease import ELSEWHERE, FakeClock
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
-
-ELSEWHERE = ProcessIdentity("another-host", 4711, "another-boot", 4026531836, 1)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def produce(settings, topic: str, start: int, count: int) -> None:
