@@ -63,6 +63,12 @@ def add_command(commands) -> None:
         const="",
         help="every replicator at least once (the default)",
     )
+    parser.add_argument("--keep", action="store_true", help="leave the soak's clusters running afterwards, for a look")
+    _add_cluster_options(parser)
+    parser.set_defaults(handler=run_soak)
+
+
+def _add_cluster_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--brokers",
         type=int,
@@ -70,8 +76,6 @@ def add_command(commands) -> None:
         help="brokers per local cluster (default 1): with more, a broker fault kills one broker of a cluster, whose "
         "replicas on the others (replication factor min(N, 3)) must lose nothing",
     )
-    parser.add_argument("--keep", action="store_true", help="leave the soak's clusters running afterwards, for a look")
-    parser.set_defaults(handler=run_soak)
 
 
 def run_soak(args: argparse.Namespace, settings: Settings) -> int:
