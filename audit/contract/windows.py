@@ -35,18 +35,23 @@ def window_start_ms(ts_ms: int, window_ms: int) -> int:
     return ts_ms - ts_ms % window_ms
 
 
+def window_length_ms(window_minutes: int = DEFAULT_WINDOW_MINUTES) -> int:
+    """Milliseconds in a window of `window_minutes`."""
+    return window_minutes * MS_PER_MINUTE
+
+
 def window_start(ts_ms: int, window_minutes: int = DEFAULT_WINDOW_MINUTES) -> int:
     """Start (epoch ms, UTC) of the window holding `ts_ms`."""
-    return window_start_ms(ts_ms, window_minutes * MS_PER_MINUTE)
+    return window_start_ms(ts_ms, window_length_ms(window_minutes))
 
 
 def window_end(start_ms: int, window_minutes: int = DEFAULT_WINDOW_MINUTES) -> int:
     """First millisecond after the window that starts at `start_ms`."""
-    return start_ms + window_minutes * MS_PER_MINUTE
+    return start_ms + window_length_ms(window_minutes)
 
 
 def is_aligned(start_ms: int, window_minutes: int = DEFAULT_WINDOW_MINUTES) -> bool:
-    return start_ms >= 0 and start_ms % (window_minutes * MS_PER_MINUTE) == 0
+    return start_ms >= 0 and start_ms % window_length_ms(window_minutes) == 0
 
 
 def to_datetime(ms: int) -> datetime:

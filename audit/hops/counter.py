@@ -23,6 +23,7 @@ from audit.contract.errors import KafkaClientError
 from audit.contract.record import AuditRecord, Kind, encode
 from audit.contract.tally import Tally
 from audit.contract.watermarks import topic_statuses
+from audit.contract.windows import window_length_ms
 from audit.hops import fastcount
 from audit.hops.counter_batch import add_groups, message_error, plugin_batch_groups, with_counting_plugin
 from audit.hops.counter_records import CounterRecords
@@ -230,7 +231,7 @@ class ClusterCounter:
         if now_ms is None:
             now_ms = time.time_ns() // 1_000_000
         on_error = functools.partial(message_error, cluster=self.options.cluster)
-        window_ms = self.options.window_minutes * 60_000
+        window_ms = window_length_ms(self.options.window_minutes)
         groups = fastcount.count_in_python(messages, now_ms, window_ms, on_error, self.options.digest_off)
         return self._add_groups(groups)
 

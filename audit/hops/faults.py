@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from audit.contract.errors import ConfigError
-from audit.contract.windows import DEFAULT_WINDOW_MINUTES
+from audit.contract.windows import DEFAULT_WINDOW_MINUTES, window_end
 
 
 @dataclass
@@ -69,8 +69,9 @@ class DropFault:
 
     def _window_of(self, timestamp_ms: int) -> int | None:
         """The chosen window holding `timestamp_ms`, or None."""
-        width = self.window_minutes * 60_000
-        return next((start for start in self.windows_ms if start <= timestamp_ms < start + width), None)
+        return next(
+            (start for start in self.windows_ms if start <= timestamp_ms < window_end(start, self.window_minutes)), None
+        )
 
     def describe(self) -> str:
         amount = f"exactly {self.count}" if self.count is not None else f"{self.fraction:.1%}"
@@ -120,8 +121,9 @@ class FlipFault:
         return bytes(changed)
 
     def _chosen(self, topic: str, partition: int, timestamp_ms: int, length: int) -> bool:
-        width = self.window_minutes * 60_000
-        in_window = self.window_ms is None or self.window_ms <= timestamp_ms < self.window_ms + width
+        in_window = self.window_ms is None or self.window_ms <= timestamp_ms < window_end(
+            self.window_ms, self.window_minutes
+        )
         long_enough = -length <= self.byte_index < length
         return (
             in_window

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from audit.contract.errors import ConfigError, HarnessError
 from audit.contract.record import iso
-from audit.contract.windows import window_start
+from audit.contract.windows import window_end, window_start
 from audit.local.pipeline import TOPICS, DropPlan, PipelinePlan, create_topics, drop_window, mirror_args, start_services
 from audit.local.services import Supervisor, count_in_log, log_tail
 from audit.local.soak_check import render
@@ -417,8 +417,8 @@ class Soak:
         """A caught-up service's status says watermark = now: the catch-up starts once the load's last window
         is past its end and grace, so its statuses make every window final (invariant 7 requires it of the
         transactional topic, whose last window may end seconds before the load does)."""
-        window_ms = WINDOW_MINUTES * 60_000
-        ready_ms = window_start(self.log.load_ended_ms, WINDOW_MINUTES) + window_ms + GRACE_S * 1000 + 1000
+        last_end_ms = window_end(window_start(self.log.load_ended_ms, WINDOW_MINUTES), WINDOW_MINUTES)
+        ready_ms = last_end_ms + GRACE_S * 1000 + 1000
         wait_s = (ready_ms - time.time_ns() // 1_000_000) / 1000
         if wait_s <= 0:
             return
