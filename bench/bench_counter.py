@@ -26,6 +26,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from audit.contract.windows import window_length_ms
 from audit.io.clients import ensure_topics
 from bench.harness import Run, bench_cluster, compare, parse_args
 
@@ -34,7 +35,7 @@ TOPIC = "bench"
 EMPTY_TOPIC = "bench-empty"
 AUDIT_TOPIC = "_bench_audit"
 FLUSH_INTERVAL_S = 10.0  # the default: a transaction every 10 s
-WINDOW_MS = 600_000
+WINDOW_MS = window_length_ms()
 
 
 def fill(bootstrap: str, topic: str, messages: int, size: int) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from audit.contract.arrow import arrow_schema
 from audit.contract.tables import TABLES
-from audit.contract.windows import DEFAULT_WINDOW_MINUTES
+from audit.contract.windows import DEFAULT_WINDOW_MINUTES, MINUTES_PER_DAY
 from dashboards.sample import DEFAULT_TIERS, window_starts
 
 
@@ -33,7 +33,7 @@ def bulk_completeness(
     """
     import pyarrow as pa
 
-    per_day = 1440 // window_minutes
+    per_day = MINUTES_PER_DAY // window_minutes
     starts = window_starts(now, per_day * days, window_minutes)
     n_windows, n_tiers = len(starts), len(tiers)
     topic_index = np.repeat(np.arange(topics), n_windows * n_tiers)

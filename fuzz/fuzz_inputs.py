@@ -27,7 +27,7 @@ with atheris.instrument_imports(include=INSTRUMENTED):
     from audit import settings
     from audit.contract import audit_time, record, windows
     from audit.contract.errors import ConfigError
-    from audit.hops.replicator import provenance
+    from audit.hops.replicator.hop import provenance
 
 TARGETS = ("record", "settings", "headers")
 ENV_NAMES = [

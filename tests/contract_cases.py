@@ -4,7 +4,7 @@ The rules are stated once, in `audit.contract.audit_time` (which time a message 
 `audit.contract.windows` (which window holds a time) and `audit.contract.digest` (the content digest of a
 window's keys and values). Others state them again where a Python call per message would cost too much or
 cannot run: the librdkafka plugin (`native/plugin/`, which the audited producer and the counter count
-with), the counter's Python loop, and the lake's Spark columns (`audit/hops/lake_columns.py`).
+with), the counter's Python loop, and the lake's Spark columns (`audit/hops/lake/columns.py`).
 `tests/test_contract_parity.py` and `tests/test_digest_parity.py` run every one of them over these cases;
 the Spark ones in the Spark tier.
 The Java producer interceptor (`jvm/interceptor/`, `io.kaudit.AuditTime`) states the producer's forms again: a

@@ -26,8 +26,8 @@ from audit.contract.digest import message_hash
 from audit.contract.record import AUDIT_TIME_HEADER, parse
 from audit.contract.tally import Tally
 from audit.contract.windows import MS_PER_MINUTE, window_start
-from audit.hops import fastcount
-from audit.hops.mirror_state import copy_headers
+from audit.hops.counter import fastcount
+from audit.hops.replicator.state import copy_headers
 from audit.io import jvm, plugin
 from audit.io.interceptor_jar import interceptor_jar
 from producers import audited
@@ -269,7 +269,7 @@ def spark_rows(spark, cases: list[AuditTimeCase]):
         StructType,
     )
 
-    from audit.hops.lake_columns import audit_time_columns, window_start_column
+    from audit.hops.lake.columns import audit_time_columns, window_start_column
 
     header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
     schema = StructType(
@@ -311,7 +311,7 @@ def test_the_lakes_spark_columns(spark):
 def test_the_lakes_spark_windows(spark):
     from pyspark.sql import functions as F
 
-    from audit.hops.lake_columns import window_start_column
+    from audit.hops.lake.columns import window_start_column
 
     columns = [window_start_column(F.lit(case.time_ms), case.window_minutes) for case in WINDOW_CASES]
     got = spark.range(1).select(*columns).first()

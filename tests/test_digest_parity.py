@@ -95,7 +95,7 @@ def message_frame(spark, messages: list[tuple[int, bytes | None, bytes | None]])
 
 @pytest.mark.spark
 def test_the_lakes_spark_hash(spark):
-    from audit.hops.lake_columns import message_hash_column
+    from audit.hops.lake.columns import message_hash_column
 
     frame = message_frame(spark, [(i, case.key, case.value) for i, case in enumerate(DIGEST_CASES)])
     got = {
@@ -111,7 +111,7 @@ def test_the_lakes_spark_digests(spark):
     """Per group as the lake job aggregates a window, and merged again from three parts of each group."""
     from pyspark.sql import functions as F
 
-    from audit.hops.lake_columns import digest_sum, message_hash_column
+    from audit.hops.lake.columns import digest_sum, message_hash_column
 
     rows = [(i, key, value) for i, case in enumerate(DIGEST_SET_CASES) for key, value in case.messages]
     hashed = message_frame(spark, rows).withColumn("hash", message_hash_column("key", "value"))
@@ -127,7 +127,7 @@ def test_the_lakes_spark_digests(spark):
 @pytest.mark.spark
 def test_the_lakes_spark_hash_at_every_length(spark):
     """Keys and values of 0 to 80 bytes: XXH64's stripes of 32 bytes, its 8- and 4-byte steps and its tail."""
-    from audit.hops.lake_columns import message_hash_column
+    from audit.hops.lake.columns import message_hash_column
 
     rows = [(n, bytes(range(n)), bytes(range(255, 255 - n // 2, -1))) for n in range(81)]
     frame = message_frame(spark, rows).select("group", message_hash_column("key", "value").alias("hash"))

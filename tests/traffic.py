@@ -12,12 +12,12 @@ from collections.abc import Sequence
 
 from confluent_kafka import Consumer, Producer
 
-from audit.contract.windows import window_start
+from audit.contract.windows import window_length_ms, window_start
 from audit.io.clients import watermarks
 from audit.io.transactions import abort_written
 
 WINDOW_MINUTES = 10
-BASE_MS = 1_763_800_000_000 // (WINDOW_MINUTES * 60_000) * (WINDOW_MINUTES * 60_000)
+BASE_MS = window_start(1_763_800_000_000, WINDOW_MINUTES)
 
 
 def produce_transactions(
@@ -39,7 +39,7 @@ def produce_transactions(
     for messages, commit in batches:
         producer.begin_transaction()
         for _ in range(messages):
-            ts = BASE_MS + (sequence * 7_919) % (3 * window_minutes * 60_000)
+            ts = BASE_MS + (sequence * 7_919) % (3 * window_length_ms(window_minutes))
             producer.produce(
                 topic, key=b"k%d" % sequence, value=b"v%d" % sequence, timestamp=ts, partition=sequence % partitions
             )

@@ -40,7 +40,8 @@ from audit.books.check.checked_rows import check_in_driver, check_messages
 from audit.books.check.python_checker import RecordChecker
 from audit.books.count.tier_counts import update_tier_counts
 from audit.books.count.tier_status import update_tier_status
-from audit.books.judge.completeness import Judgement, OpenBooks, update_completeness
+from audit.books.judge.completeness import Judgement, update_completeness
+from audit.books.judge.open_books import OpenBooks
 from audit.books.judge.paths import counted_tiers
 from audit.books.judge.rules import JudgeRules
 from audit.books.read.audit_topics import (

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import start_http_server
 
-from audit.hops.counter import ClusterCounter, CounterOptions
+from audit.hops.counter.hop import ClusterCounter, CounterOptions
 from audit.hops.runloop import freeze_start_up, stop_on_signals
 from audit.hops.upkeep import audit_retention_ms
 from audit.io.clients import client_config

@@ -12,8 +12,8 @@ from prometheus_client import start_http_server
 
 from audit.contract.naming import naming_policy
 from audit.hops.faults import DropFault, PauseFault
-from audit.hops.mirror_eos import ExactlyOnceReplicator
-from audit.hops.replicator import MirrorOptions, Replicator
+from audit.hops.replicator.exactly_once import ExactlyOnceReplicator
+from audit.hops.replicator.hop import Replicator, ReplicatorOptions
 from audit.hops.runloop import freeze_start_up, stop_on_signals
 from audit.hops.upkeep import audit_retention_ms
 from audit.io.clients import client_config
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         )
     pause = PauseFault(args.pause_after_s, args.pause_for_s) if args.pause_after_s is not None else None
     naming = naming_policy(args.naming or settings.naming, [c.name for c in settings.clusters])
-    options = MirrorOptions(
+    options = ReplicatorOptions(
         source=source,
         target=target,
         audit_topic=settings.audit_topic,

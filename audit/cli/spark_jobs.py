@@ -82,7 +82,7 @@ def _spark(settings: Settings, name: str):
 
 def run_lake(args: argparse.Namespace, settings: Settings) -> int:
     from audit.contract.tables import BRONZE
-    from audit.hops.lake import LakeJob, LakeOptions, default_checkpoint
+    from audit.hops.lake.hop import LakeJob, LakeOptions, default_checkpoint
     from audit.io.lake import lake_of
     from audit.io.lease import LakeLease
 

@@ -23,7 +23,7 @@ of no message is 0. Headers and timestamps stay out: a replicator adds headers, 
 restamps.
 
 The librdkafka plugin (native/plugin/digest.c, with these constants from native/build.py) and the lake's
-Spark columns (`audit.hops.lake_columns`) state the rule again; tests/contract_cases.py holds them to it.
+Spark columns (`audit.hops.lake.columns`) state the rule again; tests/contract_cases.py holds them to it.
 """
 
 from __future__ import annotations

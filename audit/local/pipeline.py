@@ -118,7 +118,7 @@ def start_services(supervisor: Supervisor, settings: Settings, plan: PipelinePla
         )
         started.append(f"count-{cluster}")
     for cluster in plan.regional:
-        supervisor.start(f"mirror-{cluster}", *mirror_args(plan, cluster))
+        supervisor.start(f"mirror-{cluster}", *replicator_args(plan, cluster))
         started.append(f"mirror-{cluster}")
     supervisor.start("lake", "lake", "--cluster", plan.hub, "--trigger-s", str(plan.lake_trigger_s))
     supervisor.start("reconcile", "reconcile", "--continuous", "--interval-s", str(plan.reconcile_interval_s))
@@ -129,7 +129,7 @@ def start_services(supervisor: Supervisor, settings: Settings, plan: PipelinePla
     return started
 
 
-def mirror_args(plan: PipelinePlan, cluster: str) -> list[str]:
+def replicator_args(plan: PipelinePlan, cluster: str) -> list[str]:
     args = [
         "mirror",
         "--from",

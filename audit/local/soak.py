@@ -30,7 +30,15 @@ from typing import TYPE_CHECKING
 from audit.contract.errors import ConfigError, HarnessError
 from audit.contract.record import iso
 from audit.contract.windows import window_end, window_start
-from audit.local.pipeline import TOPICS, DropPlan, PipelinePlan, create_topics, drop_window, mirror_args, start_services
+from audit.local.pipeline import (
+    TOPICS,
+    DropPlan,
+    PipelinePlan,
+    create_topics,
+    drop_window,
+    replicator_args,
+    start_services,
+)
 from audit.local.services import Supervisor, count_in_log, log_tail
 from audit.local.soak_check import render
 from audit.local.soak_plan import (
@@ -324,7 +332,7 @@ class Soak:
 
     def _restart(self, name: str) -> None:
         if name.startswith("mirror-"):  # the loss is final; a restarted replicator drops nothing more
-            self.supervisor.start(name, *mirror_args(self.plan_after_drop, name.removeprefix("mirror-")))
+            self.supervisor.start(name, *replicator_args(self.plan_after_drop, name.removeprefix("mirror-")))
         else:
             self.supervisor.restart(name)
         self._mark_started(name)
@@ -376,7 +384,10 @@ class Soak:
         self.wait_last_window_past_grace()
         self.say("load over; every cluster up, services run to caught-up")
         self._run_all(
-            {f"catchup-mirror-{c}": [*mirror_args(self.plan_after_drop, c), "--until-caught-up"] for c in self.regional}
+            {
+                f"catchup-mirror-{c}": [*replicator_args(self.plan_after_drop, c), "--until-caught-up"]
+                for c in self.regional
+            }
         )
         steps = {
             f"catchup-count-{c}": [

@@ -8,7 +8,7 @@ import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from audit.contract.record import iso
 from audit.io.lake import lake_of
@@ -26,7 +26,25 @@ from audit.local.soak_plan import FAULT_KINDS, TRANSACTIONAL_TOPIC, WINDOW_MINUT
 from audit.local.soak_recovery import recovery_check, stop_check, summary
 
 if TYPE_CHECKING:
-    from audit.local.soak import Soak
+    import argparse
+
+    from audit.local.pipeline import DropPlan, PipelinePlan
+    from audit.local.soak_plan import SoakLog
+    from audit.settings import Settings
+
+
+class Soak(Protocol):
+    """What the verdict reads of a soak that has run (audit/local/soak.py's `Soak`)."""
+
+    settings: Settings
+    args: argparse.Namespace
+    regional: tuple[str, ...]
+    hub: str
+    plan: PipelinePlan
+    drop: DropPlan
+    log: SoakLog
+
+    def say(self, text: str) -> None: ...
 
 
 def soak_verdict(soak: Soak) -> Verdict:

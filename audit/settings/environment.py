@@ -40,7 +40,7 @@ OTHER_ENV = frozenset(
         "KAUDIT_PORT_SLOT",
         "KAUDIT_DRIVER_JAVA_OPTIONS",
     }
-)  # KAUDIT_PURE_PYTHON: audit.hops.fastcount; KAUDIT_PORT_SLOT: audit.local.processes;
+)  # KAUDIT_PURE_PYTHON: audit.hops.counter.fastcount; KAUDIT_PORT_SLOT: audit.local.processes;
 # KAUDIT_DRIVER_JAVA_OPTIONS: audit.io.spark. KAUDIT_SPARK_MASTER is spark.master, a configuration key.
 
 CLIENT_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")

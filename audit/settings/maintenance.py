@@ -20,7 +20,8 @@ from audit.settings.errors import invalid
 from audit.settings.fields import PositiveSeconds, SettingsModel, setting
 
 if TYPE_CHECKING:
-    from audit.settings.root import Settings
+    from audit.settings.alerts import AlertSettings
+    from audit.settings.ui import UiSettings
 
 DEFAULT_VACUUM_RETENTION_HOURS = 168  # Delta's own `delta.deletedFileRetentionDuration`
 # Delta's own `delta.logRetentionDuration` is 30 days; past the VACUUM window an old version's files are gone, so
@@ -142,22 +143,22 @@ class MaintenanceSettings(SettingsModel):
         return getattr(self, KEPT_BY[table]) if table in KEPT_BY else 0
 
 
-def reader_needs(settings: Settings) -> Iterator[tuple[str, int, str]]:
+def reader_needs(ui: UiSettings, alerts: AlertSettings) -> Iterator[tuple[str, int, str]]:
     """(table, days its readers read, the key that says so) for every reader of a table kept by days."""
-    ui = settings.ui.days + 1  # the UI reads `days` whole date partitions back from today's (dashboards/data.py)
-    lookback = math.ceil(settings.alerts.lookback_hours / 24) + 1  # by date partition, as the alerts read
-    drops = lookback + settings.alerts.drop_history_days  # traffic drops read that much history before it
+    ui_days = ui.days + 1  # the UI reads `days` whole date partitions back from today's (dashboards/data.py)
+    lookback = math.ceil(alerts.lookback_hours / 24) + 1  # by date partition, as the alerts read
+    drops = lookback + alerts.drop_history_days  # traffic drops read that much history before it
     for table in ("audit_records", "tier_counts", "completeness", "restatements", "alerts"):
-        yield table, ui, "ui.days"
+        yield table, ui_days, "ui.days"
     for table in ("tier_counts", "restatements", "alerts"):
         yield table, lookback, "alerts.lookback_hours"
     yield "completeness", drops, "alerts.drop_history_days"
 
 
-def check_retention(settings: Settings) -> None:
-    """Refuse a retention shorter than a reader of its table needs, naming both keys."""
-    policy = settings.maintenance
-    for table, needed, reader in reader_needs(settings):
+def check_retention(policy: MaintenanceSettings, ui: UiSettings, alerts: AlertSettings) -> None:
+    """Refuse a retention shorter than a reader of its table needs (the UI's and the alerts' lookbacks), naming
+    both keys."""
+    for table, needed, reader in reader_needs(ui, alerts):
         kept = policy.kept_days(table)
         if kept and kept < needed:
             raise invalid(

@@ -235,7 +235,7 @@ class Settings(FrozenValues, BaseSettings):
 
     @model_validator(mode="after")
     def _retention(self) -> Settings:
-        check_retention(self)
+        check_retention(self.maintenance, self.ui, self.alerts)
         return self
 
     @classmethod

@@ -1,10 +1,11 @@
 /* A consumer instance's counts: what librdkafka hands the application (on_consume), per topic, partition and
  * window, until the application takes them (kaudit_take_consumed). The counter takes them after each batch it
- * consumed, so they are exactly that batch's (audit/hops/fastcount.py). */
+ * consumed, so they are exactly that batch's (audit/hops/counter/fastcount.py). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "digest.h"
 #include "kaudit_plugin.h"
 

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "kaudit_plugin.h"
 
 /* The client's settings the emitter copies: where the cluster is and how to reach it securely. */

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "clock.h"
 #include "digest.h"
 #include "kaudit_plugin.h"
 

@@ -60,8 +60,6 @@ typedef struct {
 } Settings;
 
 rd_kafka_resp_err_t add_conf_interceptors(rd_kafka_conf_t *conf, Settings *settings);
-int64_t now_ms(void);
-int64_t coarse_now_ms(void); /* the clock's last tick (a few ms coarse), for a fraction of the cost */
 
 /* ---- tally.c: counts per (topic, window start) ---------------------------------------------------- */
 

@@ -5,22 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kaudit_plugin.h"
-
-int64_t coarse_now_ms(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME_COARSE, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
-int64_t now_ms(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
 
 /* A cluster name (audit/contract/names.py CLUSTER_NAME_PATTERN) or, with `topic`, a Kafka topic name. */
 static int is_name(const char *value, size_t longest, int topic) {

@@ -80,3 +80,83 @@ def test_the_ui_pages_never_import_the_app_shell():
 
 def is_the_app_shell(module: str) -> bool:
     return module == "dashboards.app" or module.startswith("dashboards.app.")
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of ours and the modules of ours it imports (lazy and TYPE_CHECKING imports too); `from a
+    import b` of a module b depends on a.b, not on the package a."""
+    found = dict(modules())
+    graph = {}
+    for name, path in found.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                submodules = {f"{node.module}.{alias.name}" for alias in node.names} & found.keys()
+                targets.update(submodules or {node.module})
+        graph[name] = {target for target in targets if target in found and target != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while not group or group[-1] != node:
+                        group.append(stack.pop())
+                    if len(group) > 1:
+                        found.append(sorted(group))
+            elif target not in index:
+                index[target] = low[target] = len(index)
+                stack.append(target)
+                work.append((target, iter(sorted(graph[target]))))
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+    return found
+
+
+def test_no_module_imports_itself_through_others():
+    """A circle, even one a TYPE_CHECKING import makes, means two modules are one concept or share a third."""
+    assert circles(import_graph()) == []
+
+
+def test_a_circle_is_found():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+HOPS = ("audit.hops.counter", "audit.hops.replicator", "audit.hops.lake")
+
+
+def test_each_hop_imports_no_other_hop():
+    """The hops share what sits beside them in audit/hops, never one another's modules."""
+    crossing = sorted(
+        (name, target)
+        for name, targets in import_graph().items()
+        for target in targets
+        for own in HOPS
+        for other in HOPS
+        if own != other and package_of_hop(name) == own and package_of_hop(target) == other
+    )
+    assert crossing == []
+
+
+def package_of_hop(module: str) -> str | None:
+    return next((hop for hop in HOPS if module == hop or module.startswith(hop + ".")), None)

@@ -21,18 +21,19 @@ from confluent_kafka.admin import OffsetSpec
 from audit.books.run import COUNTED_TIERS_MAX_AGE_MS, RunMemory
 from audit.contract.naming import naming_policy
 from audit.contract.tally import LATENCY_FLOORS, Tally
-from audit.hops import mirror_topics
-from audit.hops.counter import ClusterCounter, CounterOptions
-from audit.hops.counter_state import LAG, MESSAGES
-from audit.hops.mirror_state import COPIED, PartitionFlow
-from audit.hops.replicator import MirrorOptions, Replicator
+from audit.contract.windows import MINUTES_PER_DAY, MS_PER_MINUTE, window_length_ms
+from audit.hops.counter.hop import ClusterCounter, CounterOptions
+from audit.hops.counter.state import LAG, MESSAGES
+from audit.hops.replicator import topics as replicator_topics
+from audit.hops.replicator.hop import Replicator, ReplicatorOptions
+from audit.hops.replicator.state import COPIED, PartitionFlow
 from audit.hops.retention import EXPIRY_EVERY_MS, RetentionGaps, Skip
 from audit.io import plugin, transactions
 from dashboards import data as dashboard_data
 from dashboards.data import MAX_CACHED, LakeCache
 from producers import audited
 
-WINDOW_MS = 600_000
+WINDOW_MS = window_length_ms()
 BASE_MS = 1_700_000_000_000 // WINDOW_MS * WINDOW_MS
 DAY_MS = 86_400_000
 PARTITIONS = 2
@@ -333,13 +334,13 @@ class FakeStatusProducer:
 
 def test_a_replicator_over_30_days_and_1000_topics_keeps_only_the_topics_there_now(monkeypatch):
     monkeypatch.setattr(
-        mirror_topics,
+        replicator_topics,
         "create_target_topics",
         lambda source_admin, target_admin, target_names, partitions, *, target, timeout_s: dict(partitions),
     )
     cluster = FakeCluster()
     cluster.create(LONG_LIVED)
-    options = MirrorOptions(source="bsrc", target="btgt")
+    options = ReplicatorOptions(source="bsrc", target="btgt")
     mirror = Replicator({}, {}, options, naming_policy("prefix", ("bsrc", "btgt")), lambda topic: True)
     consumer, target = FakeConsumer(cluster), FakeTargetProducer()
     mirror._consumer, mirror._producer, mirror._status_producer = consumer, target, FakeStatusProducer()
@@ -451,9 +452,9 @@ def test_a_continuous_reconcile_remembers_the_tiers_the_table_holds_not_every_to
         reads += 1
         return set(table)
 
-    runs_a_day = 1_440
+    runs_a_day = MINUTES_PER_DAY
     for run in range(30 * runs_a_day):
-        now_ms = BASE_MS + run * 60_000
+        now_ms = BASE_MS + run * MS_PER_MINUTE
         day = run // runs_a_day
         if run % runs_a_day == runs_a_day // 2:
             table -= {key for key in table if int(key[1].split("-")[1]) < day - 7}  # maintenance

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from audit.contract.record import Kind
-from audit.contract.windows import window_start
+from audit.contract.windows import window_length_ms, window_start
 from audit.io.audit_log import counts_by_window, read_audit_topic
 from producers.audited import AuditedProducer
 from producers.loadgen import generate
@@ -18,7 +18,7 @@ from tests.audit.hops.test_counter import counter_for
 
 pytestmark = pytest.mark.kafka
 
-WINDOW_MS = 600_000
+WINDOW_MS = window_length_ms()
 
 
 def producer_for(bootstrap: str, audit_topic: str, **options) -> AuditedProducer:

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from audit.contract.digest import digest_of, merge
 from audit.contract.record import Kind
 from audit.contract.windows import window_start
-from audit.hops.counter import ClusterCounter
+from audit.hops.counter.hop import ClusterCounter
 from audit.io.audit_log import read_audit_topic
 from audit.io.plugin import plugin_config
 from producers.audited import AuditedProducer

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from audit.contract.windows import window_start
+from audit.contract.windows import window_length_ms, window_start
 from audit.io.plugin import plugin_config
 from producers.audited import AuditedProducer
 from tests.producers.test_plugin import producer_counts
@@ -25,7 +25,7 @@ from tests.traffic import BASE_MS, WINDOW_MINUTES
 pytestmark = pytest.mark.kafka
 
 ROOT = Path(__file__).resolve().parents[2]
-WINDOW_MS = WINDOW_MINUTES * 60_000
+WINDOW_MS = window_length_ms(WINDOW_MINUTES)
 BOUND = 4
 
 

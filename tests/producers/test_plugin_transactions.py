@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 from confluent_kafka import Producer
 
-from audit.contract.windows import window_start
+from audit.contract.windows import window_length_ms, window_start
 from audit.io import plugin
 from audit.io.transactions import abort_written
 from producers.audited import AuditedProducer
@@ -49,7 +49,7 @@ def test_an_audited_producer_counts_its_commits_and_its_aborts_apart(local_clust
         producer.begin_transaction()
         expected = aborted if transaction in ABORTED else committed
         for _ in range(TRANSACTION_SIZE):
-            ts = BASE_MS + (sequence * 7_919) % (3 * WINDOW_MINUTES * 60_000)
+            ts = BASE_MS + (sequence * 7_919) % (3 * window_length_ms(WINDOW_MINUTES))
             partition = sequence % PARTITIONS
             producer.produce(topic, key=b"k%d" % sequence, value=b"v%d" % sequence, timestamp=ts, partition=partition)
             expected[(topic, window_start(ts, WINDOW_MINUTES))] += 1

@@ -25,6 +25,7 @@ from audit.books.judge.in_spark import (
     open_windows_of,
     windows_to_judge,
 )
+from audit.books.judge.open_books import OpenBooks
 from audit.books.judge.paths import paths_frame, tier_paths
 from audit.books.judge.restatements import store_restatements
 from audit.books.read.run_records import held_by_driver, of_kind
@@ -40,16 +41,6 @@ if TYPE_CHECKING:
 
     from audit.books.judge.rules import JudgeRules
     from audit.io.lake import Lake
-
-
-@dataclass(frozen=True)
-class OpenBooks:
-    """What a judge step leaves its session's next one, which then need not read `completeness` to find the
-    windows to judge again: the windows it left open (`WINDOW_KEY`: not final, or pending or lagging) and the
-    (origin_cluster, topic, tier) on the paths it judged with (a window judged since holds a row for each)."""
-
-    windows: frozenset[tuple]
-    path_tiers: frozenset[tuple]
 
 
 # Open windows a session remembers at most; with more (a tier stalled for days) the next run reads them.

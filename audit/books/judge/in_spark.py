@@ -20,7 +20,7 @@ from audit.io.spark import broadcast_when_small, local_frame
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from audit.books.judge.completeness import OpenBooks
+    from audit.books.judge.open_books import OpenBooks
     from audit.io.lake import Lake
 
 # What the judging reads of `tier_counts`.

@@ -14,13 +14,14 @@ from audit.books.run import reconcile
 from audit.contract.digest import digest_of, merge
 from audit.contract.record import count_record, encode
 from audit.contract.tables import AUDIT_RECORDS, COMPLETENESS, TIER_COUNTS, Table
+from audit.contract.windows import MS_PER_MINUTE, window_end
 from audit.io import delta_io
 from audit.io.lake import lake_of
 from tests.audit.books.test_reconcile import FRESH, W1, W2, AuditWriter, rows
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
-W3 = W2 + 10 * 60_000
+W3 = window_end(W2)
 NEW_COLUMNS = ("digest_by_partition", "mismatched_partitions")
 
 
@@ -97,7 +98,7 @@ def test_equal_counts_with_other_content_are_a_mismatch_naming_the_partition(
     settings = settings_factory()
     produced_w1 = seed_digests(AuditWriter(settings))
 
-    report = reconcile(spark, settings, now_ms=W3 + 120 * 60_000)
+    report = reconcile(spark, settings, now_ms=W3 + 120 * MS_PER_MINUTE)
 
     assert report.rejects == 0
     books = verdicts(spark, settings)
@@ -163,7 +164,7 @@ def test_tables_created_before_the_digest_columns_gain_them_on_the_first_write(
     assert "digest_by_partition" not in lake.delta_table(TIER_COUNTS.name).schema().to_arrow().names
     seed_digests(AuditWriter(settings))
 
-    reconcile(spark, settings, now_ms=W3 + 120 * 60_000)
+    reconcile(spark, settings, now_ms=W3 + 120 * MS_PER_MINUTE)
 
     for table in (AUDIT_RECORDS, TIER_COUNTS, COMPLETENESS):
         read = delta_io.read_table(spark, lake, table.name)

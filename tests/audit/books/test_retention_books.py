@@ -82,7 +82,7 @@ def test_a_lake_job_restarted_after_retention_passed_its_checkpoint_reports_exac
 ):
     """Spark's Kafka source (failOnDataLoss=false) passes a deleted range with a log line only: the lake job
     compares each batch's planned start with what it read and reports the gap like the other hops."""
-    from audit.hops.lake import LakeJob, LakeOptions, default_checkpoint
+    from audit.hops.lake.hop import LakeJob, LakeOptions, default_checkpoint
     from audit.io.clients import ensure_topics
     from tests.audit.hops.test_replicator import produce
     from tests.audit.hops.test_retention_gaps import reported_gaps

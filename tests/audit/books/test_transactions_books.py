@@ -13,13 +13,14 @@ from audit.alerts.run import AlertJob, decide, read_books
 from audit.books.run import reconcile
 from audit.contract.record import count_record, encode
 from audit.contract.tables import AUDIT_RECORDS, COMPLETENESS, TIER_COUNTS
+from audit.contract.windows import MS_PER_MINUTE, window_end
 from audit.io.lake import lake_of
 from tests.audit.books.test_digest_books import judge_by
 from tests.audit.books.test_reconcile import FRESH, W1, W2, AuditWriter, rows
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
-W3 = W2 + 10 * 60_000
+W3 = window_end(W2)
 COMMITTED, ABORTED, K = 3_900, 600, 37
 
 
@@ -65,7 +66,7 @@ def test_an_unknown_producer_is_judged_against_dc1_and_aborted_messages_are_show
     judge_by(form, monkeypatch)
     settings = settings_factory()
     seed(AuditWriter(settings))
-    now_ms = W3 + 120 * 60_000
+    now_ms = W3 + 120 * MS_PER_MINUTE
 
     report = reconcile(spark, settings, now_ms=now_ms)
 

@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 
 from audit.contract.errors import KafkaClientError
-from audit.hops.counter import ClusterCounter, CounterOptions
+from audit.hops.counter.hop import ClusterCounter, CounterOptions
 from audit.io.plugin import plugin_path
 from audit.local.processes import free_port
 

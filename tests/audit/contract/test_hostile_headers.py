@@ -19,7 +19,7 @@ from audit.contract.record import (
     parse,
 )
 from audit.contract.windows import window_start
-from audit.hops.replicator import provenance
+from audit.hops.replicator.hop import provenance
 
 NOW_MS = 1_763_800_000_000
 

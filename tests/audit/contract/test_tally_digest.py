@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from audit.contract.digest import digest_of, merge, message_hash
 from audit.contract.tally import Tally
-from audit.hops.counter_records import CounterRecords
-from audit.hops.counter_state import CounterOptions
+from audit.hops.counter.records import CounterRecords
+from audit.hops.counter.state import CounterOptions
 
 START = 1_700_000_400_000
 shapes = st.tuples(st.none() | st.binary(max_size=8), st.none() | st.binary(max_size=8))

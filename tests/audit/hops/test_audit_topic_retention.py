@@ -13,9 +13,10 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from audit.contract.naming import naming_policy
 from audit.contract.record import count_record, encode, new_instance_id, record_id
+from audit.contract.windows import window_start
 from audit.hops import upkeep
-from audit.hops.counter import ClusterCounter, CounterOptions
-from audit.hops.replicator import MirrorOptions, Replicator
+from audit.hops.counter.hop import ClusterCounter, CounterOptions
+from audit.hops.replicator.hop import Replicator, ReplicatorOptions
 from audit.hops.upkeep import (
     DEFAULT_AUDIT_RETENTION_MS,
     HOUR_MS,
@@ -162,7 +163,7 @@ def produce_count_records(bootstrap: str, topic: str, n: int) -> int:
             tier="dc1",
             cluster="dc1",
             topic="orders",
-            window_start_ms=now - now % 600_000,
+            window_start_ms=window_start(now),
             count=100,
             by_partition={0: 60, 1: 40},
         )
@@ -202,7 +203,7 @@ def test_a_replicator_checks_the_audit_topic_it_reads_and_its_copy(local_cluster
     mirror = Replicator(
         {"bootstrap.servers": dc1},
         {"bootstrap.servers": aggregate},
-        MirrorOptions(source="dc1", target="aggregate", audit_topic=audit_topic),
+        ReplicatorOptions(source="dc1", target="aggregate", audit_topic=audit_topic),
         naming_policy("prefix", ("dc1", "aggregate")),
         lambda _t: False,
     )

@@ -17,10 +17,10 @@ import pytest
 from confluent_kafka import Producer
 
 from audit.contract.record import AUDIT_TIME_HEADER, Kind
-from audit.contract.windows import window_start
-from audit.hops import fastcount
-from audit.hops.counter import ClusterCounter, CounterOptions
-from audit.hops.counter_state import SESSION_TIMEOUT_MS
+from audit.contract.windows import window_length_ms, window_start
+from audit.hops.counter import fastcount
+from audit.hops.counter.hop import ClusterCounter, CounterOptions
+from audit.hops.counter.state import SESSION_TIMEOUT_MS
 from audit.io.audit_log import counts_by_window, read_audit_topic
 from audit.io.clients import ensure_topics, watermarks
 from audit.local.clusters import LocalClusters
@@ -30,7 +30,7 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.kafka
 
 WINDOW_MINUTES = 10
-WINDOW_MS = WINDOW_MINUTES * 60_000
+WINDOW_MS = window_length_ms(WINDOW_MINUTES)
 BASE_MS = 1_763_800_000_000 // WINDOW_MS * WINDOW_MS  # an aligned window start in 2025
 
 
@@ -170,7 +170,7 @@ def count_with_producers(local_clusters, topic_factory, unique_name, name: str, 
 def test_a_transactional_call_that_never_returns_costs_a_new_producer_not_the_counter(
     local_clusters, topic_factory, unique_name, stuck_call, caplog
 ):
-    caplog.set_level(logging.INFO, logger="audit.hops.counter")
+    caplog.set_level(logging.INFO, logger="audit.hops.counter.hop")
 
     def first_hangs(number, producer, released):
         return HangingOnce(producer, stuck_call, released) if number == 1 else producer
@@ -228,7 +228,7 @@ def test_a_flush_while_its_broker_is_away_or_its_group_dropped_it_begins_no_tran
     (a broker away past the session timeout) sends its offsets under a stale generation. Each would hang for
     the whole call timeout, then cost an abort and a new producer. Such a flush is postponed instead: nothing
     begun, counts kept, and every count committed once the consumer is back in its group."""
-    caplog.set_level(logging.INFO, logger="audit.hops.counter")
+    caplog.set_level(logging.INFO, logger="audit.hops.counter.hop")
     cluster = LocalClusters(["solo"], state_dir=tmp_path / "clusters", cache_dir=cache_dir())
     cluster.up()
     try:

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from audit.contract.errors import KafkaClientError
-from audit.hops.mirror_eos import read_positions
+from audit.hops.replicator.exactly_once import read_positions
 from audit.io.audit_log import counts_by_window, read_audit_topic
 from audit.io.clients import ensure_topics
 from audit.io.offsets import committed_offsets
@@ -93,7 +93,7 @@ def topic(clusters, unique_name):
     return name
 
 
-class Mirror:
+class ReplicatorRun:
     """`kaudit mirror --from src --to dst` processes of one test, each with its own log."""
 
     def __init__(self, tmp_path: Path, clusters: LocalClusters, topic: str, mode: str) -> None:
@@ -174,7 +174,7 @@ def copied_by_the_mirror(clusters: LocalClusters, topic: str) -> int:
     return max(committed_by_the_mirror(clusters, topic), sum(o for (t, _), o in stored.items() if t == topic))
 
 
-def wait_for_a_commit(mirror: Mirror, process: subprocess.Popen, since: int, timeout_s: float = 90.0) -> None:
+def wait_for_a_commit(mirror: ReplicatorRun, process: subprocess.Popen, since: int, timeout_s: float = 90.0) -> None:
     """Until the running replicator has committed past `since`. A restarted one first waits out its
     killed predecessor's session (10 s) in the group, a fresh cluster's transaction coordinator may take
     seconds to load: a kill at a fixed delay after the start could hit a process that never copied."""
@@ -185,8 +185,8 @@ def wait_for_a_commit(mirror: Mirror, process: subprocess.Popen, since: int, tim
         time.sleep(0.5)
 
 
-def kill9_run(tmp_path, clusters, topic, mode: str, kills: int = 3) -> tuple[int, int, int, Mirror]:
-    mirror = Mirror(tmp_path, clusters, topic, mode)
+def kill9_run(tmp_path, clusters, topic, mode: str, kills: int = 3) -> tuple[int, int, int, ReplicatorRun]:
+    mirror = ReplicatorRun(tmp_path, clusters, topic, mode)
     rng = random.Random()
     with source_traffic(clusters, topic):
         for _ in range(kills):
@@ -229,7 +229,7 @@ def test_the_same_kills_at_least_once_duplicate(tmp_path, clusters, topic):
 
 @pytest.mark.parametrize("crashed", ["src", "dst"])
 def test_a_broker_killed_and_back_leaves_no_loss_and_no_duplicates(tmp_path, clusters, topic, crashed):
-    mirror = Mirror(tmp_path, clusters, topic, "--exactly-once")
+    mirror = ReplicatorRun(tmp_path, clusters, topic, "--exactly-once")
     with source_traffic(clusters, topic):
         process = mirror.start()
         time.sleep(8)
@@ -250,7 +250,7 @@ def test_a_broker_killed_and_back_leaves_no_loss_and_no_duplicates(tmp_path, clu
 
 
 def test_a_rebalance_between_two_instances_leaves_no_loss_and_no_duplicates(tmp_path, clusters, topic):
-    mirror = Mirror(tmp_path, clusters, topic, "--exactly-once")
+    mirror = ReplicatorRun(tmp_path, clusters, topic, "--exactly-once")
     with source_traffic(clusters, topic):
         first = mirror.start(instance="a")
         time.sleep(8)
@@ -278,7 +278,7 @@ def test_status_records_lag_and_retention_gaps_work_in_exactly_once_mode(cluster
     """In-process: a first run copies and reports lag 0; retention deletes offsets while it is down; the
     next run copies the rest once, counts exactly the deleted offsets and reports them as a gap."""
     from audit.contract.naming import PrefixNaming
-    from audit.hops.mirror_eos import ExactlyOnceReplicator
+    from audit.hops.replicator.exactly_once import ExactlyOnceReplicator
     from tests.audit.hops.test_replicator import options_for, produce
     from tests.audit.hops.test_retention_gaps import delete_before, reported_gaps
 
@@ -332,7 +332,7 @@ def exactly_once_replicator(clusters, topic: str, unique_name, wrap_first):
     import dataclasses
 
     from audit.contract.naming import PrefixNaming
-    from audit.hops.mirror_eos import ExactlyOnceReplicator
+    from audit.hops.replicator.exactly_once import ExactlyOnceReplicator
     from tests.audit.hops.test_replicator import options_for
 
     options = dataclasses.replace(options_for(unique_name), client_timeout_s=5.0)

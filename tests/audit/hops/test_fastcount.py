@@ -10,11 +10,12 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from audit.contract.record import AUDIT_TIME_HEADER
-from audit.hops import fastcount
-from audit.hops.counter import ClusterCounter, CounterOptions
-from audit.hops.counter_batch import plugin_batch_groups, with_counting_plugin
+from audit.contract.windows import DEFAULT_WINDOW_MINUTES, window_length_ms
+from audit.hops.counter import fastcount
+from audit.hops.counter.batch import plugin_batch_groups, with_counting_plugin
+from audit.hops.counter.hop import ClusterCounter, CounterOptions
 
-WINDOW_MS = 600_000
+WINDOW_MS = window_length_ms()
 BASE_MS = (time.time_ns() // 1_000_000 // WINDOW_MS - 3) * WINDOW_MS  # brokers refuse times far ahead
 
 
@@ -74,7 +75,7 @@ def test_the_plugin_and_the_python_loop_count_every_batch_the_same(local_cluster
         "auto.offset.reset": "earliest",
         "client.id": "parity",
     }
-    plugged, instance_id = with_counting_plugin(config, WINDOW_MS // 60_000, native=True)
+    plugged, instance_id = with_counting_plugin(config, DEFAULT_WINDOW_MINUTES, native=True)
     consumer = Consumer(plugged)
     consumer.subscribe(topics)
     counted, batches, deadline = 0, 0, time.monotonic() + 60
@@ -95,7 +96,7 @@ def test_the_plugin_and_the_python_loop_count_every_batch_the_same(local_cluster
 
 
 def test_a_batch_the_plugin_did_not_see_whole_is_the_python_loops(monkeypatch):
-    monkeypatch.setattr("audit.hops.counter_batch.take_consumed", lambda instance_id: {"messages": 1, "groups": []})
+    monkeypatch.setattr("audit.hops.counter.batch.take_consumed", lambda instance_id: {"messages": 1, "groups": []})
     plain = Message(topic="t", partition=0, offset=0, value=b"v", timestamp=(1, BASE_MS))
     assert plugin_batch_groups("x", [plain, plain], cluster="dc1") is None
     errored = Message(topic="t", partition=0, error=KafkaError(KafkaError._PARTITION_EOF))

@@ -6,6 +6,7 @@ import pytest
 
 from audit.contract.digest import digest_of
 from audit.contract.errors import ConfigError
+from audit.contract.windows import window_end
 from audit.hops.faults import DropFault, FlipFault, PauseFault
 
 WINDOW = 1_700_000_400_000  # aligned to 10 minutes
@@ -19,7 +20,7 @@ def test_drop_exactly_n_of_matching_topics_only():
 
 def test_drop_only_inside_the_chosen_window():
     fault = DropFault("orders", count=2, windows_ms=(WINDOW,))
-    times = [WINDOW - 1, WINDOW, WINDOW + 599_999, WINDOW + 600_000, WINDOW + 10]
+    times = [WINDOW - 1, WINDOW, window_end(WINDOW) - 1, window_end(WINDOW), WINDOW + 10]
     assert [fault.should_drop("orders", t) for t in times] == [False, True, True, False, False]
     assert "window" in fault.describe()
 
@@ -27,7 +28,7 @@ def test_drop_only_inside_the_chosen_window():
 def test_drop_count_applies_to_each_chosen_window():
     later = WINDOW + 1_200_000  # a window apart: the one between is not chosen
     fault = DropFault("orders", count=2, windows_ms=(WINDOW, later))
-    times = [WINDOW, later, WINDOW + 600_000, WINDOW + 1, later + 5, WINDOW + 2, later + 9, later + 599_999]
+    times = [WINDOW, later, window_end(WINDOW), WINDOW + 1, later + 5, WINDOW + 2, later + 9, window_end(later) - 1]
     assert [fault.should_drop("orders", t) for t in times] == [True, True, False, True, True, False, False, False]
     assert fault.dropped == 4
     assert "each of 2 windows" in fault.describe()

@@ -11,14 +11,14 @@ import pytest
 from confluent_kafka import Producer
 
 from audit.contract.record import AUDIT_TIME_HEADER, MAX_AUDIT_TIME_MS, PROVENANCE_HEADER
-from audit.contract.windows import window_start
-from audit.hops.counter import ClusterCounter, CounterOptions
+from audit.contract.windows import window_length_ms, window_start
+from audit.hops.counter.hop import ClusterCounter, CounterOptions
 from audit.io.audit_log import counts_by_window, read_audit_topic
 
 pytestmark = pytest.mark.kafka
 
 WINDOW_MINUTES = 10
-BASE_MS = 1_763_800_000_000 // 600_000 * 600_000
+BASE_MS = window_start(1_763_800_000_000, WINDOW_MINUTES)
 GARBAGE_HEADERS = [
     b"",
     b"junk",
@@ -48,7 +48,7 @@ def test_hostile_messages_are_all_counted_and_the_audit_records_stay_valid(local
     audit_topic = topic_factory("dc1", name=f"{prefix}-audit")
 
     rng = random.Random(8)
-    good_header_ms = BASE_MS + 2 * 600_000 + 17
+    good_header_ms = BASE_MS + 2 * window_length_ms(WINDOW_MINUTES) + 17
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.max.bytes": 2_000_000})
     expected: Counter = Counter()
     flagged = 0

@@ -15,8 +15,8 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer
 
 from audit.contract.tables import BRONZE
 from audit.contract.windows import window_end, window_start
-from audit.hops.counter import ClusterCounter, CounterOptions
-from audit.hops.lake import LakeJob, LakeOptions, default_checkpoint
+from audit.hops.counter.hop import ClusterCounter, CounterOptions
+from audit.hops.lake.hop import LakeJob, LakeOptions, default_checkpoint
 from audit.io import delta_io
 from audit.io.audit_log import counts_by_window, read_audit_topic
 from audit.io.clients import ensure_topics

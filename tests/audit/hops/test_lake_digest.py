@@ -12,13 +12,13 @@ import pytest
 
 from audit.contract.digest import digest_of, merge
 from audit.contract.record import Kind, count_record, encode, parse, validate
-from audit.contract.windows import window_start
-from audit.hops.lake import WindowCounts, batch_groups, record_digests
-from audit.hops.lake_columns import with_audit_window
+from audit.contract.windows import MS_PER_MINUTE, window_length_ms, window_start
+from audit.hops.lake.columns import with_audit_window
+from audit.hops.lake.hop import WindowCounts, batch_groups, record_digests
 
 WINDOW_MINUTES = 10
 NOW_MS = int(datetime(2025, 3, 4, 12, 3, tzinfo=UTC).timestamp() * 1000)
-FIRST_WINDOW_MS = window_start(NOW_MS, WINDOW_MINUTES) - 2 * WINDOW_MINUTES * 60_000
+FIRST_WINDOW_MS = window_start(NOW_MS, WINDOW_MINUTES) - 2 * window_length_ms(WINDOW_MINUTES)
 
 # (topic, partition, minute after the first window's start, key, value): nulls, empty values, one window each
 # side of a boundary, two topics and partitions, and two messages with the same content in one partition.
@@ -69,7 +69,7 @@ def kafka_source_frame(spark, messages):
 
 
 def _time_ms(minute: int) -> int:
-    return FIRST_WINDOW_MS + minute * 60_000
+    return FIRST_WINDOW_MS + minute * MS_PER_MINUTE
 
 
 def expected_digests(messages) -> dict[tuple[str, int], dict[int, int]]:
@@ -147,7 +147,7 @@ PRODUCED = 300
 def test_the_lake_jobs_count_records_sum_to_the_digest_of_what_was_produced(spark, settings_factory, topic_factory):
     from confluent_kafka import Producer
 
-    from audit.hops.lake import LakeJob, LakeOptions, default_checkpoint
+    from audit.hops.lake.hop import LakeJob, LakeOptions, default_checkpoint
     from audit.io.audit_log import read_audit_topic, unique
     from audit.io.clients import ensure_topics
 
@@ -161,7 +161,7 @@ def test_the_lake_jobs_count_records_sum_to_the_digest_of_what_was_produced(spar
     for i in range(PRODUCED):
         key = None if i % 7 == 0 else b"k%d" % i
         value = None if i % 11 == 0 else b"value %d" % i
-        stamp = now_ms - (i % 3) * WINDOW_MINUTES * 60_000  # three windows
+        stamp = now_ms - (i % 3) * window_length_ms(WINDOW_MINUTES)  # three windows
         producer.produce(topic, key=key, value=value, partition=i % 3, timestamp=stamp)
         sent[(window_start(stamp, settings.window_minutes), i % 3)].append((key, value))
     assert producer.flush(30) == 0

@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 
 from audit.contract.errors import LakeError
 from audit.contract.tables import BRONZE
-from audit.hops.lake import LakeJob, LakeOptions, default_checkpoint
+from audit.hops.lake.hop import LakeJob, LakeOptions, default_checkpoint
 from audit.io.lake import lake_of
 from audit.io.lease import LakeLease
 from tests.audit.io.test_lease import ELSEWHERE, FakeClock

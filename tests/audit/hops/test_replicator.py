@@ -15,10 +15,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from audit.contract.naming import IdentityNaming, PrefixNaming
 from audit.contract.record import AUDIT_TIME_HEADER, PROVENANCE_HEADER, Kind, PartitionStatus
 from audit.contract.watermarks import watermark_ms
-from audit.hops import mirror_status, mirror_topics
 from audit.hops.faults import DropFault
-from audit.hops.mirror_topics import create_target_topics
-from audit.hops.replicator import MirrorOptions, Replicator
+from audit.hops.replicator import status as replicator_status
+from audit.hops.replicator import topics as replicator_topics
+from audit.hops.replicator.hop import Replicator, ReplicatorOptions
+from audit.hops.replicator.topics import create_target_topics
 from audit.io.audit_log import read_audit_topic
 from audit.io.clients import ensure_topics
 from audit.io.logs import KeyValueFormatter
@@ -96,14 +97,14 @@ def read_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 60) -
     return messages
 
 
-def replicator(source: str, target: str, options: MirrorOptions, naming, select, fault=None) -> Replicator:
+def replicator(source: str, target: str, options: ReplicatorOptions, naming, select, fault=None) -> Replicator:
     return Replicator(
         {"bootstrap.servers": source}, {"bootstrap.servers": target}, options, naming, select, fault=fault
     )
 
 
-def options_for(unique_name, **overrides) -> MirrorOptions:
-    return MirrorOptions(
+def options_for(unique_name, **overrides) -> ReplicatorOptions:
+    return ReplicatorOptions(
         source="dc1",
         target="aggregate",
         audit_topic=unique_name("audit"),
@@ -166,7 +167,7 @@ def test_a_target_topic_not_yet_in_the_metadata_is_not_read_until_it_is(
         refreshes.append(visible)
         return {} if len(refreshes) == 1 else visible
 
-    monkeypatch.setattr(mirror_topics, "create_target_topics", metadata_late_the_first_time)
+    monkeypatch.setattr(replicator_topics, "create_target_topics", metadata_late_the_first_time)
     options = replace(options_for(unique_name), topic_refresh_s=3.0)
     stats = replicator(dc1, aggregate, options, PREFIX, lambda t: t == topic).run(until_caught_up=True, max_seconds=60)
 
@@ -266,7 +267,7 @@ def test_active_active_with_identity_naming_never_loops(local_clusters, topic_fa
     forward = Replicator(
         {"bootstrap.servers": dc1},
         {"bootstrap.servers": aggregate},
-        MirrorOptions(
+        ReplicatorOptions(
             source="dc1",
             target="aggregate",
             audit_topic=audit,
@@ -280,7 +281,7 @@ def test_active_active_with_identity_naming_never_loops(local_clusters, topic_fa
     backward = Replicator(
         {"bootstrap.servers": aggregate},
         {"bootstrap.servers": dc1},
-        MirrorOptions(
+        ReplicatorOptions(
             source="aggregate",
             target="dc1",
             audit_topic=audit,
@@ -313,7 +314,7 @@ def test_target_down_30_s_loses_nothing_and_is_reported_as_a_stall(tmp_path, uni
     try:
         source, target = clusters["src"].bootstrap_servers, clusters["dst"].bootstrap_servers
         ensure_topics({"bootstrap.servers": source}, {"orders": 3, "_audit": 1})
-        options = MirrorOptions(
+        options = ReplicatorOptions(
             source="src",
             target="dst",
             commit_interval_s=0.5,
@@ -486,18 +487,18 @@ def test_pause_fault_stalls_then_recovers_without_loss(local_clusters, topic_fac
     ],
 )
 def test_copy_headers(headers, path, kind, expected, why):
-    from audit.hops.mirror_state import copy_headers
+    from audit.hops.replicator.state import copy_headers
 
     assert copy_headers(headers, path, "dc1", kind, 1_700_000_000_000) == expected, why
 
 
 def test_a_catch_up_names_the_lag_and_where_this_instance_stands_on_each_partition(caplog, unique_name):
     """The `catching up` line of a run until caught up (no broker: the replicator is built, never opened)."""
-    from audit.hops.mirror_state import PartitionFlow
+    from audit.hops.replicator.state import PartitionFlow
 
     mirror = replicator("127.0.0.1:1", "127.0.0.1:1", options_for(unique_name), PREFIX, lambda t: True)
     mirror.flows[("orders", 0)] = PartitionFlow(committed=10, acked=12, next_offset=15)
-    caplog.set_level(logging.INFO, logger=mirror_status.__name__)
+    caplog.set_level(logging.INFO, logger=replicator_status.__name__)
     caplog.handler.setFormatter(KeyValueFormatter())
 
     mirror._log_behind({("orders", 0): 7, ("orders", 1): 3})

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from audit.contract.record import Kind
-from audit.hops.counter import ClusterCounter, CounterOptions
+from audit.hops.counter.hop import ClusterCounter, CounterOptions
 from audit.io.audit_log import read_audit_topic
 from audit.io.clients import watermarks
 from tests.waiting import wait_for
@@ -44,7 +44,7 @@ def write_config(path: Path, local_clusters, *, audit_topic: str, prefix: str) -
     return path
 
 
-def mirror_command(config: Path) -> list[str]:
+def replicator_command(config: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -189,7 +189,7 @@ def test_kill_minus_nine_loses_nothing_and_every_duplicate_is_counted_downstream
         ]
     )
     producing.start()
-    command = mirror_command(config)
+    command = replicator_command(config)
     rng = random.Random(11)
     kills = 0
     while kills < 5 or producing.is_alive():
@@ -239,7 +239,7 @@ def test_sigterm_mid_stream_exits_cleanly_and_a_restart_copies_the_rest_without_
         )
     )
     producing.start()
-    command = mirror_command(config)
+    command = replicator_command(config)
     log_path = tmp_path / "mirror.log"
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))

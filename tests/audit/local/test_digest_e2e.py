@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 
 from audit.books.run import reconcile
 from audit.contract.tables import COMPLETENESS, TIER_COUNTS
+from audit.contract.windows import window_length_ms
 from audit.hops.faults import FlipFault
 from audit.io import delta_io
 from audit.io.clients import ensure_topics
@@ -125,7 +126,7 @@ def test_a_flipped_byte_and_a_hidden_loss_are_mismatches_only_where_they_happene
     land(spark, settings, replicas)
     reconcile(spark, settings)
 
-    windows = [START + index * 10 * 60_000 for index in range(3)]
+    windows = [START + index * window_length_ms() for index in range(3)]
     for topic, partition in ((flipped, 1), (copied, 2)):
         books = verdicts(spark, settings, f"dc1.{topic}")
         assert set(books) == {(w, tier) for w in windows for tier in ("dc1", "aggregate", "lake")}, books

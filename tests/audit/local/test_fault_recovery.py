@@ -129,7 +129,7 @@ def test_the_replicator_commits_again_within_30_s_of_either_broker_and_stops_wit
 
 @pytest.mark.spark
 def test_the_lake_job_lands_again_within_30_s_of_its_broker_and_stops_within_15_s(tmp_path, clusters, spark):
-    from audit.hops.lake import LakeJob, LakeOptions, default_checkpoint
+    from audit.hops.lake.hop import LakeJob, LakeOptions, default_checkpoint
 
     settings = Settings(
         clusters=(ClusterSettings(name="src", bootstrap_servers=clusters["src"].bootstrap_servers, local=False),),

@@ -19,10 +19,10 @@ from audit.books.run import reconcile
 from audit.contract.naming import PrefixNaming
 from audit.contract.tables import BRONZE, COMPLETENESS
 from audit.contract.windows import window_start
-from audit.hops.counter import ClusterCounter, CounterOptions
+from audit.hops.counter.hop import ClusterCounter, CounterOptions
 from audit.hops.faults import DropFault
-from audit.hops.lake import LakeJob, LakeOptions, default_checkpoint
-from audit.hops.replicator import MirrorOptions, Replicator
+from audit.hops.lake.hop import LakeJob, LakeOptions, default_checkpoint
+from audit.hops.replicator.hop import Replicator, ReplicatorOptions
 from audit.io import delta_io
 from audit.io.audit_log import counts_by_window, read_audit_topic
 from audit.io.clients import ensure_topics
@@ -71,7 +71,7 @@ def count_cluster(settings, cluster: str, topics: list[str]) -> None:
 
 
 def mirror(settings, topics: list[str], *, group: str, fault: DropFault | None = None) -> None:
-    options = MirrorOptions(
+    options = ReplicatorOptions(
         source="dc1",
         target="aggregate",
         audit_topic=settings.audit_topic,

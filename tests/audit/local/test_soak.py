@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from audit.contract.errors import ConfigError
-from audit.local.pipeline import PipelinePlan, mirror_args
+from audit.local.pipeline import PipelinePlan, replicator_args
 from audit.local.soak import exactly_once_clusters
 from audit.local.soak_check import Expectations, check_all
 from audit.local.soak_plan import FAULT_KINDS, fault_schedule
@@ -322,5 +322,5 @@ def test_an_unknown_cluster_for_exactly_once_is_named():
 
 def test_only_the_named_replicators_run_exactly_once():
     plan = PipelinePlan(regional=("dc1", "dc2"), hub="aggregate", exactly_once=frozenset({"dc2"}))
-    assert "--exactly-once" not in mirror_args(plan, "dc1")
-    assert "--exactly-once" in mirror_args(plan, "dc2")
+    assert "--exactly-once" not in replicator_args(plan, "dc1")
+    assert "--exactly-once" in replicator_args(plan, "dc2")

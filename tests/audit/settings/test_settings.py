@@ -12,6 +12,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from audit.contract.errors import ConfigError
+from audit.contract.windows import MINUTES_PER_DAY
 from audit.settings import (
     EXAMPLE_CONFIG,
     ClusterSettings,
@@ -193,7 +194,7 @@ ssl.key.password = "pw"
         ("windw_minutes = 5", "windw_minutes: unknown key (did you mean 'window_minutes'?)"),
         ("zzz = 5", "zzz: unknown key (known: state_dir, cache_dir"),
         ("window_minutes = 7", "window_minutes: 7 does not divide a day"),
-        ("window_minutes = 0", "window_minutes: 0 is not between 1 and 1440"),
+        ("window_minutes = 0", f"window_minutes: 0 is not between 1 and {MINUTES_PER_DAY}"),
         ("window_minutes = '10'", "window_minutes: expected an integer, got '10'"),
         ("window_minutes = true", "window_minutes: expected an integer, got True"),
         ("window_minutes = 10.0", "window_minutes: expected an integer, got 10.0"),

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from audit.contract.errors import ConfigError
-from audit.hops.counter_state import CounterOptions
+from audit.hops.counter.state import CounterOptions
 from audit.io.plugin import digest_exclude_regex, plugin_path
 from audit.settings import Settings, from_dict
 from tests.audit.cli.test_cli import kaudit

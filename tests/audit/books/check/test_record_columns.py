@@ -31,6 +31,7 @@ from audit.books.check.spark_columns import (
 )
 from audit.contract.record import PartitionStatus, count_record, encode, status_record
 from audit.contract.retention import RetentionGap
+from audit.contract.windows import MS_PER_MINUTE
 from tests.audit.books.check.test_record_check import CHECKER, NOW, WINDOW, good, patched
 
 SOURCE_DDL = (
@@ -303,7 +304,7 @@ def test_each_run_checks_against_its_own_clock_though_the_columns_are_built_once
     """The native check's columns are built once per session and settings (`_projection`); the window's
     latest start moves with each run's `now_ms`, in either direction."""
     day = 24 * 3600 * 1000
-    ahead = WINDOW + day + 60 * 60_000  # more than the slack of a day after NOW, within it a day later
+    ahead = WINDOW + day + 60 * MS_PER_MINUTE  # more than the slack of a day after NOW, within it a day later
     values = [good(window_start_ms=ahead)]
     for now, accepted in ((NOW, False), (NOW + day, True), (NOW, False)):
         checker = replace(CHECKER, now_ms=now)

@@ -8,6 +8,7 @@ from pyspark.sql import functions as F
 
 from audit.books.count.tier_counts import summed_digests, summed_maps
 from audit.contract.digest import merge
+from audit.contract.windows import window_end
 from audit.io.lake import lake_of
 
 PARTITION_COUNTS = st.dictionaries(st.integers(0, 5), st.integers(0, 10**12), max_size=4)
@@ -77,7 +78,7 @@ def _records(spark, settings):
             by_partition=partitions, emitted_at_ms=WINDOW_MS,
         )  # fmt: skip
 
-    later = WINDOW_MS + 600_000
+    later = window_end(WINDOW_MS)
     records = [
         counted("p-1", "producer", "dc1", WINDOW_MS, 10, {0: 6, 1: 4}),
         counted("p-2", "producer", "dc1", WINDOW_MS, 5, {1: 5}),

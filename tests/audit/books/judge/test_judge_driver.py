@@ -23,6 +23,7 @@ from audit.books.judge.in_spark import JUDGED_COUNTS, judged_in_spark
 from audit.contract.arrow import arrow_table
 from audit.contract.tables import COMPLETENESS, TIER_COUNTS
 from audit.contract.tier_paths import PATH_DDL
+from audit.contract.windows import window_length_ms
 from audit.io.arrow_rewrite import rewritten
 from audit.io.spark import local_frame
 
@@ -41,7 +42,7 @@ def scenario(seed: int = 5):
     counts unknown, the producer's most often (then judged against dc1)."""
     rng, unknown = random.Random(seed), random.Random(seed + 1)
     windows = [("dc1", f"t{t}", FIRST + timedelta(minutes=10 * w)) for t in range(6) for w in range(18)]
-    due = int(FIRST.replace(tzinfo=UTC).timestamp() * 1000) + 9 * 600_000 + GRACE_MS
+    due = int(FIRST.replace(tzinfo=UTC).timestamp() * 1000) + 9 * window_length_ms() + GRACE_MS
     paths = [
         (
             "dc1",

@@ -10,12 +10,13 @@ from audit.books.judge import completeness as completeness_module
 from audit.books.judge.complete_through import complete_through
 from audit.books.run import reconcile
 from audit.contract.tables import COMPLETENESS_WATERMARKS, RESTATEMENTS
+from audit.contract.windows import window_end
 from audit.io.lake import lake_of
 from tests.audit.books.test_reconcile import NOW, W1, W2, AuditWriter, rows
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
-W3 = W2 + 10 * 60_000
+W3 = window_end(W2)
 
 
 def at(ms: int) -> pd.Timestamp:
@@ -89,7 +90,7 @@ def test_watermarks_follow_the_verdicts_and_changed_final_windows_are_restated(
 
     reconcile(spark, settings, now_ms=NOW)
 
-    assert watermarks(spark, settings) == {"dc1": (W3 + 600_000, None, None), "aggregate": (W2, W2, "incomplete")}
+    assert watermarks(spark, settings) == {"dc1": (window_end(W3), None, None), "aggregate": (W2, W2, "incomplete")}
     assert complete_through(spark, "dc1.orders", "aggregate", lake=lake_of(settings)) == at(W2)
     assert complete_through(spark, "dc1.orders", "lake", lake=lake_of(settings)) is None
     assert restatements(spark, settings) == [], "first verdicts restate nothing"
@@ -102,7 +103,7 @@ def test_watermarks_follow_the_verdicts_and_changed_final_windows_are_restated(
     # dc1's watermark moved in the driver (W2 judged again, still closed), the aggregate's summed up (W2 closed)
     assert watermarks(spark, settings) == summed_over_the_table(spark, settings)
     assert restatements(spark, settings) == [(W2, "aggregate", (80, 77, "incomplete"), (80, 80, "complete"), (late,))]
-    assert watermarks(spark, settings)["aggregate"] == (W3 + 600_000, None, None)
+    assert watermarks(spark, settings)["aggregate"] == (window_end(W3), None, None)
 
     # The producer recounts W1 (2 more): W1 turns incomplete at both tiers, both watermarks go back.
     writer.count("producer", "dc1", "orders", W1, 2)

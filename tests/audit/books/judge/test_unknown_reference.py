@@ -13,9 +13,10 @@ import pytest
 
 from audit.books.judge.in_driver import judged_frame
 from audit.contract.unknown_counts import window_references, with_unknown
+from audit.contract.windows import window_end
 
 START = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
-END_MS = int(START.timestamp() * 1000) + 600_000
+END_MS = window_end(int(START.timestamp() * 1000))
 GRACE_MS = 300_000
 FINAL = END_MS + GRACE_MS  # every tier's watermark: every window is final
 PATH = ("dc1", "aggregate", "lake")

@@ -7,7 +7,7 @@ Exactly once, across crashes, per micro-batch:
   are derived from the query id and the batch id, so a replayed batch repeats the same ids and the
   reconciliation counts them once. Spark replays a batch over the offsets it logged before running
   it, so the replay holds exactly the same messages, and its records the same counts and content digests
-  (`digest_by_partition`, summed with Spark's built-in xxhash64: `audit.hops.lake_columns`).
+  (`digest_by_partition`, summed with Spark's built-in xxhash64: `audit.hops.lake.columns`).
 A thread reports the job's position, lag and watermark as `status` records, like the counters.
 """
 
@@ -29,7 +29,7 @@ from audit.contract.names import LAKE_TIER
 from audit.contract.record import count_record, encode, status_record
 from audit.contract.tables import BRONZE
 from audit.contract.watermarks import topic_statuses, watermark_ms
-from audit.hops.lake_columns import digest_sum, message_hash_column, with_audit_window
+from audit.hops.lake.columns import digest_sum, message_hash_column, with_audit_window
 from audit.hops.retention import RetentionGaps, Skip
 from audit.io import delta_io
 from audit.io.clients import Admin, client_config, ensure_topics, spark_kafka_options

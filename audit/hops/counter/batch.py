@@ -1,4 +1,4 @@
-"""One consumed batch added to a counter: its groups (audit.hops.fastcount: messages by topic, partition and window)
+"""One consumed batch added to a counter: its groups (audit.hops.counter.fastcount: messages by topic, partition and window)
 into the tally, each partition's position moved once, and the partitions whose offsets moved by more than the
 messages counted (markers, aborted batches, or a retention gap), for the retention check."""
 
@@ -13,8 +13,8 @@ from confluent_kafka import KafkaError
 
 from audit.contract.errors import KafkaClientError
 from audit.contract.tally import Tally
-from audit.hops import fastcount
-from audit.hops.counter_state import PartitionProgress
+from audit.hops.counter import fastcount
+from audit.hops.counter.state import PartitionProgress
 from audit.io.plugin import take_consumed, with_plugin
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from collections.abc import Collection, Mapping
 
 from confluent_kafka import TopicPartition
 
-from audit.hops.mirror_state import PartitionFlow, lags_and_stall
+from audit.hops.replicator.state import PartitionFlow, lags_and_stall
 from audit.hops.retention import Skip, seek_past_deleted
 
 Key = tuple[str, int]  # (topic, partition)

@@ -45,7 +45,7 @@ DROPPED = Counter(
 
 
 @dataclass(frozen=True, kw_only=True)
-class MirrorOptions:
+class ReplicatorOptions:
     """How one replicator instance runs."""
 
     source: str
@@ -114,7 +114,7 @@ class PartitionFlow:
 
 
 @dataclass
-class MirrorStats:
+class ReplicatorStats:
     """What a replicator did; `copied_by_topic` holds the topics mirrored now (`Replicator._forget_topics`)."""
 
     copied: int = 0

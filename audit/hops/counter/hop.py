@@ -24,10 +24,10 @@ from audit.contract.record import AuditRecord, Kind, encode
 from audit.contract.tally import Tally
 from audit.contract.watermarks import topic_statuses
 from audit.contract.windows import window_length_ms
-from audit.hops import fastcount
-from audit.hops.counter_batch import add_groups, message_error, plugin_batch_groups, with_counting_plugin
-from audit.hops.counter_records import CounterRecords
-from audit.hops.counter_state import (
+from audit.hops.counter import fastcount
+from audit.hops.counter.batch import add_groups, message_error, plugin_batch_groups, with_counting_plugin
+from audit.hops.counter.records import CounterRecords
+from audit.hops.counter.state import (
     ABORTS,
     FLUSHES,
     LAG,
@@ -237,7 +237,7 @@ class ClusterCounter:
 
     def count_consumed(self, messages: list) -> int:
         """Add the batch the consumer just handed over to the tally: the counter's hot path, counted by the plugin
-        in C when it is loaded (counter_batch.plugin_batch_groups), else in Python."""
+        in C when it is loaded (batch.plugin_batch_groups), else in Python."""
         groups = None
         if self._plugin_id is not None:
             groups = plugin_batch_groups(self._plugin_id, messages, cluster=self.options.cluster)

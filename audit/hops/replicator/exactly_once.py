@@ -30,8 +30,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import OffsetSpec
 
 from audit.contract.errors import KafkaClientError
-from audit.hops.mirror_state import PartitionFlow
-from audit.hops.replicator import Replicator, TargetMessage
+from audit.contract.windows import MS_PER_MINUTE
+from audit.hops.replicator.hop import Replicator, TargetMessage
+from audit.hops.replicator.state import PartitionFlow
 from audit.io.clients import ensure_topics
 from audit.io.offsets import committed_offsets, read_ranges
 from audit.io.transactions import TRANSACTION_TIMEOUT_MS, Transactions, producer_config
@@ -39,7 +40,7 @@ from audit.io.transactions import TRANSACTION_TIMEOUT_MS, Transactions, producer
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "_kaudit_mirror_offsets"
-OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.insync.replicas": "1", "segment.ms": "600000"}
+OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.insync.replicas": "1", "segment.ms": str(10 * MS_PER_MINUTE)}
 
 
 def transactional_id(source: str, target: str, group: str, instance: str) -> str:

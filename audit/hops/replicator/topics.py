@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from audit.contract.errors import KafkaClientError
 from audit.contract.naming import NamingPolicy, is_audit_topic
-from audit.hops.mirror_state import MirrorOptions
+from audit.hops.replicator.state import ReplicatorOptions
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +31,14 @@ COPIED_TOPIC_CONFIGS = (
 )
 
 
-class MirroredTopics:
+class ReplicatedTopics:
     """The source topics one replicator mirrors, and the partition count of each one's target topic.
 
     A topic is mirrored when `select_topic` selects it or it is an audit topic (the source's own, or a copy of
     another cluster's); never when it is internal, or a copy of the target's own topics (a cycle). It is read only
     once its target topic shows the source's partitions (`create_target_topics`)."""
 
-    def __init__(self, options: MirrorOptions, naming: NamingPolicy, select_topic: Callable[[str], bool]) -> None:
+    def __init__(self, options: ReplicatorOptions, naming: NamingPolicy, select_topic: Callable[[str], bool]) -> None:
         self.options = options
         self.naming = naming
         self.select_topic = select_topic

@@ -9,7 +9,7 @@ the clusters the message has been in, and a message is never written to a cluste
 
 How a copy is committed is a hook (`_send`, `_not_sent`, and the target producer's `target_producer`,
 `_queued`, `_flush_target`): here each message is acknowledged by the target on its own and the source
-offsets committed behind them; `mirror_eos.ExactlyOnceReplicator` commits copies and source positions
+offsets committed behind them; `exactly_once.ExactlyOnceReplicator` commits copies and source positions
 in target transactions instead, through the same copy loop.
 """
 
@@ -27,19 +27,19 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from audit.contract.naming import NamingPolicy, is_audit_topic
 from audit.contract.record import encode, new_instance_id
 from audit.hops.faults import DropFault, FlipFault, PauseFault
-from audit.hops.mirror_positions import SourcePositions
-from audit.hops.mirror_state import (
+from audit.hops.replicator.positions import SourcePositions
+from audit.hops.replicator.state import (
     LAST_COMMIT,
     RETENTION_SKIPPED,
     SERVICE,
-    MirrorOptions,
-    MirrorStats,
     PartitionFlow,
+    ReplicatorOptions,
+    ReplicatorStats,
     copy_headers,
     provenance,
 )
-from audit.hops.mirror_status import PARTITIONS_LOGGED, MirrorStatus
-from audit.hops.mirror_topics import MirroredTopics
+from audit.hops.replicator.status import PARTITIONS_LOGGED, ReplicatorStatus
+from audit.hops.replicator.topics import ReplicatedTopics
 from audit.hops.retention import RetentionGaps, Skip
 from audit.hops.runloop import run_hop
 from audit.hops.upkeep import check_audit_retention
@@ -72,7 +72,7 @@ class Replicator:
         self,
         source_config: Mapping[str, Any],
         target_config: Mapping[str, Any],
-        options: MirrorOptions,
+        options: ReplicatorOptions,
         naming: NamingPolicy,
         select_topic: Callable[[str], bool],
         *,
@@ -86,11 +86,11 @@ class Replicator:
         self.select_topic = select_topic
         self.fault = fault
         self.pause = pause
-        self.stats = MirrorStats()
+        self.stats = ReplicatorStats()
         self.positions = SourcePositions()
         self.instance_id = new_instance_id(f"{SERVICE}-{options.source}-{options.target}")
-        self.status = MirrorStatus(options, self.stats, self.instance_id)
-        self.topics = MirroredTopics(options, naming, select_topic)
+        self.status = ReplicatorStatus(options, self.stats, self.instance_id)
+        self.topics = ReplicatedTopics(options, naming, select_topic)
         self._subscribed: list[str] = []
         self._consumer_config: dict[str, Any] = {}  # set by open(); asked again when committed offsets are held
         self._stop = threading.Event()
@@ -445,7 +445,7 @@ class Replicator:
             return False
         return self.group_caught_up(audit)
 
-    def run(self, *, max_seconds: float | None = None, until_caught_up: bool = False) -> MirrorStats:
+    def run(self, *, max_seconds: float | None = None, until_caught_up: bool = False) -> ReplicatorStats:
         """Copy until stopped (SIGTERM, `stop()`), `max_seconds`, or, with `until_caught_up`, nothing left."""
         started = time.monotonic()
         self._next_commit = started + self.options.commit_interval_s

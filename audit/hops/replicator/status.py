@@ -15,7 +15,7 @@ from confluent_kafka import TopicPartition
 from audit.contract.record import AuditRecord, record_id, status_record
 from audit.contract.retention import RetentionGap
 from audit.contract.watermarks import topic_statuses, watermark_ms
-from audit.hops.mirror_state import (
+from audit.hops.replicator.state import (
     COPIED,
     DROPPED,
     ERRORS,
@@ -24,9 +24,9 @@ from audit.hops.mirror_state import (
     SERVICE,
     SKIPPED,
     STALLED,
-    MirrorOptions,
-    MirrorStats,
     PartitionFlow,
+    ReplicatorOptions,
+    ReplicatorStats,
 )
 from audit.hops.upkeep import drop_series
 
@@ -42,10 +42,10 @@ def flow_state(flow: PartitionFlow | None) -> str:
     return f"committed={flow.committed},acked={flow.acked},next={flow.next_offset},in-flight={len(flow.sent)}"
 
 
-class MirrorStatus:
+class ReplicatorStatus:
     """The reports of one replicator instance (`instance_id`), into its `stats` and its metrics."""
 
-    def __init__(self, options: MirrorOptions, stats: MirrorStats, instance_id: str) -> None:
+    def __init__(self, options: ReplicatorOptions, stats: ReplicatorStats, instance_id: str) -> None:
         self.options = options
         self.stats = stats
         self.instance_id = instance_id
@@ -88,7 +88,7 @@ class MirrorStatus:
     # -- where it stands -----------------------------------------------------------------------
 
     def judge(self, lags: Mapping[tuple[str, int], int], stalled: bool) -> None:
-        """Take this check's lag per partition and stall verdict (`mirror_state.lags_and_stall`): a stall is
+        """Take this check's lag per partition and stall verdict (`state.lags_and_stall`): a stall is
         logged once when it begins and once when it ends."""
         self.stats.lag = sum(lags.values())
         LAG.labels(*self._labels).set(self.stats.lag)

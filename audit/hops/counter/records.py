@@ -11,7 +11,7 @@ from audit.contract.record import AuditRecord, PartitionStatus, count_record, ne
 from audit.contract.retention import RetentionGap
 from audit.contract.tally import WindowTally
 from audit.contract.watermarks import watermark_ms
-from audit.hops.counter_state import SERVICE, CounterOptions
+from audit.hops.counter.state import SERVICE, CounterOptions
 
 
 class CounterRecords:
