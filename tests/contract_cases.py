@@ -7,8 +7,10 @@ cannot run: the librdkafka plugin (`native/plugin/`, which the audited producer 
 with), the counter's Python loop, and the lake's Spark columns (`audit/hops/lake/columns.py`).
 `tests/test_contract_parity.py` and `tests/test_digest_parity.py` run every one of them over these cases;
 the Spark ones in the Spark tier.
-The Java producer interceptor (`jvm/interceptor/`, `io.kaudit.AuditTime`) states the producer's forms again: a
-message as acknowledged (`PRODUCER_CASES`), and as sent (`JAVA_SEND_CASES`: where a failed send counts).
+The Java producer interceptor (`jvm/interceptor/`) states the producer's forms again: `io.kaudit.AuditTime` a
+message as acknowledged (`PRODUCER_CASES`), as sent (`JAVA_SEND_CASES`: where a failed send counts) and the window
+of a time (`WINDOW_CASES`), `io.kaudit.ContentDigest` a message's hash (`DIGEST_CASES`) and, summed as its tally
+sums them, a window's digest (`DIGEST_SET_CASES`).
 
 The expected values are written out, not computed: the table is the specification the contract is held to
 as well. Times stay within what Spark's Kafka source can hold (milliseconds times 1000 in 64 bits).
@@ -151,10 +153,19 @@ def _sent(case: AuditTimeCase) -> SendCase:
     return SendCase(case.why, *fields)
 
 
+def _sent_at_zero(case: AuditTimeCase) -> SendCase:
+    """A LogAppendTime case's headers on a record sent with a timestamp of 0: the header's time, or now, flagged."""
+    if case.usable:
+        return SendCase(f"a timestamp of 0, and {case.why}", 0, case.headers, case.audit_ms, True, case.window_start_ms)
+    return SendCase(f"a timestamp of 0, and {case.why}", 0, case.headers, NOW_MS, False, NOW_W10)
+
+
 # What a record as sent becomes is the CreateTime case of the same time and headers. ProducerRecord refuses a
-# negative timestamp, and unlike librdkafka a Java producer sends 0 as it is.
+# negative timestamp, and unlike librdkafka a Java producer sends 0 as it is: with the headers of the LogAppendTime
+# cases, a 0 asks the Java form of the kaudit-time header's rules.
 JAVA_SEND_CASES = [
     *(_sent(case) for case in AUDIT_TIME_CASES if case.kind == Kind.CREATE_TIME and case.timestamp_ms >= 0),
+    *(_sent_at_zero(case) for case in AUDIT_TIME_CASES if case.kind == Kind.LOG_APPEND_TIME and case.headers),
     SendCase("no timestamp of its own: the producer's clock, a CreateTime", None, (), NOW_MS, True, NOW_W10),
     SendCase("no timestamp of its own, and a header: still the producer's clock", None, ((H, B_TEXT),), NOW_MS, True, NOW_W10),
     SendCase("a CreateTime of 0 and the header: the header's time", 0, ((H, B_TEXT),), B, True, B_W10),

@@ -30,6 +30,7 @@ from audit.hops.counter import fastcount
 from audit.hops.replicator.state import copy_headers
 from audit.io import jvm, plugin
 from audit.io.interceptor_jar import interceptor_jar
+from native.build import JAVA_COMMAND, JAVA_CONTRACT, java_contract
 from producers import audited
 from tests.conftest import cache_dir
 from tests.contract_cases import (
@@ -211,6 +212,12 @@ def test_the_audited_producer(topic_factory, local_clusters):
 
 
 # -- the Java producer interceptor: io.kaudit.AuditTime ---------------------------------------------
+
+
+def test_the_java_interceptors_constants_are_the_contracts():
+    """io.kaudit.Contract, which every Java source takes the contract's constants from, is what native/build.py
+    writes from the Python modules (the same table as the plugin's header); it is committed, so it must not lag."""
+    assert JAVA_CONTRACT.read_text() == java_contract(), f"{JAVA_CONTRACT.name} is stale: run `{JAVA_COMMAND}`"
 
 
 def java_audit_times(questions: list[str]) -> list[str]:

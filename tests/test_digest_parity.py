@@ -1,6 +1,7 @@
 """Every implementation of the content digest against the one table of cases (tests/contract_cases.py): the
 contract itself, the librdkafka plugin's C form (through its exported functions), the Java interceptor's form
-(io.kaudit.ContentDigest, in the jar `make setup` builds) and the lake's Spark columns (in the Spark tier)."""
+(io.kaudit.ContentDigest and the sum its WindowTally keeps, in the jar `make setup` builds) and the lake's Spark
+columns (in the Spark tier)."""
 
 from __future__ import annotations
 
@@ -58,18 +59,34 @@ def test_the_plugins_digests(case: DigestSetCase):
 # -- the Java interceptor ------------------------------------------------------------------------
 
 
-def java_hashes(messages: list[tuple[bytes | None, bytes | None]]) -> list[int]:
-    """io.kaudit.ContentDigest's hash of each (key, value), asked through its `key value` lines (hex, `-`: null)."""
-    lines = "".join(" ".join("-" if b is None else b.hex() for b in message) + "\n" for message in messages)
+def java_answers(questions: list[tuple[str, list[tuple[bytes | None, bytes | None]]]]) -> list[int]:
+    """io.kaudit.ContentDigest's answer to each (`hash` or `digest`, messages) (see its main: hex, `-`: null)."""
+    lines = "".join(
+        " ".join([verb, *("-" if b is None else b.hex() for message in messages for b in message)]) + "\n"
+        for verb, messages in questions
+    )
     command = [jvm.java_executable(), "-cp", str(interceptor_jar(cache_dir())), "io.kaudit.ContentDigest"]
     done = subprocess.run(command, input=lines, capture_output=True, text=True, timeout=120, check=True)
     return [int(line) for line in done.stdout.split()]
+
+
+def java_hashes(messages: list[tuple[bytes | None, bytes | None]]) -> list[int]:
+    """io.kaudit.ContentDigest's hash of each (key, value)."""
+    return java_answers([("hash", [message]) for message in messages])
 
 
 @pytest.mark.jvm
 def test_the_java_interceptors_hash():
     got = java_hashes([(case.key, case.value) for case in DIGEST_CASES])
     wrong = [(str(case), g, case.hash) for case, g in zip(DIGEST_CASES, got, strict=True) if g != case.hash]
+    assert wrong == [], "\n".join(f"{why}: Java {g}, the contract {e}" for why, g, e in wrong)
+
+
+@pytest.mark.jvm
+def test_the_java_interceptors_digests():
+    """Each set's hashes summed as the interceptor's WindowTally sums a window's partition (none: no digest, 0)."""
+    got = java_answers([("digest", list(case.messages)) for case in DIGEST_SET_CASES])
+    wrong = [(str(case), g, case.digest) for case, g in zip(DIGEST_SET_CASES, got, strict=True) if g != case.digest]
     assert wrong == [], "\n".join(f"{why}: Java {g}, the contract {e}" for why, g, e in wrong)
 
 

@@ -119,7 +119,7 @@ EXPORTED int kaudit_audit_time(int create_time, long long timestamp, const char 
 EXPORTED char *kaudit_sample_record(const char *topic, long long window_start, const long long *latencies,
                                     const int *partitions, const long long *hashes, int n, long long failed,
                                     long long aborted, int unknown) {
-    Settings settings = {.window_ms = 600000};
+    Settings settings = {.window_ms = KAUDIT_DEFAULT_WINDOW_MINUTES * KAUDIT_MS_PER_MINUTE};
     strcpy(settings.cluster, "dc1");
     strcpy(settings.service, "svc \"quoted\"\n");
     strcpy(settings.host, "h\xc3\xa9");

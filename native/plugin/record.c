@@ -154,7 +154,7 @@ char *entry_record(const Entry *entry, const Settings *settings, long long seque
     append(&buffer, ",\"tier\":\"%s\",\"topic\":", KAUDIT_PRODUCER_TIER);
     append_string(&buffer, entry->topic);
     if (entry->unknown) append(&buffer, ",\"unknown\":true");
-    append(&buffer, ",\"window_minutes\":%d,\"window_start\":", (int)(settings->window_ms / 60000));
+    append(&buffer, ",\"window_minutes\":%d,\"window_start\":", (int)(settings->window_ms / KAUDIT_MS_PER_MINUTE));
     append_time(&buffer, entry->window_start, 0);
     append(&buffer, "}");
     if (buffer.failed) {

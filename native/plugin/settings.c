@@ -74,9 +74,9 @@ static rd_kafka_conf_res_t on_conf_set(rd_kafka_conf_t *conf, const char *name, 
             return invalid(errstr, errstr_size, name, value, "a text without control characters, short enough");
         snprintf(field, size, "%s", value);
     } else if (strcmp(key, "window.minutes") == 0) {
-        if (!parse_number(value, 1, 1440, &number) || 1440 % number != 0)
+        if (!parse_number(value, 1, KAUDIT_MINUTES_PER_DAY, &number) || KAUDIT_MINUTES_PER_DAY % number != 0)
             return invalid(errstr, errstr_size, name, value, "a number of minutes that divides a day");
-        settings->window_ms = number * 60000;
+        settings->window_ms = number * KAUDIT_MS_PER_MINUTE;
     } else if (strcmp(key, "flush.interval.ms") == 0) {
         if (!parse_number(value, 10, 3600000, &number)) return invalid(errstr, errstr_size, name, value, "10 to 3600000");
         settings->flush_interval_ms = number;
@@ -110,7 +110,7 @@ static Settings *settings_new(const Settings *from) {
     snprintf(settings->audit_topic, sizeof settings->audit_topic, "%s", KAUDIT_DEFAULT_AUDIT_TOPIC);
     snprintf(settings->service, sizeof settings->service, "app");
     if (gethostname(settings->host, sizeof settings->host - 1) != 0) settings->host[0] = '\0';
-    settings->window_ms = (int64_t)KAUDIT_DEFAULT_WINDOW_MINUTES * 60000;
+    settings->window_ms = KAUDIT_DEFAULT_WINDOW_MINUTES * KAUDIT_MS_PER_MINUTE;
     settings->flush_interval_ms = KAUDIT_DEFAULT_FLUSH_INTERVAL_MS;
     settings->close_timeout_ms = 30000;
     settings->max_entries = KAUDIT_DEFAULT_MAX_ENTRIES;

@@ -150,37 +150,44 @@ final class AuditEmitter {
     /** A count record as audit.contract.record.encode writes it: compact JSON, keys sorted, ASCII only. */
     String encode(String recordId, WindowTally.Entry entry, long emittedAtMs) {
         StringBuilder json = new StringBuilder(400).append('{');
-        if (appendPartitions(json, "by_partition", entry.byPartition, entry.byPartition)) {
-            json.append(',');
-        }
-        json.append("\"bytes\":").append(entry.bytes);
-        string(json.append(",\"cluster\":"), settings.cluster());
-        json.append(",\"count\":").append(entry.count);
+        appendPartitions(json, Contract.FIELD_BY_PARTITION, entry.byPartition, entry.byPartition);
+        field(json, Contract.FIELD_BYTES).append(entry.bytes);
+        string(field(json, Contract.FIELD_CLUSTER), settings.cluster());
+        field(json, Contract.FIELD_COUNT).append(entry.count);
         if (!entry.digestUnknown && entry.count > 0) {
-            appendPartitions(json.append(','), "digest_by_partition", entry.byPartition, entry.digestByPartition);
+            appendPartitions(json, Contract.FIELD_DIGEST_BY_PARTITION, entry.byPartition, entry.digestByPartition);
         }
-        string(json.append(",\"emitted_at\":"), MILLIS.format(Instant.ofEpochMilli(emittedAtMs)));
-        string(json.append(",\"host\":"), settings.host());
-        string(json.append(",\"instance_id\":"), instanceId);
-        json.append(",\"kind\":\"count\"");
-        json.append(",\"no_timestamp\":").append(entry.noTimestamp);
-        string(json.append(",\"record_id\":"), recordId);
-        json.append(",\"schema_version\":2");
-        json.append(",\"send_failed\":").append(entry.sendFailed);
-        string(json.append(",\"service\":"), settings.service());
-        json.append(",\"tier\":\"producer\"");
-        string(json.append(",\"topic\":"), entry.topic);
+        string(field(json, Contract.FIELD_EMITTED_AT), MILLIS.format(Instant.ofEpochMilli(emittedAtMs)));
+        string(field(json, Contract.FIELD_HOST), settings.host());
+        string(field(json, Contract.FIELD_INSTANCE_ID), instanceId);
+        string(field(json, Contract.FIELD_KIND), Contract.COUNT_KIND);
+        field(json, Contract.FIELD_NO_TIMESTAMP).append(entry.noTimestamp);
+        string(field(json, Contract.FIELD_RECORD_ID), recordId);
+        field(json, Contract.FIELD_SCHEMA_VERSION).append(Contract.SCHEMA_VERSION);
+        field(json, Contract.FIELD_SEND_FAILED).append(entry.sendFailed);
+        string(field(json, Contract.FIELD_SERVICE), settings.service());
+        string(field(json, Contract.FIELD_TIER), Contract.PRODUCER_TIER);
+        string(field(json, Contract.FIELD_TOPIC), entry.topic);
         if (entry.unknown || settings.transactional()) {
-            json.append(",\"unknown\":true");
+            field(json, Contract.FIELD_UNKNOWN).append(true);
         }
-        json.append(",\"window_minutes\":").append(settings.windowMinutes());
-        string(json.append(",\"window_start\":"), SECONDS.format(Instant.ofEpochMilli(entry.windowStartMs)));
+        field(json, Contract.FIELD_WINDOW_MINUTES).append(settings.windowMinutes());
+        string(field(json, Contract.FIELD_WINDOW_START), SECONDS.format(Instant.ofEpochMilli(entry.windowStartMs)));
         return json.append('}').toString();
     }
 
+    /** `"<name>":` after a comma, unless it is the object's first key. */
+    static StringBuilder field(StringBuilder json, String name) {
+        if (json.charAt(json.length() - 1) != '{') {
+            json.append(',');
+        }
+        string(json, name);
+        return json.append(':');
+    }
+
     /** `"<name>":{...}`: `values` of the partitions counted in `byPartition`, keys sorted as strings (as
-     * json.dumps sorts them); nothing, and false, when none was. */
-    static boolean appendPartitions(StringBuilder json, String name, long[] byPartition, long[] values) {
+     * json.dumps sorts them); nothing when none was. */
+    static void appendPartitions(StringBuilder json, String name, long[] byPartition, long[] values) {
         List<String> keys = new ArrayList<>();
         for (int partition = 0; partition < byPartition.length; partition++) {
             if (byPartition[partition] > 0) {
@@ -188,18 +195,16 @@ final class AuditEmitter {
             }
         }
         if (keys.isEmpty()) {
-            return false;
+            return;
         }
         String[] sorted = keys.toArray(new String[0]);
         Arrays.sort(sorted);
-        string(json, name);
-        json.append(":{");
+        field(json, name).append('{');
         for (int i = 0; i < sorted.length; i++) {
             string(json.append(i == 0 ? "" : ","), sorted[i]);
             json.append(':').append(values[Integer.parseInt(sorted[i])]);
         }
         json.append('}');
-        return true;
     }
 
     /** A JSON string as Python's json.dumps (ensure_ascii) writes it: \" \\ \b \f \n \r \t, else \\u00xx below

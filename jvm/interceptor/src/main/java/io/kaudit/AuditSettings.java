@@ -38,14 +38,11 @@ record AuditSettings(
     // The (topic, window)s whose counts are kept while the audit topic does not take them; beyond, the oldest
     // windows are dropped and reported unknown once it does.
     static final String MAX_ENTRIES = "kaudit.tally.max.entries";
-    static final int DEFAULT_MAX_ENTRIES = 10_000;
-    static final int MOST_MAX_ENTRIES = 1_000_000;
 
-    static final int MINUTES_PER_DAY = 1440;
     static final int MAX_SERVICE_CHARS = 128; // keeps `<service>-<12 hex>:<sequence>` within the 200 a record id may have
-    // audit.contract.names.NAME_PATTERN: what a cluster (and a tier) may be called inside an audit record.
-    static final Pattern NAME = Pattern.compile("[A-Za-z0-9][A-Za-z0-9._-]{0,63}");
-    static final Pattern CONTROL = Pattern.compile("[\\x00-\\x1f\\x7f]");
+    // What a cluster (and a tier) may be called inside an audit record.
+    static final Pattern NAME = Pattern.compile(Contract.NAME_PATTERN);
+    static final Pattern CONTROL = Pattern.compile(Contract.CONTROL_CHARACTERS);
     // The host producer's settings the audit producer needs to reach the same cluster the same way.
     static final String[] COPIED_PREFIXES = {"sasl.", "ssl."};
     static final String[] COPIED_KEYS = {
@@ -55,7 +52,7 @@ record AuditSettings(
     };
 
     long windowMs() {
-        return windowMinutes * 60_000L;
+        return windowMinutes * Contract.MS_PER_MINUTE;
     }
 
     static AuditSettings from(Map<String, ?> configs) {
@@ -71,22 +68,23 @@ record AuditSettings(
         if (service.isEmpty() || service.length() > MAX_SERVICE_CHARS || CONTROL.matcher(service).find()) {
             throw new ConfigException(SERVICE, service, "1 to " + MAX_SERVICE_CHARS + " characters, none a control character");
         }
-        String auditTopic = text(configs, AUDIT_TOPIC, "_audit");
+        String auditTopic = text(configs, AUDIT_TOPIC, Contract.DEFAULT_AUDIT_TOPIC);
         if (auditTopic.isEmpty()) {
             throw new ConfigException(AUDIT_TOPIC, auditTopic, "the audit topic needs a name");
         }
-        int minutes = (int) number(configs, WINDOW_MINUTES, 10, MINUTES_PER_DAY);
-        if (MINUTES_PER_DAY % minutes != 0) {
-            throw new ConfigException(WINDOW_MINUTES, minutes, "does not divide a day (1440 minutes) evenly");
+        int minutes = (int) number(configs, WINDOW_MINUTES, Contract.DEFAULT_WINDOW_MINUTES, Contract.MINUTES_PER_DAY);
+        if (Contract.MINUTES_PER_DAY % minutes != 0) {
+            throw new ConfigException(WINDOW_MINUTES, minutes,
+                    "does not divide a day (" + Contract.MINUTES_PER_DAY + " minutes) evenly");
         }
-        long flushMs = number(configs, FLUSH_INTERVAL_MS, 10_000, Long.MAX_VALUE / 2);
+        long flushMs = number(configs, FLUSH_INTERVAL_MS, Contract.DEFAULT_FLUSH_INTERVAL_MS, Long.MAX_VALUE / 2);
         String host = text(configs, HOST, null);
         Object clientId = configs.get(CommonClientConfigs.CLIENT_ID_CONFIG);
         String digest = text(configs, DIGEST, "false");
         if (!digest.equals("true") && !digest.equals("false")) {
             throw new ConfigException(DIGEST, digest, "true or false");
         }
-        int maxEntries = (int) number(configs, MAX_ENTRIES, DEFAULT_MAX_ENTRIES, MOST_MAX_ENTRIES);
+        int maxEntries = (int) number(configs, MAX_ENTRIES, Contract.DEFAULT_MAX_ENTRIES, Contract.MAX_MAX_ENTRIES);
         Object transactionalId = configs.get(ProducerConfig.TRANSACTIONAL_ID_CONFIG);
         return new AuditSettings(cluster, auditTopic, minutes, flushMs, service,
                 host == null || host.isEmpty() ? hostName() : host, clientId == null ? "" : String.valueOf(clientId),

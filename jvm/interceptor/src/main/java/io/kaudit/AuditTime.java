@@ -16,15 +16,12 @@ import org.apache.kafka.common.header.Headers;
  * time: the caller counts at its own clock then.
  */
 final class AuditTime {
-    static final String HEADER = "kaudit-time";
-    static final long MAX_MS = 253_402_300_799_999L; // 9999-12-31T23:59:59.999Z
     static final long NONE = Long.MIN_VALUE;
-    static final int HEADER_MAX_DIGITS = 20;
 
     private AuditTime() {}
 
     static boolean usable(long ms) {
-        return ms > 0 && ms <= MAX_MS;
+        return ms > 0 && ms <= Contract.MAX_AUDIT_TIME_MS;
     }
 
     /** A record as sent: its timestamp (null: the producer stamps the send's time, `nowMs`), else the time of its
@@ -34,7 +31,7 @@ final class AuditTime {
         if (usable(createTime)) {
             return createTime;
         }
-        Header header = headers == null ? null : headers.lastHeader(HEADER);
+        Header header = headers == null ? null : headers.lastHeader(Contract.AUDIT_TIME_HEADER);
         return header == null ? NONE : fromHeader(header.value());
     }
 
@@ -43,9 +40,10 @@ final class AuditTime {
         return usable(timestamp) ? timestamp : NONE;
     }
 
-    /** The time a kaudit-time header holds: 1 to 20 ASCII digits making a usable time; else {@link #NONE}. */
+    /** The time a kaudit-time header holds: 1 to {@value Contract#AUDIT_TIME_HEADER_MAX_DIGITS} ASCII digits making a
+     * usable time; else {@link #NONE}. */
     static long fromHeader(byte[] value) {
-        if (value == null || value.length == 0 || value.length > HEADER_MAX_DIGITS) {
+        if (value == null || value.length == 0 || value.length > Contract.AUDIT_TIME_HEADER_MAX_DIGITS) {
             return NONE;
         }
         long ms = 0;
@@ -53,7 +51,7 @@ final class AuditTime {
             if (b < '0' || b > '9') {
                 return NONE;
             }
-            if (ms > MAX_MS) {
+            if (ms > Contract.MAX_AUDIT_TIME_MS) {
                 return NONE; // and stays none: no more digits make it smaller
             }
             ms = ms * 10 + (b - '0');
@@ -61,6 +59,7 @@ final class AuditTime {
         return usable(ms) ? ms : NONE;
     }
 
+    /** The start of the `windowMs`-long window holding `timeMs` (audit.contract.windows.window_start_ms). */
     static long windowStart(long timeMs, long windowMs) {
         return Math.floorDiv(timeMs, windowMs) * windowMs;
     }

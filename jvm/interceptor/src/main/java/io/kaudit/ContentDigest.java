@@ -6,14 +6,11 @@ import java.nio.ByteOrder;
 
 /**
  * The content digest's message hash, as audit/contract/digest.py defines it (Spark's xxhash64 over key, value
- * and the null flags, seed 42): XXH64 chained through the seed. A window's digest is the wrapping sum of its
- * messages' hashes. tests/test_digest_parity.py holds this form to the contract's table of cases.
+ * and the null flags, seed {@value Contract#DIGEST_SEED}): XXH64 chained through the seed. A window's digest is
+ * the wrapping sum of its messages' hashes ({@link WindowTally}). tests/test_digest_parity.py holds both to the
+ * contract's table of cases.
  */
 public final class ContentDigest {
-    static final long SEED = 42;
-    static final int KEY_NULL = 1;
-    static final int VALUE_NULL = 2;
-
     private static final long P1 = 0x9E3779B185EBCA87L;
     private static final long P2 = 0xC2B2AE3D27D4EB4FL;
     private static final long P3 = 0x165667B19E3779F9L;
@@ -26,15 +23,15 @@ public final class ContentDigest {
 
     /** The hash of one message's serialized key and value (null: absent), a signed 64-bit integer. */
     public static long messageHash(byte[] key, byte[] value) {
-        long h = SEED;
+        long h = Contract.DIGEST_SEED;
         int flags = 0;
         if (key == null) {
-            flags |= KEY_NULL;
+            flags |= Contract.DIGEST_KEY_NULL;
         } else {
             h = xxh64(key, h);
         }
         if (value == null) {
-            flags |= VALUE_NULL;
+            flags |= Contract.DIGEST_VALUE_NULL;
         } else {
             h = xxh64(value, h);
         }
@@ -42,6 +39,7 @@ public final class ContentDigest {
         return xxh64(flagBytes, h);
     }
 
+    // Not lz4-java's XXH64, which measures slower: java -cp <lz4-java jar>:<this jar> jvm/interceptor/src/test/java/io/kaudit/DigestBench.java
     /** The standard 64-bit xxHash of `input` with `seed`. */
     static long xxh64(byte[] input, long seed) {
         int length = input.length;
@@ -92,14 +90,26 @@ public final class ContentDigest {
         return (accumulator ^ round(0, value)) * P1 + P4;
     }
 
-    /** Reads `key value` lines, each a hex string or `-` for null, and prints each message's hash: the parity
-     * test's way to ask this form. */
+    /** For the table of cases (tests/test_digest_parity.py), one question a line, one answer a line, each key and
+     * value a hex string or `-` for null: {@code hash KEY VALUE} answers the message's hash, {@code digest [KEY
+     * VALUE]...} the digest a {@link WindowTally} sums for those messages in one window and partition (0: none). */
     public static void main(String[] args) throws java.io.IOException {
         var lines = new java.io.BufferedReader(new java.io.InputStreamReader(System.in, "UTF-8"));
+        StringBuilder out = new StringBuilder();
         for (String line; (line = lines.readLine()) != null; ) {
             String[] fields = line.split(" ", -1);
-            System.out.println(messageHash(bytes(fields[0]), bytes(fields[1])));
+            if (fields[0].equals("hash")) {
+                out.append(messageHash(bytes(fields[1]), bytes(fields[2]))).append('\n');
+                continue;
+            }
+            WindowTally tally = new WindowTally(Contract.MS_PER_MINUTE, 1);
+            for (int i = 1; i + 1 < fields.length; i += 2) {
+                tally.acked("t", 1, 0, 0, false, messageHash(bytes(fields[i]), bytes(fields[i + 1])));
+            }
+            var drained = tally.drain();
+            out.append(drained.isEmpty() ? 0 : drained.get(0).digestByPartition[0]).append('\n');
         }
+        System.out.print(out);
     }
 
     private static byte[] bytes(String hex) {

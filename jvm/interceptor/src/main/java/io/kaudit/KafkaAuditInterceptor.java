@@ -21,10 +21,12 @@ import org.slf4j.LoggerFactory;
  * <pre>
  * interceptor.classes=io.kaudit.KafkaAuditInterceptor
  * kaudit.cluster=dc1                  (required: the cluster this producer writes to)
- * kaudit.audit.topic=_audit           kaudit.window.minutes=10      kaudit.flush.interval.ms=10000
+ * kaudit.audit.topic={@value Contract#DEFAULT_AUDIT_TOPIC}
+ * kaudit.window.minutes={@value Contract#DEFAULT_WINDOW_MINUTES}
+ * kaudit.flush.interval.ms={@value Contract#DEFAULT_FLUSH_INTERVAL_MS}
  * kaudit.service=java-app             kaudit.host=(this machine's name)
  * kaudit.digest=false                 kaudit.digest.exclude=(a regex of topics sent without a content digest)
- * kaudit.tally.max.entries=10000      ((topic, window)s kept while the audit topic takes nothing)
+ * kaudit.tally.max.entries={@value Contract#DEFAULT_MAX_ENTRIES} ((topic, window)s kept while the audit topic takes nothing)
  * </pre>
  *
  * Each acknowledged message counts once in the window of its timestamp (CreateTime, or the broker's

@@ -111,7 +111,7 @@ final class WindowTally {
     }
 
     private Entry entry(String topic, long timestampMs) {
-        long windowStartMs = Math.floorDiv(timestampMs, windowMs) * windowMs;
+        long windowStartMs = AuditTime.windowStart(timestampMs, windowMs);
         Entry entry = last;
         if (entry != null && entry.windowStartMs == windowStartMs && entry.topic.equals(topic)) {
             return entry;
