@@ -22,6 +22,8 @@ from audit.local.processes import PORT_SLOT_ENV
 
 SESSION_CLUSTERS = ("dc1", "aggregate")
 
+pytest_plugins = ["tests.cpu_report"]  # per test and per run: where the time goes (.kaudit/test-cpu.txt)
+
 # Property tests judge results, not speed: beside the suite's other workers on two cores one example can take
 # longer than Hypothesis' default deadline of 200 ms, though it takes a millisecond or two alone, which
 # fails the test though nothing is wrong.
@@ -47,10 +49,11 @@ TEST_DRIVER_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256
 
 def pytest_configure(config) -> None:
     # Parallel test workers (pytest-xdist: gw0, gw1, ...) start clusters at the same time: each draws its
-    # ports from its own block, and the processes it starts inherit the slot.
+    # ports from its own block, the run's slot plus one plus its number, and the processes it starts inherit it.
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
-        os.environ[PORT_SLOT_ENV] = str(int(worker.removeprefix("gw")) + 1)
+        run_slot = int(os.environ.get(PORT_SLOT_ENV, "0"))
+        os.environ[PORT_SLOT_ENV] = str(run_slot + int(worker.removeprefix("gw")) + 1)
     # Every Spark driver of the suite, its own and those of the CLI processes it starts, compiles for tests.
     os.environ[DRIVER_JAVA_OPTIONS_ENV] = TEST_DRIVER_JIT_OPTIONS
 
@@ -63,12 +66,15 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 def in_schedule_order(items: list) -> list:
-    """The order parallel workers take tests in: slow tests first, so the workers end together. Then whole
-    modules, alternating between those that run Spark (CPU-bound) and those that mostly wait on brokers,
-    processes and timeouts, so the waiting overlaps the computing: in collection order, the waiting
-    modules come one after the other and leave the cores half idle for minutes. Tests that need neither
-    come last and fill the tail."""
+    """The order parallel workers take tests in. Slow tests start early, so the workers end together: those that
+    mostly wait (on brokers, kills, timeouts) first, with the longest of those that need Spark; the other Spark ones,
+    which saturate the cores, are spread over the first half of the run, longest first, where they overlap waiting
+    tests instead of each other. Between them whole modules, alternating between those that run Spark (CPU-bound)
+    and those that mostly wait on brokers, processes and timeouts, so the waiting overlaps the computing: in
+    collection order, the waiting modules come one after the other and leave the cores half idle for minutes.
+    Tests that need neither come last and fill the tail."""
     slow = [item for item in items if item.get_closest_marker("slow")]
+    heavy = sorted((item for item in slow if item.get_closest_marker("spark")), key=lambda item: -_minutes(item))
     modules: dict[str, list] = {}
     for item in items:
         if not item.get_closest_marker("slow"):
@@ -78,9 +84,23 @@ def in_schedule_order(items: list) -> list:
         kind = next((m for m in ("spark", "kafka") if any(t.get_closest_marker(m) for t in tests)), "rest")
         by_kind[kind].append(tests)
     alternating = [tests for pair in zip_longest(by_kind["spark"], by_kind["kafka"]) for tests in pair if tests]
-    rest = by_kind["rest"]
-    ordered = slow + [test for tests in [*alternating, *rest] for test in tests]
-    return _shared_runs_last(ordered)
+    body = [test for tests in [*alternating, *by_kind["rest"]] for test in tests]
+    first = heavy[:1] + [item for item in slow if item not in heavy]
+    return _shared_runs_last(first + _spread(heavy[1:], body, over=len(body) // 2))
+
+
+def _minutes(item) -> float:
+    """What a test's `slow(minutes=N)` marker says it runs for on an idle machine (1 when it does not say)."""
+    return item.get_closest_marker("slow").kwargs.get("minutes", 1)
+
+
+def _spread(spread: list, among: list, over: int) -> list:
+    """`among` with the tests of `spread` put in at even steps over its first `over` tests."""
+    step = over // (len(spread) + 1) if spread else 0
+    result = list(among)
+    for index, item in reversed(list(enumerate(spread, start=1))):
+        result.insert(index * step, item)
+    return result
 
 
 def _shared_runs_last(items: list) -> list:

@@ -97,7 +97,7 @@ def the_demo_ui_serves_the_waiting_page_then_the_overview(demo: Demo, port: int,
     return "waiting" if first != "overview" else "overview"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=3)
 @pytest.mark.timeout(1200)
 def test_short_demo_finds_the_loss_exactly_and_shows_the_stall_as_lag(tmp_path):
     ui_port = free_port()

@@ -176,7 +176,7 @@ def test_checker_fails_a_loss_alert_without_a_loss_and_an_unrejected_record():
 
 @pytest.mark.kafka
 @pytest.mark.spark
-@pytest.mark.slow
+@pytest.mark.slow(minutes=5)
 @pytest.mark.timeout(960)  # ~5 min on 2 idle cores, up to 9 with the machine shared 4 ways
 def test_short_soak_keeps_every_invariant_with_one_replicator_of_each_mode(tmp_path: Path):
     """One soak, both replicator modes: dc1's at least once (seed 11 kills it twice: its duplicates must
