@@ -27,6 +27,8 @@ def write_first_checksum(path: str) -> bool:
     Only for a local table: a URI's is left as it was made."""
     if "://" in path and not path.startswith("file://"):
         return False
+    # By hand: deltalake 1.6.6 writes no .crc (DeltaTable.create's PostCommitHookProperties: checkpoint, log
+    # cleanup only), delta-spark only with its commits; DeltaTable.metadata()/protocol() reshape the actions.
     log_dir = Path(path.removeprefix("file://")) / "_delta_log"
     checksum, commit = log_dir / f"{log_name(0)}.crc", log_dir / f"{log_name(0)}.json"
     if checksum.exists() or not commit.exists() or (log_dir / f"{log_name(1)}.json").exists():
