@@ -430,7 +430,8 @@ class Replicator:
         return behind == {}
 
     def _log_behind(self, behind: dict[tuple[str, int], int]) -> None:
-        self.status.log_behind(behind, self.positions.of(sorted(behind)[:PARTITIONS_LOGGED]))
+        keys = sorted(behind)[:PARTITIONS_LOGGED]
+        self.status.log_behind(behind, self.positions.of(keys, getattr(self, "_consumer", None)))  # none before open()
 
     def _finished(self) -> bool:
         """For run-until-caught-up: data topics first; then, with our own status records paused

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Mapping
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from audit.hops.replicator.state import PartitionFlow, lags_and_stall
 from audit.hops.retention import Skip, seek_past_deleted
@@ -51,9 +51,16 @@ class SourcePositions:
         with self.lock:
             self.released = {key: acked for key, acked in self.released.items() if key[0] in present}
 
-    def of(self, keys: list[Key]) -> dict[Key, PartitionFlow | None]:
+    def of(
+        self, keys: list[Key], consumer: Consumer | None = None
+    ) -> dict[Key, tuple[PartitionFlow | None, int | None]]:
+        """The flow of each of `keys` (None: not assigned here) and, given the `consumer`, its position: the offset
+        of the next message it will hand over, -1001 while it has fetched nothing of the partition."""
         with self.lock:
-            return {key: self.flows.get(key) for key in keys}
+            flows = {key: self.flows.get(key) for key in keys}
+        mine = [TopicPartition(*key) for key, flow in flows.items() if flow is not None]
+        at = {(tp.topic, tp.partition): tp.offset for tp in consumer.position(mine)} if consumer and mine else {}
+        return {key: (flow, at.get(key)) for key, flow in flows.items()}
 
     # -- acknowledgement and commit (at least once) --------------------------------------------
 

@@ -35,11 +35,12 @@ log = logging.getLogger(__name__)
 PARTITIONS_LOGGED = 5  # a "catching up" line names at most this many partitions
 
 
-def flow_state(flow: PartitionFlow | None) -> str:
-    """Where this instance stands on a partition, for a log line."""
+def flow_state(flow: PartitionFlow | None, position: int | None = None) -> str:
+    """Where this instance stands on a partition, for a log line; `position`, its consumer's, when known."""
     if flow is None:
         return "not-assigned-here"
-    return f"committed={flow.committed},acked={flow.acked},next={flow.next_offset},in-flight={len(flow.sent)}"
+    state = f"committed={flow.committed},acked={flow.acked},next={flow.next_offset},in-flight={len(flow.sent)}"
+    return state if position is None else f"{state},position={position}"
 
 
 class ReplicatorStatus:
@@ -150,16 +151,19 @@ class ReplicatorStatus:
         )
 
     def log_behind(
-        self, behind: Mapping[tuple[str, int], int], flows: Mapping[tuple[str, int], PartitionFlow | None]
+        self,
+        behind: Mapping[tuple[str, int], int],
+        flows: Mapping[tuple[str, int], tuple[PartitionFlow | None, int | None]],
     ) -> None:
-        """One `catching up` line: the group's lag, and this instance's `flows` of the first partitions behind."""
+        """One `catching up` line: the group's lag, and this instance's `flows` of the first partitions behind with
+        its consumer's position on each (`SourcePositions.of`)."""
         log.info(
             "catching up",
             extra={
                 **self._fields(),
                 "partitions_behind": len(behind),
                 "lag": sum(behind.values()),
-                "first": " ".join(f"{t}[{p}]:{behind[(t, p)]}:{flow_state(flow)}" for (t, p), flow in flows.items()),
+                "first": " ".join(f"{t}[{p}]:{behind[(t, p)]}:{flow_state(*flow)}" for (t, p), flow in flows.items()),
             },
         )
 
