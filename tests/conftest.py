@@ -7,6 +7,7 @@ or on a fixed port.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import uuid
 from itertools import zip_longest
@@ -277,6 +278,11 @@ def write_config(settings, path: Path) -> Path:
         f"window_minutes = {settings.window_minutes}",
         f"grace_s = {settings.grace_s}",
         f"flush_interval_s = {settings.flush_interval_s}",
+        # The topics a `kaudit` subprocess selects: on the session clusters every test's topics are there, and a
+        # service selecting all of them would copy, land or count other tests' traffic.
+        "[topics]",
+        f"include = {json.dumps(list(settings.topics.include))}",
+        f"exclude = {json.dumps(list(settings.topics.exclude))}",
     ]
     for cluster in settings.clusters:
         lines += [

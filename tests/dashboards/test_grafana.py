@@ -14,6 +14,7 @@ from pathlib import Path
 
 from audit.io.clients import ensure_topics
 from audit.local.processes import free_port
+from audit.settings.topics import TopicSelection
 from tests.conftest import write_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,8 +59,10 @@ def exported_names(port: int) -> set[str]:
     return names
 
 
-def test_every_metric_the_board_queries_is_exported_by_a_running_service(tmp_path, settings_factory):
-    settings = settings_factory()
+def test_every_metric_the_board_queries_is_exported_by_a_running_service(tmp_path, settings_factory, topic_factory):
+    # One topic of its own: the services run beside other tests on the session clusters.
+    topic = topic_factory("dc1")
+    settings = settings_factory(topics=TopicSelection(include=(f"^(dc1\\.)?{topic}$",)))
     ensure_topics({"bootstrap.servers": settings.cluster("dc1").bootstrap_servers}, {settings.audit_topic: 1})
     config = write_config(settings, tmp_path / "kaudit.toml")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("KAUDIT_")}, "PYSPARK_PYTHON": sys.executable}

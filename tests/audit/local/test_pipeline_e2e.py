@@ -28,6 +28,7 @@ from audit.io.audit_log import counts_by_window, read_audit_topic
 from audit.io.clients import ensure_topics
 from audit.io.lake import lake_of
 from audit.io.lease import LakeLease
+from audit.settings.topics import TopicSelection
 from producers.audited import AuditedProducer
 from tests.conftest import write_config
 from tests.waiting import wait_for
@@ -186,8 +187,9 @@ KILLED_LAKE_MESSAGES = 8_000
 def test_lake_job_killed_at_random_moments_lands_every_row_and_count_once(
     spark, settings_factory, topic_factory, tmp_path
 ):
-    settings = settings_factory()
     topic = topic_factory("aggregate", partitions=PARTITIONS)
+    # Its own topic only: `kaudit lake` reads the session's aggregate cluster, which holds every test's topics.
+    settings = settings_factory(topics=TopicSelection(include=(f"^{topic}$",)))
     ensure_topics({"bootstrap.servers": settings.cluster("aggregate").bootstrap_servers}, {settings.audit_topic: 1})
     aggregate = {"bootstrap.servers": settings.cluster("aggregate").bootstrap_servers}
     with AuditedProducer(
