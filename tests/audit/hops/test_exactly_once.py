@@ -25,6 +25,7 @@ from audit.io.clients import ensure_topics
 from audit.io.offsets import committed_offsets
 from audit.local.clusters import LocalClusters
 from audit.settings import ClusterSettings, Settings
+from audit.settings.topics import TopicSelection
 from tests.conftest import cache_dir, write_config
 from tests.traffic import SteadyProducer
 
@@ -105,13 +106,10 @@ class ReplicatorRun:
             audit_topic="_audit",
             state_dir=tmp_path / "state",
             cache_dir=cache_dir(),
+            # the topic at the source, and its copy (src.<topic>) at the target
+            topics=TopicSelection(include=(f"(^|\\.){topic}$",)),
         )
         self.config = write_config(settings, tmp_path / "kaudit.toml")
-        self.config.write_text(  # the topic at the source, and its copy (src.<topic>) at the target
-            self.config.read_text().replace(
-                "[[clusters]]", f'[topics]\ninclude = ["(^|\\\\.){topic}$"]\n\n[[clusters]]', 1
-            )
-        )
         self.tmp_path, self.mode, self.runs, self.clusters, self.topic = tmp_path, mode, 0, clusters, topic
 
     def start(self, *args: str, instance: str = "0") -> subprocess.Popen:
