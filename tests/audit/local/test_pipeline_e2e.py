@@ -4,6 +4,7 @@ a second replicator group (every message copied twice), and kill -9 of the lake 
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -183,6 +184,14 @@ def test_no_fault_is_exact_a_drop_is_exact_and_duplicates_show_as_over(spark, se
 KILLED_LAKE_MESSAGES = 8_000
 
 
+def group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 @pytest.mark.slow(minutes=2)
 def test_lake_job_killed_at_random_moments_lands_every_row_and_count_once(
     spark, settings_factory, topic_factory, tmp_path
@@ -215,16 +224,19 @@ def test_lake_job_killed_at_random_moments_lands_every_row_and_count_once(
     kills = 0
     # One kill here (the soak kills the lake job again at random moments under load, and checks bronze
     # against the hub the same way): each run costs a Spark start.
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # A session of its own, so the kill takes the job whole, its Spark JVM too, as an OOM kill or a lost host does:
+    # an orphaned JVM would still be writing the checkpoint's offsets when the restart begins.
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     # Mid-stream: after its first micro-batch landed (of four), at a random moment of the next ones. A fixed
     # delay from the start can miss the stream: with a fast JVM start it has finished.
     commits = Path(default_checkpoint(settings, "aggregate")) / "commits"
     wait_for(lambda: commits.is_dir() and any(commits.iterdir()), "the lake job's first micro-batch", 300, 0.2)
     time.sleep(rng.uniform(0.0, 2.0))
     if process.poll() is None:
-        process.send_signal(signal.SIGKILL)
+        os.killpg(process.pid, signal.SIGKILL)
         kills += 1
     process.wait(30)
+    wait_for(lambda: not group_alive(process.pid), "the killed lake job's Spark JVM to be gone", 30, 0.2)
     assert kills >= 1
     # The restart runs as `kaudit lake` does (its lease, checkpoint, options and topics), in this worker's Spark:
     # taking the killed job's lease at once and resuming its checkpoint and bronze are the same in any process,
